@@ -1,0 +1,53 @@
+# binlake: the two quickstart commands are `make demo` and `make test`.
+# Each does its own setup on a fresh machine: venv, MariaDB package, Delta jars.
+SHELL := /bin/bash
+PY := .venv/bin/python
+STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+PYTEST_ARGS ?=
+
+.PHONY: setup venv mariadb-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-full clean
+
+setup: venv mariadb-package spark-jars
+
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	@test -x $(PY) || python3 -m venv .venv
+	.venv/bin/pip install -q --upgrade pip
+	.venv/bin/pip install -q -e '.[test]'
+	@rm -f .venv/.installed-*; touch $@
+
+mariadb-package:
+	@if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then \
+	  echo "installing mariadb-server (Debian package)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mariadb-server mariadb-client >/dev/null; \
+	fi
+
+# The first Spark start resolves the Delta jars from Maven Central into ~/.ivy2*; do it
+# once here so parallel test sessions never race for the cache.
+spark-jars: $(STAMP)
+	@$(PY) -m binlake.local.warm
+
+mysql-up: venv mariadb-package
+	@$(PY) -m binlake.local.mariadb up --dir .local/mariadb
+
+mysql-down:
+	@test -x $(PY) && $(PY) -m binlake.local.mariadb down --dir .local/mariadb || true
+
+demo: setup mysql-up
+	$(PY) -m binlake.demo --mariadb-dir .local/mariadb --workdir .local/demo
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest tests/unit -q
+
+bench: setup
+	$(PY) -m benchmarks.run
+
+chaos: setup
+	$(PY) -m tests.chaos.driver --full
+
+clean: mysql-down
+	rm -rf .local .venv

@@ -1,0 +1,139 @@
+"""``binlake --config PATH <command>``: thin; every command calls one function in the package.
+
+Exit 0 on success; on failure one line on stderr (``error: ...``) and the failure's own
+exit code (see :mod:`binlake.errors`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Sequence
+
+from binlake.errors import BinlakeError
+
+COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "jobs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="binlake", description="Mirror MySQL/MariaDB into Delta Lake (bronze, silver, gold).")
+    ap.add_argument("--config", "-c", default="binlake.yml", help="path to binlake.yml (default: ./binlake.yml)")
+    ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    ap.add_argument("--debug", action="store_true", help="show the Python traceback on unexpected errors")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sub.add_parser("preflight", help="check the source is ready for capture; lists every problem with its fix")
+
+    p = sub.add_parser("snapshot", help="lock-free chunked snapshot of the captured tables into bronze")
+    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE", help="only these tables (repeatable); re-snapshots them")
+    p.add_argument("--reset-capture", action="store_true",
+                   help="after a binlog purge: restart capture at the current position, then snapshot the tables")
+
+    p = sub.add_parser("capture", help="read the binlog into the bronze change log (exactly once)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--until-now", action="store_true", help="stop at the position the server reports at start (default)")
+    mode.add_argument("--continuous", action="store_true", help="keep capturing until interrupted")
+
+    sub.add_parser("silver", help="apply new bronze records to the silver current-state tables")
+    sub.add_parser("gold", help="check and publish gold at one consistent binlog position")
+    sub.add_parser("run", help="what a scheduled job does: snapshot if needed, capture until now, silver, gold")
+
+    p = sub.add_parser("status", help="capture position, lag, purge risk, last publish per table")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = sub.add_parser("verify", help="compare source and silver chunk by chunk (count + checksum)")
+    p.add_argument("--repair", action="store_true", help="re-snapshot only the chunks that differ")
+    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE", help="only these tables (repeatable)")
+
+    p = sub.add_parser("jobs", help="the Databricks bundle's job runs (needs databricks-sdk auth)")
+    p.add_argument("action", choices=["status"])
+    p.add_argument("--bundle-name", default="binlake", help="job name prefix of the bundle (default: binlake)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from binlake.progress import setup_logging
+
+    setup_logging(args.verbose)
+    try:
+        return _dispatch(args)
+    except BinlakeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted; re-run the same command to continue where it stopped", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
+        if args.debug:
+            raise
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        print(f"error: unexpected {type(exc).__name__}: {first} (re-run with --debug for the traceback)", file=sys.stderr)
+        return 1
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from binlake.config import load_config
+
+    config = load_config(args.config)
+    cmd = args.command
+    if cmd == "preflight":
+        from binlake.source.preflight import run_preflight
+
+        report = run_preflight(config)
+        print(report.text())
+        return 0
+    if cmd == "jobs":
+        from binlake.deploy.jobs import jobs_status
+
+        print(jobs_status(config, bundle_name=args.bundle_name, as_json=args.json))
+        return 0
+
+    from binlake.progress import Progress
+    from binlake.spark import get_spark
+
+    progress = Progress()
+    if cmd == "status":
+        from binlake.status import collect_status, format_status
+
+        status = collect_status(get_spark(), config)
+        print(json.dumps(status, indent=2, default=str) if args.json else format_status(status))
+        return 0
+
+    spark = get_spark()
+    if cmd == "snapshot":
+        from binlake.bronze.snapshot import run_snapshot
+
+        result = run_snapshot(spark, config, tables=args.table or None, reset_capture=args.reset_capture, progress=progress)
+    elif cmd == "capture":
+        from binlake.bronze.capture import run_capture
+
+        result = run_capture(spark, config, continuous=args.continuous, progress=progress)
+    elif cmd == "silver":
+        from binlake.silver.merge import run_silver
+
+        result = run_silver(spark, config, progress=progress)
+    elif cmd == "gold":
+        from binlake.gold.publish import run_gold
+
+        result = run_gold(spark, config, progress=progress)
+    elif cmd == "run":
+        from binlake.pipeline import run_pipeline
+
+        result = run_pipeline(spark, config, progress=progress)
+    elif cmd == "verify":
+        from binlake.verify import run_verify
+
+        result = run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
+    else:  # pragma: no cover - argparse rejects unknown commands
+        raise AssertionError(cmd)
+    print(result.summary())
+    logging.getLogger("binlake").debug("done: %s", cmd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

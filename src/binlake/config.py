@@ -1,0 +1,554 @@
+"""``binlake.yml``: loaded into frozen dataclasses and checked on load.
+
+Every check raises :class:`~binlake.errors.ConfigError` with a one-line message naming the
+key and saying how to fix it. Values may reference environment variables as ``${NAME}``;
+the password may also be a Databricks secret reference ``{{secrets/<scope>/<key>}}``,
+resolved through databricks-sdk (see :mod:`binlake.deploy.secrets`).
+
+Example::
+
+    >>> cfg = load_config_text('''
+    ... source: {host: 127.0.0.1, port: 3307, user: cdc, password: pw, server_id: 5401,
+    ...          tables: ["shop.*"]}
+    ... lakehouse: {path: .local/lakehouse}
+    ... ''')
+    >>> cfg.snapshot.chunk_size
+    50000
+"""
+
+from __future__ import annotations
+
+import enum
+import fnmatch
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from binlake.errors import ConfigError
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_SECRET_REF = re.compile(r"^\{\{secrets/([^/{}]+)/([^/{}]+)\}\}$")
+_TABLE_PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
+_BINLOG_POSITION = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<pos>\d+)$")
+
+
+class Secret:
+    """A string that never shows itself in logs, reprs or exception messages."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str):
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash(self._value)
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+class StartupMode(str, enum.Enum):
+    """Where the first capture starts when no resume offset exists yet."""
+
+    INITIAL = "initial"  # snapshot, and capture from before the first chunk
+    LATEST = "latest"  # the server's current position, no snapshot
+    POSITION = "position"  # a given file:pos
+    TIMESTAMP = "timestamp"  # the first binlog file whose first event is >= the time
+
+
+class PurgePolicy(str, enum.Enum):
+    """What capture does when the binlog it must resume from has been purged."""
+
+    FAIL = "fail"
+    RESNAPSHOT = "resnapshot"
+
+
+class Severity(str, enum.Enum):
+    WARN = "warn"
+    DROP = "drop"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    verify_identity: bool = True
+
+    @property
+    def enabled(self) -> bool:
+        return self.ca is not None
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    host: str
+    port: int
+    user: str
+    password: Secret
+    server_id: int
+    tables: tuple[str, ...]
+    exclude: tuple[str, ...] = ()
+    # For tables without a primary key: a unique NOT NULL column list to chunk and merge by.
+    chunk_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    connect_timeout: int = 10
+
+    def __post_init__(self) -> None:
+        if not self.host:
+            raise ConfigError("source.host is empty: set it to the MySQL host name or IP, e.g. 127.0.0.1")
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"source.port must be between 1 and 65535, got {self.port}: set the server's TCP port, e.g. 3306")
+        if not self.user:
+            raise ConfigError("source.user is empty: set the MySQL user binlake logs in as, e.g. cdc")
+        if not self.password:
+            raise ConfigError(
+                "source.password is empty: set it, e.g. password: ${MYSQL_PASSWORD} and export MYSQL_PASSWORD"
+            )
+        if not 1 <= self.server_id <= 2**32 - 1 - 64:
+            raise ConfigError(
+                f"source.server_id must be between 1 and {2**32 - 1 - 64}, got {self.server_id}: "
+                "pick a number no other replica or binlog reader of this server uses"
+            )
+        if not self.tables:
+            raise ConfigError('source.tables is empty: list include patterns such as ["shop.*", "crm.customers"]')
+        for key, pats in (("tables", self.tables), ("exclude", self.exclude)):
+            for pattern in pats:
+                if not _TABLE_PATTERN.match(pattern):
+                    raise ConfigError(
+                        f"source.{key} entry {pattern!r} is not a db.table pattern: write it as "
+                        '"db.table", "db.*" or "db.prefix_*"'
+                    )
+        for table, cols in self.chunk_keys.items():
+            if not _TABLE_PATTERN.match(table) or not cols:
+                raise ConfigError(
+                    f"source.chunk_keys entry {table!r} must map db.table to a non-empty list of unique NOT NULL columns"
+                )
+
+    def captures(self, db: str, table: str) -> bool:
+        """True if ``db.table`` matches an include pattern and no exclude pattern."""
+        name = f"{db}.{table}"
+        return any(fnmatch.fnmatchcase(name, p) for p in self.tables) and not any(
+            fnmatch.fnmatchcase(name, p) for p in self.exclude
+        )
+
+    @property
+    def databases(self) -> tuple[str, ...]:
+        """Database-name patterns that may hold captured tables (for binlog filtering)."""
+        return tuple(sorted({p.split(".", 1)[0] for p in self.tables}))
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    chunk_size: int = 50000
+    parallelism: int = 2
+    # Chunks committed per Delta write: a crash re-reads at most this many chunks.
+    chunks_per_commit: int = 0  # 0 = 4 x parallelism
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.chunk_size <= 10_000_000:
+            raise ConfigError(f"snapshot.chunk_size must be between 1 and 10000000 rows, got {self.chunk_size}: 50000 is a good start")
+        if not 1 <= self.parallelism <= 1024:
+            raise ConfigError(f"snapshot.parallelism must be between 1 and 1024, got {self.parallelism}: use the number of executor cores")
+        if self.chunks_per_commit < 0:
+            raise ConfigError(f"snapshot.chunks_per_commit must be >= 0 (0 = 4 x parallelism), got {self.chunks_per_commit}")
+
+    @property
+    def wave_size(self) -> int:
+        return self.chunks_per_commit or 4 * self.parallelism
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    startup: StartupMode = StartupMode.INITIAL
+    # For startup=position: "mysql-bin.000003:4"; for startup=timestamp: ISO-8601 with zone.
+    start_position: str | None = None
+    start_timestamp: str | None = None
+    on_purge: PurgePolicy = PurgePolicy.FAIL
+    # Warn in status/capture when the resume file is this close (in files) to the oldest one.
+    purge_warning_files: int = 2
+    # A micro-batch ends at the first transaction boundary after this many row changes.
+    max_batch_rows: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.startup is StartupMode.POSITION:
+            if not self.start_position or not _BINLOG_POSITION.match(self.start_position):
+                raise ConfigError(
+                    'capture.startup is "position" but capture.start_position is missing or not FILE:POS: '
+                    'set it like "mysql-bin.000003:4"'
+                )
+        if self.startup is StartupMode.TIMESTAMP:
+            if not self.start_timestamp:
+                raise ConfigError(
+                    'capture.startup is "timestamp" but capture.start_timestamp is missing: '
+                    'set an ISO-8601 time with a zone, e.g. "2026-11-01T00:00:00Z"'
+                )
+            from datetime import datetime
+
+            try:
+                ts = datetime.fromisoformat(self.start_timestamp.replace("Z", "+00:00"))
+            except ValueError:
+                raise ConfigError(
+                    f"capture.start_timestamp {self.start_timestamp!r} is not ISO-8601: write it like 2026-11-01T00:00:00Z"
+                ) from None
+            if ts.tzinfo is None:
+                raise ConfigError(
+                    f"capture.start_timestamp {self.start_timestamp!r} has no time zone: add Z or +HH:MM"
+                )
+        if self.max_batch_rows < 1:
+            raise ConfigError(f"capture.max_batch_rows must be >= 1, got {self.max_batch_rows}")
+        if self.purge_warning_files < 0:
+            raise ConfigError(f"capture.purge_warning_files must be >= 0, got {self.purge_warning_files}")
+
+
+@dataclass(frozen=True)
+class LakehouseConfig:
+    """Where the tables live: a local directory, or Unity Catalog on Databricks."""
+
+    path: str | None = None
+    catalog: str | None = None
+    bronze_schema: str = "bronze"
+    silver_schema: str = "silver"
+    gold_schema: str = "gold"
+    # Checkpoints and other files: defaults to <path>/_system locally; a UC volume on Databricks.
+    system_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.catalog is None):
+            raise ConfigError(
+                "lakehouse needs exactly one of path (local Delta directory, e.g. .local/lakehouse) "
+                "or catalog (Unity Catalog name on Databricks)"
+            )
+        if self.catalog is not None and not self.system_path:
+            raise ConfigError(
+                "lakehouse.system_path is required with lakehouse.catalog: "
+                "set a Unity Catalog volume path such as /Volumes/main/binlake/system"
+            )
+
+
+@dataclass(frozen=True)
+class CheckRule:
+    """One per-table gold check from the config."""
+
+    severity: Severity
+    column: str | None = None
+    between: tuple[Any, Any] | None = None
+    values: tuple[Any, ...] | None = None
+    regex: str | None = None
+    not_null: bool = False
+    row_count: tuple[int | None, int | None] | None = None
+
+    @property
+    def kind(self) -> str:
+        for name in ("between", "values", "regex", "row_count"):
+            if getattr(self, name) is not None:
+                return name
+        return "not_null"
+
+
+@dataclass(frozen=True)
+class GoldConfig:
+    # Tables published together at one binlog position; default: all captured tables.
+    checks: Mapping[str, tuple[CheckRule, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    source: SourceConfig
+    lakehouse: LakehouseConfig
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
+    capture: CaptureConfig = field(default_factory=CaptureConfig)
+    gold: GoldConfig = field(default_factory=GoldConfig)
+    # The directory the config file was read from; relative lakehouse paths resolve here.
+    base_dir: str = "."
+
+    @property
+    def lakehouse_root(self) -> str | None:
+        if self.lakehouse.path is None:
+            return None
+        p = Path(self.lakehouse.path)
+        return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
+
+
+# ---------------------------------------------------------------------------------------
+# Loading
+
+
+_SECTIONS = {
+    "source": {"host", "port", "user", "password", "server_id", "tables", "exclude", "chunk_keys", "tls", "connect_timeout"},
+    "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
+    "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
+    "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
+    "gold": {"checks"},
+}
+_TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
+_CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
+
+
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
+    """Read and check ``binlake.yml``. Raises :class:`ConfigError` with the fix."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file {str(p)!r} not found: pass --config PATH to an existing binlake.yml") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {str(p)!r} cannot be read ({exc.strerror}): check its permissions") from None
+    return load_config_text(text, environ=environ, base_dir=str(p.resolve().parent), origin=str(p))
+
+
+def load_config_text(
+    text: str,
+    environ: Mapping[str, str] | None = None,
+    base_dir: str = ".",
+    origin: str = "<config>",
+) -> Config:
+    env = os.environ if environ is None else environ
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{origin} is not valid YAML{where}: fix the syntax") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{origin} must be a YAML mapping with the sections source, lakehouse (and optionally snapshot, capture, gold)")
+    unknown = set(raw) - set(_SECTIONS)
+    if unknown:
+        raise ConfigError(f"unknown top-level key {sorted(unknown)[0]!r} in {origin}: allowed are {', '.join(sorted(_SECTIONS))}")
+    for required in ("source", "lakehouse"):
+        if required not in raw:
+            raise ConfigError(f"{origin} has no {required!r} section: add it (see README, Configuration)")
+    sections: dict[str, dict[str, Any]] = {}
+    for name, allowed in _SECTIONS.items():
+        section = raw.get(name) or {}
+        if not isinstance(section, dict):
+            raise ConfigError(f"{name} must be a mapping of keys, got {type(section).__name__}")
+        bad = set(section) - allowed
+        if bad:
+            raise ConfigError(f"unknown key {name}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(allowed))}")
+        sections[name] = {k: _expand(v, f"{name}.{k}", env) for k, v in section.items()}
+
+    return Config(
+        source=_source(sections["source"]),
+        lakehouse=_lakehouse(sections["lakehouse"]),
+        snapshot=SnapshotConfig(
+            chunk_size=_int(sections["snapshot"], "snapshot.chunk_size", 50000),
+            parallelism=_int(sections["snapshot"], "snapshot.parallelism", 2),
+            chunks_per_commit=_int(sections["snapshot"], "snapshot.chunks_per_commit", 0),
+        ),
+        capture=_capture(sections["capture"]),
+        gold=_gold(sections["gold"]),
+        base_dir=base_dir,
+    )
+
+
+def _expand(value: Any, key: str, env: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+
+        def sub(m: re.Match[str]) -> str:
+            name = m.group(1)
+            if name not in env:
+                raise ConfigError(f"{key} references ${{{name}}} but the environment variable {name} is not set: export it")
+            return env[name]
+
+        return _ENV_REF.sub(sub, value)
+    if isinstance(value, list):
+        return [_expand(v, key, env) for v in value]
+    if isinstance(value, dict):
+        return {k: _expand(v, f"{key}.{k}", env) for k, v in value.items()}
+    return value
+
+
+def _int(section: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    name = key.split(".")[-1]
+    if name not in section or section[name] is None:
+        if default is None:
+            raise ConfigError(f"{key} is missing: set it to a whole number")
+        return default
+    value = section[name]
+    if isinstance(value, bool):
+        raise ConfigError(f"{key} must be a whole number, got {value!r}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    raise ConfigError(f"{key} must be a whole number, got {value!r}")
+
+
+def _str(section: Mapping[str, Any], key: str, default: str | None = None, required: bool = False) -> str | None:
+    name = key.split(".")[-1]
+    value = section.get(name, default)
+    if value is None:
+        if required:
+            raise ConfigError(f"{key} is missing: add it to the config")
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {type(value).__name__}")
+    return value
+
+
+def _str_list(section: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    name = key.split(".")[-1]
+    value = section.get(name) or []
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f'{key} must be a list of strings, e.g. ["shop.*"]')
+    return tuple(value)
+
+
+def _enum(enum_type: type[enum.Enum], section: Mapping[str, Any], key: str, default: enum.Enum) -> Any:
+    name = key.split(".")[-1]
+    value = section.get(name)
+    if value is None:
+        return default
+    try:
+        return enum_type(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(e.value for e in enum_type)
+        raise ConfigError(f"{key} is {value!r}: use one of {allowed}") from None
+
+
+def _source(s: Mapping[str, Any]) -> SourceConfig:
+    for key in ("host", "user", "server_id", "tables"):
+        if key not in s:
+            raise ConfigError(f"source.{key} is missing: add it (see README, Configuration)")
+    if "password" not in s or s["password"] in (None, ""):
+        raise ConfigError(
+            "source.password is missing: set password: ${MYSQL_PASSWORD} (and export it) "
+            "or a Databricks secret reference {{secrets/scope/key}}"
+        )
+    password = _str(s, "source.password")
+    assert password is not None
+    secret_ref = _SECRET_REF.match(password)
+    if secret_ref:
+        from binlake.deploy.secrets import resolve_secret
+
+        password = resolve_secret(secret_ref.group(1), secret_ref.group(2))
+    tls_raw = s.get("tls") or {}
+    if not isinstance(tls_raw, dict):
+        raise ConfigError("source.tls must be a mapping with ca, cert, key, verify_identity")
+    bad = set(tls_raw) - _TLS_KEYS
+    if bad:
+        raise ConfigError(f"unknown key source.tls.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_TLS_KEYS))}")
+    for k in ("ca", "cert", "key"):
+        v = tls_raw.get(k)
+        if v is not None and not Path(v).is_file():
+            raise ConfigError(f"source.tls.{k} file {v!r} does not exist: point it at the PEM file")
+    if (tls_raw.get("cert") is None) != (tls_raw.get("key") is None):
+        raise ConfigError("source.tls.cert and source.tls.key go together: set both for client certificates, or neither")
+    if tls_raw.get("cert") is not None and tls_raw.get("ca") is None:
+        raise ConfigError("source.tls.cert is set but source.tls.ca is not: set ca to the server's CA certificate")
+    verify = tls_raw.get("verify_identity", True)
+    if not isinstance(verify, bool):
+        raise ConfigError(f"source.tls.verify_identity must be true or false, got {verify!r}")
+    chunk_keys_raw = s.get("chunk_keys") or {}
+    if not isinstance(chunk_keys_raw, dict):
+        raise ConfigError('source.chunk_keys must map "db.table" to a list of columns')
+    chunk_keys = {}
+    for table, cols in chunk_keys_raw.items():
+        if isinstance(cols, str):
+            cols = [cols]
+        if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
+            raise ConfigError(f"source.chunk_keys.{table} must be a list of column names")
+        chunk_keys[str(table)] = tuple(cols)
+    return SourceConfig(
+        host=_str(s, "source.host", required=True) or "",
+        port=_int(s, "source.port", 3306),
+        user=_str(s, "source.user", required=True) or "",
+        password=Secret(password),
+        server_id=_int(s, "source.server_id"),
+        tables=_str_list(s, "source.tables"),
+        exclude=_str_list(s, "source.exclude"),
+        chunk_keys=chunk_keys,
+        tls=TlsConfig(ca=tls_raw.get("ca"), cert=tls_raw.get("cert"), key=tls_raw.get("key"), verify_identity=verify),
+        connect_timeout=_int(s, "source.connect_timeout", 10),
+    )
+
+
+def _lakehouse(s: Mapping[str, Any]) -> LakehouseConfig:
+    return LakehouseConfig(
+        path=_str(s, "lakehouse.path"),
+        catalog=_str(s, "lakehouse.catalog"),
+        bronze_schema=_str(s, "lakehouse.bronze_schema", "bronze") or "bronze",
+        silver_schema=_str(s, "lakehouse.silver_schema", "silver") or "silver",
+        gold_schema=_str(s, "lakehouse.gold_schema", "gold") or "gold",
+        system_path=_str(s, "lakehouse.system_path"),
+    )
+
+
+def _capture(s: Mapping[str, Any]) -> CaptureConfig:
+    return CaptureConfig(
+        startup=_enum(StartupMode, s, "capture.startup", StartupMode.INITIAL),
+        start_position=_str(s, "capture.start_position"),
+        start_timestamp=_str(s, "capture.start_timestamp"),
+        on_purge=_enum(PurgePolicy, s, "capture.on_purge", PurgePolicy.FAIL),
+        purge_warning_files=_int(s, "capture.purge_warning_files", 2),
+        max_batch_rows=_int(s, "capture.max_batch_rows", 200_000),
+    )
+
+
+def _gold(s: Mapping[str, Any]) -> GoldConfig:
+    checks_raw = s.get("checks") or {}
+    if not isinstance(checks_raw, dict):
+        raise ConfigError('gold.checks must map "db.table" to a list of rules')
+    checks: dict[str, tuple[CheckRule, ...]] = {}
+    for table, rules in checks_raw.items():
+        if not _TABLE_PATTERN.match(str(table)):
+            raise ConfigError(f"gold.checks key {table!r} is not db.table")
+        if not isinstance(rules, list):
+            raise ConfigError(f"gold.checks.{table} must be a list of rules")
+        parsed = []
+        for i, rule in enumerate(rules):
+            where = f"gold.checks.{table}[{i}]"
+            if not isinstance(rule, dict):
+                raise ConfigError(f"{where} must be a mapping such as {{column: price, between: [0, 1000], severity: drop}}")
+            bad = set(rule) - _CHECK_KEYS
+            if bad:
+                raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_CHECK_KEYS))}")
+            kinds = [k for k in ("between", "values", "regex", "row_count") if k in rule] + (["not_null"] if rule.get("not_null") else [])
+            if len(kinds) != 1:
+                raise ConfigError(f"{where} needs exactly one of between, values, regex, not_null, row_count")
+            if kinds[0] != "row_count" and not rule.get("column"):
+                raise ConfigError(f"{where} ({kinds[0]}) needs a column")
+            for pair_key in ("between", "row_count"):
+                if pair_key in rule and (not isinstance(rule[pair_key], list) or len(rule[pair_key]) != 2):
+                    raise ConfigError(f"{where}.{pair_key} must be a list [min, max] (use null for an open end)")
+            if "values" in rule and not isinstance(rule["values"], list):
+                raise ConfigError(f"{where}.values must be a list of allowed values")
+            if "regex" in rule:
+                try:
+                    re.compile(str(rule["regex"]))
+                except re.error as exc:
+                    raise ConfigError(f"{where}.regex is not a valid regular expression ({exc}): fix the pattern") from None
+            parsed.append(
+                CheckRule(
+                    severity=_enum(Severity, rule, f"{where}.severity", Severity.FAIL),
+                    column=rule.get("column"),
+                    between=tuple(rule["between"]) if "between" in rule else None,
+                    values=tuple(rule["values"]) if "values" in rule else None,
+                    regex=str(rule["regex"]) if "regex" in rule else None,
+                    not_null=bool(rule.get("not_null", False)),
+                    row_count=tuple(rule["row_count"]) if "row_count" in rule else None,
+                )
+            )
+        checks[str(table)] = tuple(parsed)
+    return GoldConfig(checks=checks)

@@ -1,0 +1,84 @@
+"""The exceptions binlake raises: one per failure mode, each with a message that says
+what to fix. The CLI prints ``str(exc)`` as a single line and exits non-zero."""
+
+from __future__ import annotations
+
+
+class BinlakeError(Exception):
+    """Base class. ``exit_code`` is what the CLI returns for this failure."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        # One line, always: schedulers and log greps depend on it.
+        super().__init__(" ".join(str(message).split()))
+
+
+class ConfigError(BinlakeError):
+    """The configuration file is missing, malformed or has a bad value."""
+
+    exit_code = 2
+
+
+class SourceConnectionError(BinlakeError):
+    """The MySQL/MariaDB source cannot be reached or refused the login."""
+
+    exit_code = 3
+
+
+class PreflightError(BinlakeError):
+    """The source is not set up for change capture; ``problems`` lists every fix."""
+
+    exit_code = 4
+
+    def __init__(self, problems: list[str]):
+        self.problems = list(problems)
+        n = len(self.problems)
+        super().__init__(f"preflight found {n} problem{'s' if n != 1 else ''}: " + " | ".join(self.problems))
+
+
+class BinlogPurgedError(BinlakeError):
+    """The binlog file capture must resume from is no longer on the server."""
+
+    exit_code = 5
+
+    def __init__(self, missing_file: str, oldest_file: str, tables: list[str]):
+        self.missing_file = missing_file
+        self.oldest_file = oldest_file
+        self.tables = list(tables)
+        table_args = " ".join(f"--table {t}" for t in self.tables) or "(all captured tables)"
+        super().__init__(
+            f"binlog {missing_file} needed to resume capture has been purged (oldest on server: {oldest_file}); "
+            f"recover with: binlake snapshot --reset-capture {table_args} "
+            "(or set capture.on_purge: resnapshot to do this automatically)"
+        )
+
+
+class SchemaChangeError(BinlakeError):
+    """A DDL change that silver cannot apply in place; the table needs a re-snapshot."""
+
+    exit_code = 6
+
+
+class QualityCheckFailed(BinlakeError):
+    """A gold check with severity ``fail`` failed; the last good gold version is kept."""
+
+    exit_code = 7
+
+
+class VerifyMismatch(BinlakeError):
+    """``verify`` found chunks whose content differs between source and silver."""
+
+    exit_code = 8
+
+
+class LakehouseError(BinlakeError):
+    """The lakehouse location cannot be written (permissions, disk full, missing path)."""
+
+    exit_code = 9
+
+
+class NotReadyError(BinlakeError):
+    """A command ran before what it depends on exists (e.g. gold before any silver)."""
+
+    exit_code = 10

@@ -1,0 +1,199 @@
+"""Where binlake's Delta tables live, and their schemas: the contract between the layers.
+
+Locally tables are directories under ``lakehouse.path``::
+
+    <path>/bronze/changelog            every binlog change, DDL and capture heartbeat
+    <path>/bronze/snapshot_plan        the planned chunks of each snapshot
+    <path>/bronze/snapshot_rows        rows read by snapshot chunks
+    <path>/bronze/snapshot_chunks      the chunk manifest: one row per completed chunk
+    <path>/bronze/schema_history       each table's schema versions with their binlog position
+    <path>/silver/<db>/<table>         current state with tombstones
+    <path>/silver/_progress            what silver has applied, per table
+    <path>/gold/<db>/<table>           validated current state
+    <path>/gold/_publish_log           one row per table per publish
+    <path>/gold/_quarantine            rows dropped by checks with severity drop
+    <path>/_system/...                 streaming checkpoints
+
+On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>`` with
+``<db>__<table>`` names in the silver and gold schemas, and ``_system`` is a volume path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from binlake.config import Config
+
+# The change sequence as SQL users see it: sortable, unique, totally ordered.
+CDC_SEQ_TYPE = "STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>"
+
+CHANGELOG_SCHEMA = (
+    "db STRING, `table` STRING, op STRING, "
+    "file_index BIGINT, pos BIGINT, `row` INT, binlog_file STRING, "
+    "before MAP<STRING, STRING>, after MAP<STRING, STRING>, "
+    "commit_ts TIMESTAMP, gtid STRING, server_id BIGINT, schema_version STRING, "
+    "ddl STRING, captured_at TIMESTAMP"
+)
+"""bronze/changelog. ``op``: insert, update, delete, truncate, ddl, heartbeat.
+Heartbeats (db and table NULL) mark the end of each capture batch: the transaction
+boundary up to which the log is complete, also when no captured table changed."""
+
+SNAPSHOT_PLAN_SCHEMA = (
+    "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, "
+    "key_columns ARRAY<STRING>, start_key STRING, end_key STRING, "
+    "schema_version STRING, planned_at TIMESTAMP"
+)
+"""bronze/snapshot_plan. Keys are JSON arrays of canonical texts; NULL means unbounded."""
+
+SNAPSHOT_ROWS_SCHEMA = (
+    "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
+    "lw_file_index BIGINT, lw_pos BIGINT, schema_version STRING, `row` MAP<STRING, STRING>"
+)
+
+SNAPSHOT_CHUNKS_SCHEMA = (
+    "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
+    "key_columns ARRAY<STRING>, start_key STRING, end_key STRING, "
+    "lw_file STRING, lw_file_index BIGINT, lw_pos BIGINT, hw_file STRING, hw_file_index BIGINT, hw_pos BIGINT, "
+    "row_count BIGINT, checksum STRING, schema_version STRING, committed_at TIMESTAMP"
+)
+"""bronze/snapshot_chunks. Silver trusts only rows whose (snapshot_id, chunk_id, attempt_id)
+has a row here, so a chunk half-written by a killed run is invisible."""
+
+SCHEMA_HISTORY_SCHEMA = (
+    "db STRING, `table` STRING, schema_version STRING, file_index BIGINT, pos BIGINT, "
+    "ddl STRING, schema_json STRING, recorded_at TIMESTAMP"
+)
+
+SILVER_METADATA_COLUMNS = (
+    ("_cdc_seq", CDC_SEQ_TYPE, "Binlog change sequence (file_index, pos, row); snapshot rows use (low watermark, -1)."),
+    ("_cdc_op", "STRING", "Last operation applied: insert, update, delete, truncate or snapshot."),
+    ("_cdc_deleted", "BOOLEAN", "True for a tombstone: the row was deleted at _cdc_seq."),
+    ("_cdc_commit_ts", "TIMESTAMP", "Source commit time of the last change (NULL for snapshot rows)."),
+)
+
+PROGRESS_SCHEMA = (
+    "db STRING, `table` STRING, changelog_version BIGINT, chunks_version BIGINT, "
+    "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP"
+)
+
+PUBLISH_LOG_SCHEMA = (
+    "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
+    "binlog_file STRING, file_index BIGINT, pos BIGINT, gtid STRING, source_time TIMESTAMP, "
+    "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING"
+)
+
+
+@dataclass(frozen=True)
+class TableRef:
+    """A Delta table by path (local) or by Unity Catalog name (Databricks)."""
+
+    path: str | None = None
+    name: str | None = None
+
+    @property
+    def sql(self) -> str:
+        """How to name the table in Spark SQL."""
+        if self.name:
+            return self.name
+        return "delta.`" + str(self.path).replace("`", "``") + "`"
+
+    def __str__(self) -> str:
+        return self.name or str(self.path)
+
+    def read(self, spark):
+        return spark.read.table(self.name) if self.name else spark.read.format("delta").load(self.path)
+
+    def delta(self, spark):
+        from delta.tables import DeltaTable
+
+        return DeltaTable.forName(spark, self.name) if self.name else DeltaTable.forPath(spark, self.path)
+
+    def exists(self, spark) -> bool:
+        if self.name:
+            return spark.catalog.tableExists(self.name)
+        from delta.tables import DeltaTable
+
+        return Path(self.path, "_delta_log").is_dir() or DeltaTable.isDeltaTable(spark, self.path)
+
+    def save(self, writer) -> None:
+        """Finish a ``df.write.format('delta')...`` chain against this table."""
+        if self.name:
+            writer.saveAsTable(self.name)
+        else:
+            writer.save(self.path)
+
+    def create_if_missing(self, spark, schema_ddl: str, properties: dict[str, str] | None = None, comment: str = "") -> None:
+        props = {"delta.appendOnly": "false", **(properties or {})}
+        tbl = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+        location = f"{self.name}" if self.name else f"delta.`{self.path}`"
+        cmt = f" COMMENT '{comment.replace(chr(39), chr(39) * 2)}'" if comment else ""
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{cmt} TBLPROPERTIES ({tbl})")
+
+
+class Lakehouse:
+    """Table locations for one config."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        lh = config.lakehouse
+        self.root = config.lakehouse_root  # None on Unity Catalog
+        self.catalog = lh.catalog
+
+    def _ref(self, layer: str, *parts: str) -> TableRef:
+        if self.root is not None:
+            return TableRef(path=str(Path(self.root, layer, *parts)))
+        schema = {"bronze": self.config.lakehouse.bronze_schema, "silver": self.config.lakehouse.silver_schema,
+                  "gold": self.config.lakehouse.gold_schema}[layer]
+        name = "__".join(parts)
+        return TableRef(name=f"`{self.catalog}`.`{schema}`.`{name}`")
+
+    # bronze
+    @property
+    def changelog(self) -> TableRef:
+        return self._ref("bronze", "changelog")
+
+    @property
+    def snapshot_plan(self) -> TableRef:
+        return self._ref("bronze", "snapshot_plan")
+
+    @property
+    def snapshot_rows(self) -> TableRef:
+        return self._ref("bronze", "snapshot_rows")
+
+    @property
+    def snapshot_chunks(self) -> TableRef:
+        return self._ref("bronze", "snapshot_chunks")
+
+    @property
+    def schema_history(self) -> TableRef:
+        return self._ref("bronze", "schema_history")
+
+    # silver
+    def silver(self, db: str, table: str) -> TableRef:
+        return self._ref("silver", db, table)
+
+    @property
+    def silver_progress(self) -> TableRef:
+        return self._ref("silver", "_progress")
+
+    # gold
+    def gold(self, db: str, table: str) -> TableRef:
+        return self._ref("gold", db, table)
+
+    @property
+    def publish_log(self) -> TableRef:
+        return self._ref("gold", "_publish_log")
+
+    def quarantine(self, db: str, table: str) -> TableRef:
+        return self._ref("gold", "_quarantine", db, table)
+
+    # files
+    @property
+    def system_path(self) -> str:
+        if self.config.lakehouse.system_path:
+            return self.config.lakehouse.system_path
+        return str(Path(self.root or ".", "_system"))
+
+    def checkpoint(self, name: str) -> str:
+        return str(Path(self.system_path, "checkpoints", name))

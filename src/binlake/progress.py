@@ -1,0 +1,82 @@
+"""Progress for long work: rich bars on a terminal, plain log lines in CI and on Databricks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Iterator
+
+log = logging.getLogger("binlake")
+
+
+def interactive() -> bool:
+    return sys.stderr.isatty() and not os.environ.get("CI") and "DATABRICKS_RUNTIME_VERSION" not in os.environ
+
+
+class Task:
+    """One unit of long work with a known total; reports rate and ETA."""
+
+    def __init__(self, description: str, total: int, unit: str, bar=None, bar_id=None):
+        self.description = description
+        self.total = total
+        self.unit = unit
+        self.done = 0
+        self.items = 0  # secondary counter, e.g. rows while ``done`` counts chunks
+        self.started = time.monotonic()
+        self._bar = bar
+        self._bar_id = bar_id
+        self._last_log = 0.0
+
+    def advance(self, n: int = 1, items: int = 0) -> None:
+        self.done += n
+        self.items += items
+        if self._bar is not None:
+            self._bar.update(self._bar_id, completed=self.done, description=f"{self.description} {self.rate_text()}")
+            return
+        now = time.monotonic()
+        if now - self._last_log >= 5 or self.done >= self.total:
+            self._last_log = now
+            log.info("%s: %d/%d %s, %s", self.description, self.done, self.total, self.unit, self.rate_text())
+
+    def rate_text(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        rate = self.items / elapsed if self.items else self.done / elapsed
+        unit = "rows/s" if self.items else f"{self.unit}/s"
+        remaining = self.total - self.done
+        eta = remaining * elapsed / self.done if self.done else float("nan")
+        eta_text = f"ETA {eta:,.0f}s" if self.done and remaining > 0 else "done" if remaining <= 0 else "ETA ?"
+        return f"{rate:,.0f} {unit}, {eta_text}"
+
+
+class Progress:
+    def __init__(self, enabled: bool | None = None):
+        self.enabled = interactive() if enabled is None else enabled
+
+    @contextmanager
+    def task(self, description: str, total: int, unit: str = "items") -> Iterator[Task]:
+        if not self.enabled:
+            log.info("%s: %d %s to do", description, total, unit)
+            yield Task(description, total, unit)
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
+
+        with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                          transient=False) as bar:
+            task_id = bar.add_task(description, total=total)
+            yield Task(description, total, unit, bar, task_id)
+
+    def info(self, message: str, *args) -> None:
+        log.info(message, *args)
+
+
+def setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s binlake %(levelname)s %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("py4j", "pyspark", "great_expectations", "urllib3", "databricks"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

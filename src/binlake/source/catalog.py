@@ -1,0 +1,101 @@
+"""What is captured: the tables matching the config, with their columns and keys."""
+
+from __future__ import annotations
+
+import pymysql
+
+from binlake.config import SourceConfig
+from binlake.source.mysql import query
+from binlake.source.types import TableSchema, column_from_information_schema
+
+_SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
+
+
+def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) -> list[tuple[str, str]]:
+    """(database, table) pairs matching the include/exclude patterns, base tables only."""
+    rows = query(
+        conn,
+        "SELECT TABLE_SCHEMA AS db, TABLE_NAME AS t FROM information_schema.TABLES "
+        "WHERE TABLE_TYPE = 'BASE TABLE' AND TABLE_SCHEMA NOT IN %s ORDER BY 1, 2",
+        (_SYSTEM_DBS,),
+    )
+    return [(r["db"], r["t"]) for r in rows if source.captures(r["db"], r["t"])]
+
+
+def primary_key(conn: pymysql.connections.Connection, database: str, table: str) -> tuple[str, ...]:
+    rows = query(
+        conn,
+        "SELECT COLUMN_NAME AS c FROM information_schema.KEY_COLUMN_USAGE "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s AND CONSTRAINT_NAME = 'PRIMARY' ORDER BY ORDINAL_POSITION",
+        (database, table),
+    )
+    return tuple(r["c"] for r in rows)
+
+
+def foreign_keys(conn: pymysql.connections.Connection, database: str, table: str) -> tuple[dict, ...]:
+    """Foreign keys of ``table`` (as the child): columns, parent, and the ON DELETE/UPDATE rules."""
+    rows = query(
+        conn,
+        "SELECT k.CONSTRAINT_NAME AS name, k.COLUMN_NAME AS col, k.REFERENCED_TABLE_SCHEMA AS pdb, "
+        "k.REFERENCED_TABLE_NAME AS ptable, k.REFERENCED_COLUMN_NAME AS pcol, "
+        "r.DELETE_RULE AS on_delete, r.UPDATE_RULE AS on_update "
+        "FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r "
+        "ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME "
+        "AND r.TABLE_NAME = k.TABLE_NAME "
+        "WHERE k.TABLE_SCHEMA = %s AND k.TABLE_NAME = %s AND k.REFERENCED_TABLE_NAME IS NOT NULL "
+        "ORDER BY k.CONSTRAINT_NAME, k.ORDINAL_POSITION",
+        (database, table),
+    )
+    fks: dict[str, dict] = {}
+    for r in rows:
+        fk = fks.setdefault(
+            r["name"],
+            {"name": r["name"], "columns": [], "parent": f"{r['pdb']}.{r['ptable']}", "parent_columns": [],
+             "on_delete": r["on_delete"], "on_update": r["on_update"]},
+        )
+        fk["columns"].append(r["col"])
+        fk["parent_columns"].append(r["pcol"])
+    return tuple(fks.values())
+
+
+def table_schema(
+    conn: pymysql.connections.Connection, source: SourceConfig, database: str, table: str
+) -> TableSchema:
+    """The table's current schema. The key is the primary key, else the configured chunk key
+    (empty if neither exists: preflight reports that)."""
+    cols = query(
+        conn,
+        "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, "
+        "IS_NULLABLE, COLUMN_COMMENT FROM information_schema.COLUMNS "
+        "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
+        (database, table),
+    )
+    columns = tuple(
+        column_from_information_schema(
+            name=c["COLUMN_NAME"],
+            data_type=c["DATA_TYPE"],
+            column_type=c["COLUMN_TYPE"],
+            numeric_precision=c["NUMERIC_PRECISION"],
+            numeric_scale=c["NUMERIC_SCALE"],
+            datetime_precision=c["DATETIME_PRECISION"],
+            nullable=c["IS_NULLABLE"] == "YES",
+            comment=c["COLUMN_COMMENT"],
+        )
+        for c in cols
+    )
+    comment_rows = query(
+        conn,
+        "SELECT TABLE_COMMENT AS c FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+        (database, table),
+    )
+    pk = primary_key(conn, database, table)
+    key, is_primary = (pk, True) if pk else (tuple(source.chunk_keys.get(f"{database}.{table}", ())), False)
+    return TableSchema(
+        database=database,
+        table=table,
+        columns=columns,
+        key=key,
+        comment=comment_rows[0]["c"] if comment_rows else "",
+        key_is_primary=is_primary,
+        foreign_keys=foreign_keys(conn, database, table),
+    )

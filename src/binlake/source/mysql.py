@@ -1,0 +1,185 @@
+"""Connections to the MySQL/MariaDB source, identifier quoting and binlog positions.
+
+Every SQL string binlake builds quotes identifiers with :func:`quote_ident` and passes
+values as parameters: no name or value is ever pasted unquoted.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from dataclasses import dataclass
+from functools import total_ordering
+from typing import Any, Iterator
+
+import pymysql
+import pymysql.cursors
+
+from binlake.config import SourceConfig
+from binlake.errors import SourceConnectionError
+
+_BINLOG_FILE = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
+
+
+def quote_ident(name: str) -> str:
+    """Quote a MySQL identifier: ```a`b``` -> ```` `a``b` ````."""
+    if not isinstance(name, str) or name == "":
+        raise ValueError("identifier must be a non-empty string")
+    return "`" + name.replace("`", "``") + "`"
+
+
+def qualified(database: str, table: str) -> str:
+    return f"{quote_ident(database)}.{quote_ident(table)}"
+
+
+@total_ordering
+@dataclass(frozen=True)
+class BinlogPosition:
+    """A point in the binlog: file name and byte position. Ordered by (file index, pos)."""
+
+    file: str
+    pos: int
+
+    def __post_init__(self) -> None:
+        if not _BINLOG_FILE.match(self.file):
+            raise ValueError(f"binlog file name {self.file!r} has no numeric suffix (expected like mysql-bin.000123)")
+
+    @property
+    def file_index(self) -> int:
+        return file_index(self.file)
+
+    def key(self) -> tuple[int, int]:
+        return (self.file_index, self.pos)
+
+    def __lt__(self, other: "BinlogPosition") -> bool:
+        return self.key() < other.key()
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.pos}"
+
+    @staticmethod
+    def parse(text: str) -> "BinlogPosition":
+        file, _, pos = text.rpartition(":")
+        if not file or not pos.isdigit():
+            raise ValueError(f"binlog position {text!r} is not FILE:POS (e.g. mysql-bin.000003:4)")
+        return BinlogPosition(file, int(pos))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "pos": self.pos}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "BinlogPosition":
+        return BinlogPosition(str(d["file"]), int(d["pos"]))
+
+
+def file_index(file: str) -> int:
+    m = _BINLOG_FILE.match(file)
+    if not m:
+        raise ValueError(f"binlog file name {file!r} has no numeric suffix")
+    return int(m.group("index"))
+
+
+def file_name(template: str, index: int) -> str:
+    """The binlog file with ``index`` in the same series as ``template`` (same base, same width)."""
+    m = _BINLOG_FILE.match(template)
+    if not m:
+        raise ValueError(f"binlog file name {template!r} has no numeric suffix")
+    return f"{m.group('base')}.{index:0{len(m.group('index'))}d}"
+
+
+def connection_kwargs(source: SourceConfig, database: str | None = None) -> dict[str, Any]:
+    """pymysql.connect keyword arguments for the source (also used on Spark executors)."""
+    kwargs: dict[str, Any] = dict(
+        host=source.host,
+        port=source.port,
+        user=source.user,
+        password=source.password.reveal(),
+        database=database,
+        charset="utf8mb4",
+        connect_timeout=source.connect_timeout,
+        autocommit=True,
+    )
+    if source.tls.enabled:
+        ctx = ssl.create_default_context(cafile=source.tls.ca)
+        ctx.check_hostname = source.tls.verify_identity
+        if source.tls.cert:
+            ctx.load_cert_chain(source.tls.cert, source.tls.key)
+        kwargs["ssl"] = ctx
+    return kwargs
+
+
+def connect(source: SourceConfig, database: str | None = None, **overrides: Any) -> pymysql.connections.Connection:
+    """Open a connection, turning driver errors into one-line :class:`SourceConnectionError`."""
+    kwargs = {**connection_kwargs(source, database), **overrides}
+    where = f"{source.host}:{source.port}"
+    try:
+        conn = pymysql.connect(**kwargs)
+    except pymysql.err.OperationalError as exc:
+        code = exc.args[0] if exc.args else 0
+        if code == 1045:
+            raise SourceConnectionError(
+                f"MySQL at {where} refused user {source.user!r}: check source.user and source.password"
+            ) from None
+        if code == 2003:
+            raise SourceConnectionError(
+                f"cannot reach MySQL at {where}: check source.host and source.port, and that the server is running"
+            ) from None
+        if code in (1043, 2013) or "SSL" in str(exc) or "ssl" in str(exc):
+            raise SourceConnectionError(
+                f"TLS handshake with {where} failed: check source.tls (ca, cert, key) matches the server's certificates"
+            ) from None
+        if code == 3159 or "secure transport" in str(exc).lower():
+            raise SourceConnectionError(
+                f"MySQL at {where} requires TLS: set source.tls.ca to the server's CA certificate"
+            ) from None
+        raise SourceConnectionError(f"cannot connect to MySQL at {where} (error {code}): check the source settings") from None
+    except ssl.SSLError:
+        raise SourceConnectionError(
+            f"TLS handshake with {where} failed: check source.tls (ca, cert, key) matches the server's certificates"
+        ) from None
+    except pymysql.err.InternalError as exc:
+        raise SourceConnectionError(f"MySQL at {where} rejected the connection (error {exc.args[0]})") from None
+    if "time_zone" not in overrides:
+        # TIMESTAMP values come back as UTC wall clock, matching the binlog decoder.
+        with conn.cursor() as cur:
+            cur.execute("SET time_zone = '+00:00'")
+    return conn
+
+
+def query(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> list[dict[str, Any]]:
+    with conn.cursor(pymysql.cursors.DictCursor) as cur:
+        cur.execute(sql, args)
+        return list(cur.fetchall())
+
+
+def stream(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> Iterator[tuple]:
+    """Unbuffered rows: memory stays flat whatever the result size."""
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+        cur.execute(sql, args)
+        yield from cur
+
+
+def master_status(conn: pymysql.connections.Connection) -> BinlogPosition:
+    """The server's current binlog end: always a transaction boundary."""
+    rows = query(conn, "SHOW MASTER STATUS")
+    if not rows:
+        raise SourceConnectionError("the source has no binary log: start it with log_bin enabled (see preflight)")
+    return BinlogPosition(rows[0]["File"], int(rows[0]["Position"]))
+
+
+def binary_logs(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
+    """(file, size) of every binlog file still on the server, oldest first."""
+    return [(r["Log_name"], int(r["File_size"])) for r in query(conn, "SHOW BINARY LOGS")]
+
+
+def server_variables(conn: pymysql.connections.Connection, *names: str) -> dict[str, str]:
+    out = {}
+    for name in names:
+        rows = query(conn, "SHOW GLOBAL VARIABLES LIKE %s", (name,))
+        if rows:
+            out[name] = str(rows[0]["Value"])
+    return out
+
+
+def is_mariadb(conn: pymysql.connections.Connection) -> bool:
+    return "mariadb" in query(conn, "SELECT VERSION() AS v")[0]["v"].lower()

@@ -1,0 +1,50 @@
+"""The Spark session: Databricks' own when running there, local Spark + Delta otherwise."""
+
+from __future__ import annotations
+
+import os
+
+_LOCAL_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    # One laptop or CI box: small shuffles, no UI port clashes between parallel test runs.
+    "spark.sql.shuffle.partitions": "4",
+    "spark.default.parallelism": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.driver.memory": "2g",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.databricks.delta.snapshotPartitions": "2",
+    "spark.databricks.delta.properties.defaults.enableChangeDataFeed": "false",
+    "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
+    "spark.python.worker.reuse": "true",
+}
+
+
+def on_databricks() -> bool:
+    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+
+
+def get_spark(app_name: str = "binlake", master: str | None = None, extra_conf: dict[str, str] | None = None):
+    """Return the active session on Databricks, or a local Spark + Delta session.
+
+    The Delta jars are resolved from Maven Central by ``configure_spark_with_delta_pip`` on the
+    first start and cached in ``~/.ivy2``; ``make setup`` warms that cache.
+    """
+    from pyspark.sql import SparkSession
+
+    if on_databricks():
+        return SparkSession.builder.getOrCreate()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    from delta import configure_spark_with_delta_pip
+
+    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("BINLAKE_SPARK_MASTER", "local[2]"))
+    for key, value in {**_LOCAL_CONF, **(extra_conf or {})}.items():
+        builder = builder.config(key, value)
+    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark

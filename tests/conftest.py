@@ -1,0 +1,80 @@
+"""Shared fixtures: one local Spark + Delta per session, one throwaway MariaDB per session.
+
+Tests under tests/unit need neither; tests/spark need Spark; tests/integration need both.
+Markers follow the directory, so `pytest -m unit` runs the fast ones.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
+        if parts and parts[0] in ("unit", "spark", "integration"):
+            item.add_marker(getattr(pytest.mark, parts[0]))
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from binlake.spark import get_spark
+
+    warehouse = tmp_path_factory.mktemp("warehouse")
+    session = get_spark(
+        "binlake-tests",
+        extra_conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.warehouse.dir": str(warehouse),
+        },
+    )
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb(tmp_path_factory):
+    """A MariaDB with ROW binlog + FULL row image + FULL metadata, and a `cdc` user."""
+    from binlake.local.mariadb import LocalMariaDB
+
+    db = LocalMariaDB(tmp_path_factory.mktemp("mariadb"))
+    db.start()
+    os.environ["MYSQL_PASSWORD"] = db.cdc_password
+    yield db
+    db.destroy()
+
+
+_counter = itertools.count()
+
+
+@pytest.fixture
+def database(mariadb):
+    """A fresh, empty database on the session server (dropped afterwards)."""
+    name = f"t{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    mariadb.execute(f"CREATE DATABASE `{name}`")
+    yield name
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@pytest.fixture
+def make_config(mariadb, tmp_path):
+    """Write a binlake.yml for the session server and load it: make_config(["db.*"], snapshot={...})."""
+    from binlake.config import load_config
+
+    counter = itertools.count()
+
+    def make(tables, lakehouse: str | None = None, server_id: int | None = None, **sections):
+        path = tmp_path / f"binlake{next(counter)}.yml"
+        sid = server_id or 5000 + (hash(str(tmp_path)) % 1000) * 8
+        path.write_text(mariadb.config_yaml(lakehouse or str(tmp_path / "lakehouse"), tables, server_id=sid, **sections))
+        return load_config(path)
+
+    return make
