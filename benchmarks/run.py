@@ -1,0 +1,81 @@
+"""``make bench``: run every ``benchmarks/bench_*.py`` and write ``.local/bench/results.json``.
+
+Each module exposes ``run(ctx) -> list[dict]`` returning objects
+``{"name", "value", "unit", "peer", "peer_value", "ratio"}`` (ratio = value / peer_value for
+throughputs, higher is better; a metric where lower is better says so in its unit).
+``ctx`` gives a running local MariaDB (``ctx.mariadb``), a Spark session (``ctx.spark``) and a
+scratch directory (``ctx.workdir``). Peers are run side by side, in the same process and on the
+same table, so the ratio is fair on whatever machine runs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import pkgutil
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class BenchContext:
+    mariadb: object
+    spark: object
+    workdir: Path
+    quick: bool
+
+
+def result(name: str, value: float, unit: str, peer: str, peer_value: float, higher_is_better: bool = True) -> dict:
+    ratio = (value / peer_value if higher_is_better else peer_value / value) if value and peer_value else None
+    return {"name": name, "value": round(value, 3), "unit": unit, "peer": peer, "peer_value": round(peer_value, 3),
+            "ratio": round(ratio, 3) if ratio is not None else None}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="make bench")
+    ap.add_argument("--only", action="append", default=[], help="run only bench modules whose name contains this")
+    ap.add_argument("--quick", action="store_true", help="small data sizes (for a smoke run)")
+    ns = ap.parse_args(argv)
+
+    from binlake.local.mariadb import LocalMariaDB
+    from binlake.progress import setup_logging
+    from binlake.spark import get_spark
+
+    setup_logging()
+    out_dir = ROOT / ".local" / "bench"
+    workdir = out_dir / "work"
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    db = LocalMariaDB(workdir / "mariadb").start()
+    import os
+
+    os.environ["MYSQL_PASSWORD"] = db.cdc_password
+    spark = get_spark("binlake-bench")
+    ctx = BenchContext(mariadb=db, spark=spark, workdir=workdir, quick=ns.quick)
+    results: list[dict] = []
+    try:
+        for mod in sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_")):
+            if ns.only and not any(o in mod for o in ns.only):
+                continue
+            started = time.monotonic()
+            print(f"== {mod}", flush=True)
+            results.extend(importlib.import_module(f"benchmarks.{mod}").run(ctx))
+            print(f"   ({time.monotonic() - started:,.0f}s)", flush=True)
+    finally:
+        db.destroy()
+    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    print(f"\n{'name':34} {'value':>14} {'unit':22} {'peer':28} {'peer_value':>14} {'ratio':>7}")
+    for r in results:
+        print(f"{r['name']:34} {r['value']:>14,.2f} {r['unit']:22} {r['peer']:28} {r['peer_value']:>14,.2f} {r['ratio'] or 0:>7.2f}")
+    print(f"\nwritten to {out_dir / 'results.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
