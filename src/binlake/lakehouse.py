@@ -48,8 +48,12 @@ SNAPSHOT_PLAN_SCHEMA = (
 
 SNAPSHOT_ROWS_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
-    "lw_file_index BIGINT, lw_pos BIGINT, schema_version STRING, `row` MAP<STRING, STRING>"
+    "lw_file_index BIGINT, lw_pos BIGINT, schema_version STRING, `row` MAP<STRING, STRING>, "
+    "chunk_stats MAP<STRING, STRING>"
 )
+"""bronze/snapshot_rows. A data row has ``row`` set and ``chunk_stats`` NULL. Each chunk read
+also writes one marker row with ``row`` NULL and ``chunk_stats`` holding the chunk's hw_file,
+hw_pos, row_count and checksum, so even an empty chunk leaves its watermarks behind."""
 
 SNAPSHOT_CHUNKS_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "

@@ -27,7 +27,12 @@ def on_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
-def get_spark(app_name: str = "binlake", master: str | None = None, extra_conf: dict[str, str] | None = None):
+def get_spark(
+    app_name: str = "binlake",
+    master: str | None = None,
+    extra_conf: dict[str, str] | None = None,
+    extra_packages: list[str] | None = None,
+):
     """Return the active session on Databricks, or a local Spark + Delta session.
 
     The Delta jars are resolved from Maven Central by ``configure_spark_with_delta_pip`` on the
@@ -45,6 +50,6 @@ def get_spark(app_name: str = "binlake", master: str | None = None, extra_conf: 
     builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("BINLAKE_SPARK_MASTER", "local[2]"))
     for key, value in {**_LOCAL_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
-    spark = configure_spark_with_delta_pip(builder).getOrCreate()
+    spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
