@@ -1,0 +1,176 @@
+"""``make demo``: a sample shop database flowing through bronze, silver and gold.
+
+1. creates ``shop`` (customers; orders with a composite key; products with DECIMAL, DATETIME,
+   ENUM, JSON and an unsigned BIGINT) in the local MariaDB;
+2. runs ``binlake run`` (snapshot, capture, silver, gold);
+3. applies inserts, updates and deletes, and runs ``binlake run`` again;
+4. prints what an analyst sees: a per-table summary and one SQL query on gold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from pathlib import Path
+
+SCHEMA = [
+    "DROP DATABASE IF EXISTS shop",
+    "CREATE DATABASE shop",
+    """CREATE TABLE shop.customers (
+         id INT PRIMARY KEY COMMENT 'customer number',
+         name VARCHAR(100) NOT NULL COMMENT 'full name',
+         email VARCHAR(200),
+         country CHAR(2) NOT NULL,
+         created_at DATETIME(6) NOT NULL
+       ) COMMENT 'people who buy things'""",
+    """CREATE TABLE shop.products (
+         sku BIGINT UNSIGNED PRIMARY KEY COMMENT 'stock keeping unit',
+         title VARCHAR(200) NOT NULL,
+         price DECIMAL(10,2) NOT NULL COMMENT 'unit price in EUR',
+         status ENUM('active','discontinued') NOT NULL DEFAULT 'active',
+         attributes JSON,
+         updated_at DATETIME NOT NULL
+       ) COMMENT 'the catalogue'""",
+    """CREATE TABLE shop.orders (
+         customer_id INT NOT NULL,
+         order_no INT NOT NULL,
+         sku BIGINT UNSIGNED NOT NULL,
+         quantity SMALLINT NOT NULL,
+         placed_at TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
+         PRIMARY KEY (customer_id, order_no)
+       ) COMMENT 'one line per order'""",
+]
+
+SEED = [
+    """INSERT INTO shop.customers VALUES
+         (1, 'Ada Lovelace', 'ada@example.com', 'GB', '2026-01-05 09:00:00.123456'),
+         (2, 'Grace Hopper', 'grace@example.com', 'US', '2026-02-11 14:30:00'),
+         (3, 'Émilie du Châtelet', NULL, 'FR', '2026-03-01 08:15:00'),
+         (4, 'Katherine Johnson', 'kj@example.com', 'US', '2026-03-20 17:45:00')""",
+    """INSERT INTO shop.products VALUES
+         (18446744073709551000, 'Analytical Engine', 99999.99, 'active', '{"gears": 4000, "steam": true}', '2026-01-01 00:00:00'),
+         (1001, 'Punch cards (100)', 4.50, 'active', '{"colour": "buff"}', '2026-01-01 00:00:00'),
+         (1002, 'Slide rule', 19.90, 'active', NULL, '2026-01-01 00:00:00'),
+         (1003, 'Vacuum tube', 7.25, 'discontinued', '{"watts": 5}', '2026-01-01 00:00:00')""",
+    """INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) VALUES
+         (1, 1, 18446744073709551000, 1, '2026-04-01 10:00:00.000'),
+         (1, 2, 1001, 3, '2026-04-02 10:00:00.000'),
+         (2, 1, 1002, 2, '2026-04-03 11:00:00.000'),
+         (3, 1, 1001, 10, '2026-04-04 12:00:00.000'),
+         (4, 1, 1003, 4, '2026-04-05 13:00:00.000')""",
+]
+
+CHANGES = [
+    "INSERT INTO shop.customers VALUES (5, 'Alan Turing', 'alan@example.com', 'GB', '2026-05-01 09:00:00')",
+    "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) VALUES (5, 1, 1002, 1, '2026-05-02 09:00:00'), (2, 2, 1001, 5, '2026-05-02 10:00:00')",
+    "UPDATE shop.products SET price = 21.50, updated_at = '2026-05-03 00:00:00' WHERE sku = 1002",
+    "UPDATE shop.customers SET email = 'emilie@example.fr' WHERE id = 3",
+    "UPDATE shop.orders SET quantity = quantity + 1 WHERE customer_id = 1",
+    "DELETE FROM shop.orders WHERE customer_id = 4",
+    "DELETE FROM shop.customers WHERE id = 4",
+    "UPDATE shop.products SET status = 'discontinued' WHERE sku = 1001",
+]
+
+ANALYST_SQL = """
+SELECT c.name, c.country, COUNT(*) AS orders, SUM(o.quantity) AS items,
+       CAST(SUM(o.quantity * p.price) AS DECIMAL(18,2)) AS revenue_eur
+FROM {orders} o
+JOIN {customers} c ON c.id = o.customer_id
+JOIN {products} p ON p.sku = o.sku
+GROUP BY c.name, c.country
+ORDER BY revenue_eur DESC
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m binlake.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--mariadb-dir", default=".local/mariadb")
+    ap.add_argument("--workdir", default=".local/demo")
+    ns = ap.parse_args(argv)
+
+    import os
+
+    from binlake.local.mariadb import LocalMariaDB
+
+    db = LocalMariaDB(Path(ns.mariadb_dir)).start()
+    os.environ["MYSQL_PASSWORD"] = db.cdc_password
+    work = Path(ns.workdir).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    config_path = work / "binlake.yml"
+    config_path.write_text(
+        db.config_yaml(
+            str(work / "lakehouse"),
+            ["shop.*"],
+            snapshot={"chunk_size": 2, "parallelism": 2},
+            gold={"checks": {"shop.products": [{"column": "price", "between": [0, 100000], "severity": "drop"}]}},
+        )
+    )
+    _banner(f"1/4  sample database 'shop' on MariaDB 127.0.0.1:{db.port}; config {config_path}")
+    db.execute(*SCHEMA, *SEED)
+
+    from binlake.cli import main as binlake
+
+    _banner("2/4  binlake run  (snapshot -> capture -> silver -> gold)")
+    started = time.monotonic()
+    rc = binlake(["--config", str(config_path), "run"])
+    if rc != 0:
+        return rc
+    print(f"     first run took {time.monotonic() - started:,.1f}s")
+
+    _banner("3/4  inserts, updates and deletes on the source, then binlake run again")
+    db.execute(*CHANGES)
+    for sql in CHANGES:
+        print("     " + " ".join(sql.split())[:110])
+    started = time.monotonic()
+    rc = binlake(["--config", str(config_path), "run"])
+    if rc != 0:
+        return rc
+    print(f"     second run took {time.monotonic() - started:,.1f}s")
+
+    _banner("4/4  what an analyst sees")
+    return _show(config_path, db)
+
+
+def _show(config_path: Path, db) -> int:
+    from binlake.config import load_config
+    from binlake.lakehouse import Lakehouse
+    from binlake.spark import get_spark
+
+    config = load_config(config_path)
+    lh = Lakehouse(config)
+    spark = get_spark()
+    print(f"\n     {'table':16} {'source rows':>11} {'silver live':>11} {'tombstones':>10} {'gold rows':>9}  published at")
+    publish = {}
+    if lh.publish_log.exists(spark):
+        for r in lh.publish_log.read(spark).orderBy("published_at").collect():
+            publish[(r["db"], r["table"])] = r
+    all_equal = True
+    with db.root_connection() as conn, conn.cursor() as cur:
+        for table in ("customers", "orders", "products"):
+            cur.execute(f"SELECT COUNT(*) FROM shop.`{table}`")
+            source_rows = cur.fetchone()[0]
+            silver = lh.silver("shop", table).read(spark)
+            live = silver.where("NOT _cdc_deleted").count()
+            tombstones = silver.where("_cdc_deleted").count()
+            gold_rows = lh.gold("shop", table).read(spark).count()
+            p = publish.get(("shop", table))
+            where = f"{p['binlog_file']}:{p['pos']}" if p else "-"
+            all_equal &= source_rows == live == gold_rows
+            print(f"     {table:16} {source_rows:>11} {live:>11} {tombstones:>10} {gold_rows:>9}  {where}")
+    names = {t: lh.gold("shop", t).sql for t in ("customers", "orders", "products")}
+    sql = ANALYST_SQL.format(**names)
+    print("\n     SQL on gold:" + "\n       ".join(line for line in sql.replace(str(Path(config.lakehouse_root)), "<lakehouse>").splitlines()))
+    spark.sql(sql).show(truncate=False)
+    print("     gold row counts equal the source" if all_equal else "     MISMATCH between source and gold row counts")
+    return 0 if all_equal else 1
+
+
+def _banner(text: str) -> None:
+    print(f"\n== {text}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
