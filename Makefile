@@ -47,7 +47,7 @@ bench: setup
 	$(PY) -m benchmarks.run
 
 chaos: setup
-	$(PY) -m tests.chaos.driver --full
+	$(PY) tests/chaos/driver.py --full
 
 clean: mysql-down
 	rm -rf .local .venv

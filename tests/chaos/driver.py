@@ -1,0 +1,620 @@
+"""``make chaos``: run the real pipeline under faults and prove gold equals the source.
+
+Each scenario gets its own database, lakehouse and config on one throwaway MariaDB. A bounded
+writer thread runs random transactions (inserts, multi-row updates, deletes, primary-key
+updates, rollbacks) while the scenario injects its faults into real ``binlake`` processes
+(kill -9 of the whole process group, server restarts, ``KILL`` of binlake's connections,
+binlog rotation bursts, purges, DDL, huge and long-open transactions, an unwritable
+lakehouse). Then the writer stops, ``binlake run`` is re-run until it succeeds (what an
+operator or a retrying scheduler does), and every gold table is compared with the source,
+value for value, at the published position (the source is quiet by then).
+
+    python tests/chaos/driver.py --full          # every scenario, >= 20 kills
+    python tests/chaos/driver.py                 # the short form (also run by make test)
+    python tests/chaos/driver.py --only purge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import pymysql
+
+ROOT = Path(__file__).resolve().parents[2]
+BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
+
+# Named fault points (binlake.faults.point) in every phase of a run.
+KILL_POINTS = [
+    "snapshot.after_plan",
+    "snapshot.before_manifest",
+    "capture.after_commit",
+    "silver.before_merge",
+    "silver.before_progress",
+    "gold.before_publish_log",
+]
+
+TABLES_DDL = [
+    """CREATE TABLE accounts (
+         id BIGINT UNSIGNED PRIMARY KEY, owner VARCHAR(64) NOT NULL, balance DECIMAL(18,4) NOT NULL,
+         status ENUM('open','frozen','closed') NOT NULL, opened DATETIME(6) NOT NULL, touched TIMESTAMP(6) NULL,
+         flags SET('a','b','c'), note TEXT, avatar BLOB, ratio DOUBLE, birthday DATE)""",
+    """CREATE TABLE ledger (
+         account_id BIGINT UNSIGNED NOT NULL, seq INT NOT NULL, amount DECIMAL(18,4) NOT NULL,
+         memo VARCHAR(100), PRIMARY KEY (account_id, seq))""",
+    """CREATE TABLE tags (
+         tag VARCHAR(40) COLLATE utf8mb4_general_ci PRIMARY KEY, weight FLOAT, payload JSON)""",
+]
+
+
+@dataclass
+class Outcome:
+    scenario: str
+    faults: int = 0
+    rows_compared: int = 0
+    rows_missing: int = 0
+    rows_extra: int = 0
+    rows_different: int = 0
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.rows_missing == self.rows_extra == self.rows_different == 0 and self.rows_compared > 0
+
+
+# ---------------------------------------------------------------------------------------
+# The write load
+
+
+class Writer(threading.Thread):
+    """Random transactions until stopped; survives server restarts and killed connections."""
+
+    def __init__(self, mariadb, database: str, seed: int, max_txns: int = 100_000, pause: float = 0.01):
+        super().__init__(daemon=True)
+        self.mariadb, self.database, self.rng = mariadb, database, random.Random(seed)
+        self.max_txns, self.pause = max_txns, pause
+        self.stop_event = threading.Event()
+        self.paused = threading.Event()
+        self.txns = 0
+        self.errors = 0
+
+    def run(self) -> None:
+        conn = None
+        while not self.stop_event.is_set() and self.txns < self.max_txns:
+            if self.paused.is_set():
+                time.sleep(0.05)
+                continue
+            try:
+                if conn is None:
+                    conn = self.mariadb.root_connection(self.database)
+                    conn.autocommit(False)
+                self._transaction(conn)
+                self.txns += 1
+            except pymysql.err.Error:
+                self.errors += 1
+                try:
+                    if conn is not None:
+                        conn.close()
+                except Exception:  # noqa: BLE001 - the connection is gone either way
+                    pass
+                conn = None
+                time.sleep(0.2)
+            time.sleep(self.pause)
+        if conn is not None:
+            conn.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+
+    def _transaction(self, conn) -> None:
+        r = self.rng
+        with conn.cursor() as cur:
+            for _ in range(r.randint(1, 4)):
+                op = r.random()
+                aid = r.randint(1, 4000)
+                if op < 0.30:
+                    cur.execute(
+                        "INSERT INTO accounts (id, owner, balance, status, opened, touched, flags, note, avatar, ratio, birthday) "
+                        "VALUES (%s, %s, %s, %s, %s, UTC_TIMESTAMP(6), %s, %s, %s, %s, %s) "
+                        "ON DUPLICATE KEY UPDATE balance = balance + 1, touched = UTC_TIMESTAMP(6)",
+                        (aid, f"owner-{aid}-é😀", f"{r.randint(-10**6, 10**6)}.{r.randint(0, 9999):04d}",
+                         r.choice(["open", "frozen", "closed"]), f"2026-0{r.randint(1, 9)}-1{r.randint(0, 9)} 12:00:00.{r.randint(0, 999999):06d}",
+                         r.choice(["", "a", "b,c", "a,c"]), None if r.random() < 0.3 else "n" * r.randint(0, 50),
+                         bytes(r.randrange(256) for _ in range(r.randint(0, 16))), r.random() * 1000,
+                         r.choice([None, "1990-05-17", "0000-00-00"])),
+                    )
+                elif op < 0.50:
+                    cur.execute("UPDATE accounts SET balance = balance - 1, status = %s WHERE id BETWEEN %s AND %s",
+                                (r.choice(["open", "frozen"]), aid, aid + r.randint(0, 20)))
+                elif op < 0.60:
+                    cur.execute("DELETE FROM accounts WHERE id = %s", (aid,))
+                    cur.execute("DELETE FROM ledger WHERE account_id = %s", (aid,))
+                elif op < 0.65:
+                    # Primary-key update: the old key must end deleted, the new one present.
+                    cur.execute("UPDATE IGNORE accounts SET id = id + 5000 WHERE id = %s", (aid,))
+                elif op < 0.85:
+                    cur.execute(
+                        "INSERT INTO ledger (account_id, seq, amount, memo) VALUES (%s, %s, %s, %s) "
+                        "ON DUPLICATE KEY UPDATE amount = amount + 1",
+                        (aid, r.randint(1, 20), f"{r.randint(-999, 999)}.50", r.choice([None, "rent", "coffee ☕"])),
+                    )
+                elif op < 0.95:
+                    tag = r.choice(["alpha", "Beta", "gamma", "DELTA", "epsilon", "zeta", "ÉTÉ", "été2"]) + str(r.randint(0, 30))
+                    cur.execute(
+                        "INSERT INTO tags (tag, weight, payload) VALUES (%s, %s, %s) "
+                        "ON DUPLICATE KEY UPDATE weight = VALUES(weight), payload = VALUES(payload)",
+                        (tag if r.random() < 0.5 else tag.upper(), r.random(), json.dumps({"n": r.randint(0, 9), "s": "x"})),
+                    )
+                else:
+                    cur.execute("DELETE FROM tags WHERE tag LIKE %s", (r.choice("abcdeglz") + "%",))
+        if r.random() < 0.05:
+            conn.rollback()
+        else:
+            conn.commit()
+
+
+# ---------------------------------------------------------------------------------------
+# The harness
+
+
+class Harness:
+    def __init__(self, workdir: Path, full: bool, seed: int = 7):
+        from binlake.local.mariadb import LocalMariaDB
+
+        self.workdir = workdir
+        self.full = full
+        self.rng = random.Random(seed)
+        self.mariadb = LocalMariaDB(workdir / "mariadb").start()
+        os.environ["MYSQL_PASSWORD"] = self.mariadb.cdc_password
+        self._spark = None
+
+    @property
+    def spark(self):
+        if self._spark is None:
+            from binlake.spark import get_spark
+
+            self._spark = get_spark("binlake-chaos-compare")
+        return self._spark
+
+    def close(self) -> None:
+        self.mariadb.destroy()
+
+    # -- setup -------------------------------------------------------------------------
+    def new_scenario(self, name: str, seed_rows: int = 1500, **sections) -> tuple[str, Path]:
+        db = f"chaos_{name}"
+        self.mariadb.execute(f"DROP DATABASE IF EXISTS `{db}`", f"CREATE DATABASE `{db}`")
+        self.mariadb.execute(*TABLES_DDL, database=db)
+        self.mariadb.execute(
+            "INSERT INTO accounts (id, owner, balance, status, opened, flags, ratio) "
+            f"SELECT seq, CONCAT('seed-', seq), seq * 1.5, 'open', '2026-01-01 00:00:00', 'a', seq / 7 FROM seq_1_to_{seed_rows}",
+            f"INSERT INTO ledger (account_id, seq, amount) SELECT seq, 1, seq FROM seq_1_to_{seed_rows}",
+            "INSERT INTO tags (tag, weight) VALUES ('alpha0', 1), ('Beta1', 2)",
+            database=db,
+        )
+        base = self.workdir / name
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        sections.setdefault("snapshot", {"chunk_size": 400, "parallelism": 2})
+        config = base / "binlake.yml"
+        config.write_text(self.mariadb.config_yaml(str(base / "lakehouse"), [f"{db}.*"], server_id=6100, **sections))
+        return db, config
+
+    # -- running binlake -----------------------------------------------------------------
+    def binlake(self, config: Path, *args: str, kill_at: str | None = None, kill_after: float | None = None,
+                timeout: float = 900) -> tuple[int, str]:
+        """Run one binlake command; returns (exit code, stderr). -9 means it was killed."""
+        env = dict(os.environ)
+        env.pop("BINLAKE_KILL_AT", None)
+        if kill_at:
+            env["BINLAKE_KILL_AT"] = kill_at
+        env["CI"] = "1"  # plain progress lines
+        proc = subprocess.Popen([BINLAKE, "--config", str(config), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        try:
+            if kill_after is not None:
+                try:
+                    _, err = proc.communicate(timeout=kill_after)
+                    return proc.returncode, err
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    _, err = proc.communicate()
+                    return -9, err
+            _, err = proc.communicate(timeout=timeout)
+            return proc.returncode, err
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            _reap_group(proc.pid)
+
+    def start_background(self, config: Path, *args: str) -> subprocess.Popen:
+        env = {**os.environ, "CI": "1"}
+        env.pop("BINLAKE_KILL_AT", None)
+        return subprocess.Popen([BINLAKE, "--config", str(config), *args], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+    def kill(self, proc: subprocess.Popen) -> None:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        _reap_group(proc.pid)
+
+    def converge(self, config: Path, outcome: Outcome, attempts: int = 4) -> None:
+        for i in range(attempts):
+            rc, err = self.binlake(config, "run")
+            if rc == 0:
+                return
+            outcome.notes.append(f"converge attempt {i + 1}: exit {rc}: {_last_line(err)}")
+        raise RuntimeError(f"{outcome.scenario}: binlake run did not converge: {outcome.notes[-1]}")
+
+    # -- comparing -------------------------------------------------------------------------
+    def compare(self, config_path: Path, db: str, outcome: Outcome) -> None:
+        """Every source table against its gold table, value for value."""
+        from pyspark.sql import functions as F
+
+        from binlake.config import load_config
+        from binlake.lakehouse import Lakehouse
+        from binlake.source.catalog import captured_tables, table_schema
+        from binlake.source.mysql import connect, qualified, stream
+        from binlake.source.types import encode_value, spark_decode_sql
+
+        config = load_config(config_path)
+        lh = Lakehouse(config)
+        spark = self.spark
+        with connect(config.source) as conn:
+            for dbname, table in captured_tables(conn, config.source):
+                schema = table_schema(conn, config.source, dbname, table)
+                cols = schema.columns
+                names = ", ".join(f"`{c.name}`" for c in cols)
+                rows = [
+                    tuple(encode_value(c, v) for c, v in zip(cols, values))
+                    for values in stream(conn, f"SELECT {names} FROM {qualified(dbname, table)}")
+                ]
+                raw = spark.createDataFrame(rows, ", ".join(f"_t{i} STRING" for i in range(len(cols))))
+                src = raw.selectExpr(*[f"{spark_decode_sql(c, f'_t{i}')} AS `{c.name}`" for i, c in enumerate(cols)])
+                ref = lh.gold(dbname, table)
+                if not ref.exists(spark):
+                    outcome.rows_missing += len(rows)
+                    outcome.notes.append(f"{table}: no gold table")
+                    continue
+                gold = ref.read(spark).select(*[F.col(f"`{c.name}`") for c in cols])
+                key = list(schema.key)
+                missing = src.join(gold, key, "left_anti").count()
+                extra = gold.join(src, key, "left_anti").count()
+                changed = src.exceptAll(gold).join(gold.select(*key), key, "left_semi").count()
+                outcome.rows_compared += len(rows)
+                outcome.rows_missing += missing
+                outcome.rows_extra += extra
+                outcome.rows_different += changed
+                if missing or extra or changed:
+                    outcome.notes.append(f"{table}: {missing} missing, {extra} extra, {changed} different")
+
+
+def _reap_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in (text or "").strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# ---------------------------------------------------------------------------------------
+# Scenarios: each injects faults, then the harness converges and compares.
+
+
+def scenario_kill9(h: Harness, out: Outcome) -> None:
+    """kill -9 at named points in every phase and at random instants, under a write load."""
+    db, config = h.new_scenario("kill9")
+    writer = Writer(h.mariadb, db, seed=1)
+    writer.start()
+    kills = 24 if h.full else 4
+    try:
+        for i in range(kills):
+            if i < len(KILL_POINTS) or not h.full and i < kills - 1:
+                point = KILL_POINTS[i % len(KILL_POINTS)]
+                rc, err = h.binlake(config, "run", kill_at=point)
+                label = point
+            else:
+                delay = h.rng.uniform(2, 45)
+                rc, err = h.binlake(config, "run", kill_after=delay)
+                label = f"random after {delay:.1f}s"
+            if rc == -9:
+                out.faults += 1
+            else:
+                out.notes.append(f"kill at {label} did not trigger (exit {rc}{': ' + _last_line(err) if rc else ''})")
+    finally:
+        writer.stop()
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+def scenario_restart(h: Harness, out: Outcome) -> None:
+    """MariaDB restarted during the snapshot and during capture."""
+    db, config = h.new_scenario("restart", seed_rows=3000)
+    writer = Writer(h.mariadb, db, seed=2)
+    writer.start()
+    try:
+        proc = h.start_background(config, "run")
+        time.sleep(h.rng.uniform(8, 20))
+        h.mariadb.restart()
+        out.faults += 1
+        proc.wait(timeout=900)
+        h.converge(config, out)
+        proc = h.start_background(config, "capture", "--continuous")
+        time.sleep(25)
+        h.mariadb.restart()
+        out.faults += 1
+        time.sleep(10)
+        h.kill(proc)
+    finally:
+        writer.stop()
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+def scenario_kill_connection(h: Harness, out: Outcome) -> None:
+    """binlake's connections killed server-side (KILL <id>) during snapshot and capture."""
+    db, config = h.new_scenario("killconn", seed_rows=3000)
+    writer = Writer(h.mariadb, db, seed=3)
+    writer.start()
+    try:
+        for args, wait in ((("run",), 12), (("capture", "--continuous"), 25)):
+            proc = h.start_background(config, *args)
+            deadline = time.monotonic() + wait + 30
+            killed = False
+            while time.monotonic() < deadline and proc.poll() is None and not killed:
+                time.sleep(1)
+                if time.monotonic() < deadline - 30:
+                    continue
+                with h.mariadb.root_connection() as conn, conn.cursor() as cur:
+                    cur.execute("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'cdc'")
+                    for (pid,) in cur.fetchall():
+                        try:
+                            cur.execute(f"KILL {int(pid)}")
+                            killed = True
+                        except pymysql.err.Error:
+                            pass
+            out.faults += int(killed)
+            if args[0] == "capture":
+                time.sleep(5)
+                h.kill(proc)
+            else:
+                proc.wait(timeout=900)
+    finally:
+        writer.stop()
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+def scenario_rotation(h: Harness, out: Outcome) -> None:
+    """Bursts of FLUSH BINARY LOGS while capture runs."""
+    db, config = h.new_scenario("rotation")
+    h.converge(config, out)
+    writer = Writer(h.mariadb, db, seed=4)
+    writer.start()
+    proc = h.start_background(config, "capture", "--continuous")
+    try:
+        for _ in range(3 if h.full else 1):
+            time.sleep(8)
+            for _ in range(15):
+                h.mariadb.execute("FLUSH BINARY LOGS")
+                out.faults += 1
+                time.sleep(0.1)
+        time.sleep(10)
+    finally:
+        writer.stop()
+        h.kill(proc)
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+def scenario_purge(h: Harness, out: Outcome) -> None:
+    """The binlog is purged while binlake is stopped: a loud error, then the documented recovery."""
+    db, config = h.new_scenario("purge")
+    h.converge(config, out)
+    h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 7 WHERE id < 50",
+                      f"DELETE FROM `{db}`.ledger WHERE account_id < 20", "FLUSH BINARY LOGS")
+    _purge_all_but_current(h.mariadb)
+    out.faults += 1
+    rc, err = h.binlake(config, "run")
+    line = _last_line(err)
+    if rc != 5 or "purged" not in line:
+        out.notes.append(f"expected exit 5 naming the purged file, got exit {rc}: {line}")
+        out.rows_different += 1  # a silent success here would be a lie: count it as a failure
+    recovery = re.search(r"recover with: (binlake [^(]+?)\s*(\(|$)", line)
+    if recovery:
+        args = recovery.group(1).split()[1:]
+        rc, err = h.binlake(config, *args)
+        out.notes.append(f"recovery `{recovery.group(1).strip()}` exit {rc}")
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+    # The opt-in policy recovers by itself.
+    auto_db, auto_config = h.new_scenario("purge_auto", capture={"on_purge": "resnapshot"})
+    h.converge(auto_config, out)
+    h.mariadb.execute(f"UPDATE `{auto_db}`.accounts SET balance = balance + 7 WHERE id < 50", "FLUSH BINARY LOGS")
+    _purge_all_but_current(h.mariadb)
+    out.faults += 1
+    h.converge(auto_config, out, attempts=1)
+    h.compare(auto_config, auto_db, out)
+
+
+def _purge_all_but_current(mariadb) -> None:
+    with mariadb.root_connection() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        current = cur.fetchone()[0]
+        cur.execute("PURGE BINARY LOGS TO %s", (current,))
+
+
+def scenario_ddl(h: Harness, out: Outcome) -> None:
+    """DDL during capture and during snapshot; a new table matching the pattern is picked up."""
+    db, config = h.new_scenario("ddl", seed_rows=2500)
+    proc = h.start_background(config, "run")
+    time.sleep(10)
+    h.mariadb.execute("ALTER TABLE accounts ADD COLUMN extra INT NULL AFTER owner", database=db)
+    out.faults += 1
+    proc.wait(timeout=900)
+    h.converge(config, out)
+    writer = Writer(h.mariadb, db, seed=6)
+    writer.start()
+    try:
+        for ddl in (
+            "UPDATE accounts SET extra = id % 7 WHERE id < 100",
+            "ALTER TABLE accounts RENAME COLUMN extra TO extra2",
+            "ALTER TABLE accounts MODIFY extra2 BIGINT NULL",
+            "ALTER TABLE accounts ADD COLUMN first_col VARCHAR(10) NULL FIRST",
+            "ALTER TABLE ledger DROP COLUMN memo",
+            "TRUNCATE TABLE tags",
+            "CREATE TABLE late_arrival (id INT PRIMARY KEY, v VARCHAR(10))",
+            "INSERT INTO late_arrival VALUES (1, 'a'), (2, 'b')",
+        ):
+            if "ledger" in ddl:
+                writer.paused.set()  # the writer's INSERT names memo
+                time.sleep(0.5)
+            h.mariadb.execute(ddl, database=db)
+            if ddl.startswith(("ALTER", "TRUNCATE", "CREATE")):
+                out.faults += 1
+            rc, err = h.binlake(config, "run")
+            if rc != 0:
+                out.notes.append(f"after `{ddl}`: exit {rc}: {_last_line(err)}")
+    finally:
+        writer.stop()
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+def scenario_big_transactions(h: Harness, out: Outcome) -> None:
+    """One huge transaction, and a transaction left open across several capture runs."""
+    db, config = h.new_scenario("bigtxn")
+    h.converge(config, out)
+    n = 1_000_000 if h.full else 50_000
+    h.mariadb.execute(
+        f"INSERT INTO ledger (account_id, seq, amount, memo) SELECT 100000 + seq, 1, seq, 'bulk' FROM seq_1_to_{n}",
+        database=db,
+    )
+    out.faults += 1
+    h.converge(config, out)
+    open_conn = h.mariadb.root_connection(db)
+    open_conn.autocommit(False)
+    with open_conn.cursor() as cur:
+        cur.execute("INSERT INTO tags (tag, weight) VALUES ('long-open', 1)")
+        cur.execute("UPDATE accounts SET balance = 0 WHERE id < 10")
+    for _ in range(2):
+        h.mariadb.execute("INSERT INTO tags (tag, weight) VALUES (UUID(), 2)", database=db)
+        rc, err = h.binlake(config, "run")
+        if rc != 0:
+            out.notes.append(f"run with an open transaction: exit {rc}: {_last_line(err)}")
+    open_conn.commit()
+    open_conn.close()
+    out.faults += 1
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+def scenario_unwritable(h: Harness, out: Outcome) -> None:
+    """The lakehouse becomes unwritable (a read-only mount): a clear error, nothing half
+    published, and the next run after the fix catches up."""
+    db, config = h.new_scenario("unwritable")
+    h.converge(config, out)
+    gold_dir = config.parent / "lakehouse" / "gold"
+    h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 3 WHERE id < 30")
+    mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(gold_dir), str(gold_dir)], capture_output=True)
+    if mounted.returncode != 0:
+        out.notes.append("read-only bind mount not permitted here: fault skipped")
+    else:
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(gold_dir)], capture_output=True)
+        try:
+            rc, err = h.binlake(config, "run")
+            out.faults += 1
+            if rc == 0:
+                out.notes.append("run succeeded on a read-only gold directory")
+                out.rows_different += 1
+            else:
+                out.notes.append(f"unwritable: exit {rc}: {_last_line(err)}")
+        finally:
+            subprocess.run(["umount", str(gold_dir)], capture_output=True)
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
+SCENARIOS = {
+    "kill9": scenario_kill9,
+    "restart": scenario_restart,
+    "killconn": scenario_kill_connection,
+    "rotation": scenario_rotation,
+    "purge": scenario_purge,
+    "ddl": scenario_ddl,
+    "bigtxn": scenario_big_transactions,
+    "unwritable": scenario_unwritable,
+}
+SHORT = ("kill9", "rotation", "purge")
+
+
+def run(names: list[str], full: bool, workdir: Path) -> list[Outcome]:
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    h = Harness(workdir, full=full)
+    outcomes = []
+    try:
+        for name in names:
+            out = Outcome(name)
+            started = time.monotonic()
+            try:
+                SCENARIOS[name](h, out)
+            except Exception as exc:  # noqa: BLE001 - a scenario that cannot finish is a failed scenario
+                out.notes.append(f"scenario failed: {type(exc).__name__}: {exc}")
+                out.rows_compared = 0
+            out.seconds = round(time.monotonic() - started, 1)
+            outcomes.append(out)
+            print(_row(out), flush=True)
+    finally:
+        h.close()
+    return outcomes
+
+
+def _row(o: Outcome) -> str:
+    return (f"| {o.scenario} | {o.faults} | {o.rows_compared} | {o.rows_missing} | {o.rows_extra} | "
+            f"{o.rows_different} | {o.seconds:.0f}s | {'ok' if o.ok else 'FAIL'} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="make chaos", description=__doc__.splitlines()[0])
+    ap.add_argument("--full", action="store_true", help="every scenario, >= 20 kills (default: the short form)")
+    ap.add_argument("--only", action="append", default=[], choices=sorted(SCENARIOS))
+    ap.add_argument("--workdir", default=str(ROOT / ".local" / "chaos"))
+    ns = ap.parse_args(argv)
+    from binlake.progress import setup_logging
+
+    setup_logging()
+    names = ns.only or (list(SCENARIOS) if ns.full else list(SHORT))
+    print("| scenario | faults | rows compared | missing | extra | different | time | result |")
+    print("|---|---|---|---|---|---|---|---|")
+    outcomes = run(names, ns.full, Path(ns.workdir))
+    Path(ns.workdir).mkdir(parents=True, exist_ok=True)
+    (Path(ns.workdir) / "results.json").write_text(json.dumps([asdict(o) | {"ok": o.ok} for o in outcomes], indent=2))
+    for o in outcomes:
+        for note in o.notes:
+            print(f"  {o.scenario}: {note}")
+    return 0 if all(o.ok for o in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+    sys.exit(main())

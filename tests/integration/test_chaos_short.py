@@ -1,0 +1,15 @@
+"""The short form of `make chaos`: kill -9 in every phase, a rotation burst and a purge,
+under a concurrent write load; gold must equal the source with nothing missing or doubled."""
+
+import pytest
+
+from chaos.driver import SHORT, run
+
+
+@pytest.mark.slow
+def test_faults_lose_and_double_nothing(tmp_path):
+    outcomes = run(list(SHORT), full=False, workdir=tmp_path / "chaos")
+
+    for o in outcomes:
+        assert o.faults > 0, f"{o.scenario}: no fault was injected ({o.notes})"
+        assert o.ok, f"{o.scenario}: {o.rows_missing} missing, {o.rows_extra} extra, {o.rows_different} different: {o.notes}"
