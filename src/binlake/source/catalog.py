@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pymysql
 
 from binlake.config import SourceConfig
-from binlake.source.mysql import query
+from binlake.source.mysql import qualified, query
 from binlake.source.types import TableSchema, column_from_information_schema
 
 _SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
@@ -39,7 +41,7 @@ def foreign_keys(conn: pymysql.connections.Connection, database: str, table: str
         "SELECT k.CONSTRAINT_NAME AS name, k.COLUMN_NAME AS col, k.REFERENCED_TABLE_SCHEMA AS pdb, "
         "k.REFERENCED_TABLE_NAME AS ptable, k.REFERENCED_COLUMN_NAME AS pcol, "
         "r.DELETE_RULE AS on_delete, r.UPDATE_RULE AS on_update "
-        "FROM information_schema.KEY_COLUMN_USAGE k JOIN information_schema.REFERENTIAL_CONSTRAINTS r "
+        "FROM information_schema.KEY_COLUMN_USAGE k LEFT JOIN information_schema.REFERENTIAL_CONSTRAINTS r "
         "ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME "
         "AND r.TABLE_NAME = k.TABLE_NAME "
         "WHERE k.TABLE_SCHEMA = %s AND k.TABLE_NAME = %s AND k.REFERENCED_TABLE_NAME IS NOT NULL "
@@ -55,7 +57,29 @@ def foreign_keys(conn: pymysql.connections.Connection, database: str, table: str
         )
         fk["columns"].append(r["col"])
         fk["parent_columns"].append(r["pcol"])
+    if any(fk["on_delete"] is None for fk in fks.values()):
+        # MariaDB hides REFERENTIAL_CONSTRAINTS from a user holding only SELECT; the rules
+        # are still in SHOW CREATE TABLE, which SELECT is enough for.
+        rules = _foreign_key_rules(conn, database, table)
+        for fk in fks.values():
+            if fk["on_delete"] is None:
+                fk["on_delete"], fk["on_update"] = rules.get(fk["name"], ("RESTRICT", "RESTRICT"))
     return tuple(fks.values())
+
+
+_FK_CLAUSE = re.compile(r"CONSTRAINT `((?:[^`]|``)+)` FOREIGN KEY .*?REFERENCES .*?\)(?P<rules>[^\n]*)")
+_FK_RULE = re.compile(r"ON (DELETE|UPDATE) (CASCADE|SET NULL|SET DEFAULT|NO ACTION|RESTRICT)")
+
+
+def _foreign_key_rules(conn: pymysql.connections.Connection, database: str, table: str) -> dict[str, tuple[str, str]]:
+    """{constraint name: (ON DELETE rule, ON UPDATE rule)} parsed from SHOW CREATE TABLE."""
+    ddl = query(conn, f"SHOW CREATE TABLE {qualified(database, table)}")[0]["Create Table"]
+    out = {}
+    for m in _FK_CLAUSE.finditer(ddl):
+        found = dict(_FK_RULE.findall(m.group("rules")))
+        # An omitted rule is RESTRICT, as information_schema reports it.
+        out[m.group(1).replace("``", "`")] = (found.get("DELETE", "RESTRICT"), found.get("UPDATE", "RESTRICT"))
+    return out
 
 
 def table_schema(
