@@ -82,3 +82,13 @@ class NotReadyError(BinlakeError):
     """A command ran before what it depends on exists (e.g. gold before any silver)."""
 
     exit_code = 10
+
+
+class SecretError(ConfigError):
+    """A Databricks secret the config references cannot be read; names scope/key, never the value."""
+
+
+class DatabricksApiError(BinlakeError):
+    """The Databricks workspace cannot be reached or refused a request (e.g. ``jobs status``)."""
+
+    exit_code = 11
