@@ -1,0 +1,133 @@
+"""Where binlake runs: a laptop or CI box, a Databricks job task, or a Databricks notebook.
+
+Everything that differs between them is answered here, once, so the pipeline code has no
+``if on_databricks`` branches of its own:
+
+=====================  =========================  ==========================================
+                       local                      Databricks (job task / notebook)
+=====================  =========================  ==========================================
+Spark session          local Spark + Delta        the cluster's session
+tables                 ``<path>/<layer>/...``     ``<catalog>.<schema>.<name>`` (Unity Catalog)
+checkpoints            ``<path>/_system``         ``/Volumes/<catalog>/<schema>/<volume>``
+secrets                Secrets API (SDK auth)     job: Secrets API (runtime auth);
+                                                  notebook: ``dbutils.secrets``
+=====================  =========================  ==========================================
+
+Example::
+
+    >>> from binlake.deploy.runtime import current_runtime
+    >>> current_runtime(environ={}).kind.value
+    'local'
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from binlake.config import Config, LakehouseConfig, load_config
+from binlake.errors import ConfigError, DatabricksApiError, SecretError
+
+
+class RuntimeKind(str, enum.Enum):
+    LOCAL = "local"
+    DATABRICKS_JOB = "databricks-job"
+    DATABRICKS_NOTEBOOK = "databricks-notebook"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The environment binlake runs in; build it with :func:`current_runtime`."""
+
+    kind: RuntimeKind
+    # A notebook's dbutils: reads secrets with the notebook user's rights, no token needed.
+    dbutils: Any = field(default=None, compare=False, repr=False)
+    client_factory: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def on_databricks(self) -> bool:
+        return self.kind is not RuntimeKind.LOCAL
+
+    def spark(self):
+        from binlake.spark import get_spark
+
+        return get_spark()
+
+    def workspace_client(self, purpose: str = "reach the Databricks workspace"):
+        """A ``databricks.sdk.WorkspaceClient``: on a cluster it authenticates as the job's identity
+        by itself; elsewhere through ``DATABRICKS_HOST``/``DATABRICKS_TOKEN`` or ``~/.databrickscfg``."""
+        if self.client_factory is not None:
+            return self.client_factory()
+        from databricks.sdk import WorkspaceClient
+
+        try:
+            return WorkspaceClient()
+        except ValueError:
+            # The SDK's message lists every variable it probed; one line with the fix is enough.
+            raise DatabricksApiError(
+                f"cannot {purpose}: no Databricks authentication is configured here; set DATABRICKS_HOST "
+                "and DATABRICKS_TOKEN (or DATABRICKS_CONFIG_PROFILE), or run `databricks auth login`"
+            ) from None
+
+    def secret(self, scope: str, key: str) -> str:
+        from binlake.deploy.secrets import resolve_secret
+
+        if self.dbutils is not None:
+            return resolve_secret(scope, key, dbutils=self.dbutils)
+        try:
+            client = self.workspace_client(purpose=f"read Databricks secret {scope}/{key}")
+        except DatabricksApiError as exc:
+            raise SecretError(str(exc)) from None
+        return resolve_secret(scope, key, client=client)
+
+    def check_lakehouse(self, lakehouse: LakehouseConfig) -> None:
+        """Refuse a lakehouse layout that cannot work here, before anything is written."""
+        if not self.on_databricks:
+            return
+        if lakehouse.catalog is None:
+            raise ConfigError(
+                f"lakehouse.path {lakehouse.path!r} is a local directory but binlake runs on Databricks: "
+                "set lakehouse.catalog (Unity Catalog) and lakehouse.system_path: /Volumes/<catalog>/<schema>/<volume>"
+            )
+        if not str(lakehouse.system_path).startswith("/Volumes/"):
+            raise ConfigError(
+                f"lakehouse.system_path {lakehouse.system_path!r} is not a Unity Catalog volume: on Databricks "
+                "checkpoints need a volume path such as /Volumes/main/binlake_bronze/binlake_system"
+            )
+
+    def load_config(self, path: str | os.PathLike[str]) -> Config:
+        config = load_config(path)
+        self.check_lakehouse(config.lakehouse)
+        return config
+
+    def lakehouse(self, config: Config):
+        from binlake.lakehouse import Lakehouse
+
+        self.check_lakehouse(config.lakehouse)
+        return Lakehouse(config)
+
+
+def current_runtime(environ: Mapping[str, str] | None = None, dbutils: Any = None) -> Runtime:
+    """Detect the runtime: Databricks sets ``DATABRICKS_RUNTIME_VERSION`` on its clusters, and a
+    notebook has ``dbutils`` in its namespace. Pass ``dbutils`` explicitly from a notebook cell
+    if the package cannot find it."""
+    env = os.environ if environ is None else environ
+    if "DATABRICKS_RUNTIME_VERSION" not in env:
+        return Runtime(RuntimeKind.LOCAL)
+    found = dbutils if dbutils is not None else _notebook_dbutils()
+    if found is not None:
+        return Runtime(RuntimeKind.DATABRICKS_NOTEBOOK, dbutils=found)
+    return Runtime(RuntimeKind.DATABRICKS_JOB)
+
+
+def _notebook_dbutils() -> Any:
+    try:
+        from IPython import get_ipython  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    return shell.user_ns.get("dbutils")

@@ -1,0 +1,116 @@
+"""Databricks secrets for ``{{secrets/<scope>/<key>}}`` references in ``binlake.yml``.
+
+In a notebook the value comes from ``dbutils.secrets`` (no extra credentials needed); everywhere
+else (job tasks, a laptop) from the Secrets REST API through databricks-sdk, which returns it
+base64-encoded. Which one is used is the runtime's decision (:mod:`binlake.deploy.runtime`).
+
+The value is never logged, never part of an exception message and never chained into a
+traceback: errors name the scope and key and say how to fix the problem.
+
+Example (a configured workspace, e.g. ``DATABRICKS_HOST`` and ``DATABRICKS_TOKEN`` set)::
+
+    >>> from binlake.deploy.secrets import resolve_secret
+    >>> password = resolve_secret("binlake", "mysql-password")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import logging
+import re
+from typing import Any
+
+from binlake.errors import SecretError
+
+log = logging.getLogger("binlake.deploy.secrets")
+
+# The Secrets API's own rule for scope and key names.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+
+
+def resolve_secret(scope: str, key: str, *, client: Any = None, dbutils: Any = None) -> str:
+    """Return the secret ``key`` of ``scope`` as text.
+
+    ``dbutils`` (a notebook's) or ``client`` (a ``databricks.sdk.WorkspaceClient``) choose the
+    source explicitly; with neither, the current runtime decides. Raises
+    :class:`~binlake.errors.SecretError` naming ``scope/key`` and the fix.
+    """
+    for what, name in (("scope", scope), ("key", key)):
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise SecretError(
+                f"secret {what} {name!r} is not a valid name: use letters, digits, '-', '_' and '.' "
+                "(at most 128 characters), as in {{secrets/binlake/mysql-password}}"
+            )
+    if client is None and dbutils is None:
+        from binlake.deploy.runtime import current_runtime
+
+        return current_runtime().secret(scope, key)
+    if dbutils is not None:
+        value = _via_dbutils(dbutils, scope, key)
+        source = "dbutils.secrets"
+    else:
+        value = _via_api(client, scope, key)
+        source = "the Secrets API"
+    if not value:
+        raise SecretError(
+            f"Databricks secret {scope}/{key} is empty: store the MySQL password with "
+            f"`databricks secrets put-secret {scope} {key}`"
+        )
+    log.debug("read Databricks secret %s/%s through %s", scope, key, source)
+    return value
+
+
+def _not_found(scope: str, key: str) -> SecretError:
+    return SecretError(
+        f"Databricks secret {scope}/{key} does not exist: create it with "
+        f"`databricks secrets put-secret {scope} {key}` (first `databricks secrets create-scope {scope}` "
+        "if the scope is new), or change the reference (bundle variables mysql_secret_scope, mysql_secret_key)"
+    )
+
+
+def _via_dbutils(dbutils: Any, scope: str, key: str) -> str:
+    try:
+        return dbutils.secrets.get(scope=scope, key=key)
+    except Exception as exc:  # noqa: BLE001 - dbutils raises Py4J/JVM errors of many classes
+        if "does not exist" in str(exc):
+            raise _not_found(scope, key) from None
+        raise SecretError(
+            f"cannot read Databricks secret {scope}/{key} through dbutils ({type(exc).__name__}): "
+            f"check the scope and key names and that you may READ scope {scope} "
+            f"(`databricks secrets list-acls {scope}`)"
+        ) from None
+
+
+def _via_api(client: Any, scope: str, key: str) -> str:
+    from databricks.sdk.errors import DatabricksError, NotFound, PermissionDenied, Unauthenticated
+
+    try:
+        response = client.secrets.get_secret(scope=scope, key=key)
+    except NotFound:
+        raise _not_found(scope, key) from None
+    except PermissionDenied:
+        raise SecretError(
+            f"not allowed to read Databricks secret {scope}/{key}: grant READ on the scope to the user or "
+            f"service principal the job runs as: `databricks secrets put-acl {scope} <principal> READ`"
+        ) from None
+    except Unauthenticated:
+        raise SecretError(
+            f"cannot read Databricks secret {scope}/{key}: the workspace rejected the credentials; "
+            "renew DATABRICKS_TOKEN or run `databricks auth login`"
+        ) from None
+    except DatabricksError as exc:
+        raise SecretError(
+            f"cannot read Databricks secret {scope}/{key} ({type(exc).__name__}: {exc.error_code or 'error'}): "
+            "check that the workspace is reachable and retry"
+        ) from None
+    encoded = getattr(response, "value", None)
+    if encoded is None:
+        raise _not_found(scope, key)
+    try:
+        return base64.b64decode(encoded, validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise SecretError(
+            f"Databricks secret {scope}/{key} is not base64-encoded UTF-8 text as the Secrets API returns it: "
+            f"store the password again with `databricks secrets put-secret {scope} {key}`"
+        ) from None
