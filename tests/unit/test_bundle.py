@@ -1,0 +1,363 @@
+"""The Databricks bundle (databricks.yml + bundles/*.yml) is valid against the published bundle
+JSON schema, and its cross-references hold: variables, resources, tasks, entry points, files.
+
+The schema checks structure only; `databricks bundle validate` stays the authority, but it needs
+a workspace. These tests catch what a typo would break before anyone deploys.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import glob
+import json
+import re
+import shlex
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_PATH = Path("/work/shared/bundle-schema/jsonschema.json")
+BUNDLE_FILES = sorted((ROOT / "bundles").glob("*.yml"))
+INTERPOLATION = re.compile(r"\$\{([^}]+)\}")
+JOB_PARAMETER = re.compile(r"\{\{\s*job\.parameters\.([A-Za-z0-9_]+)\s*\}\}")
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _load(path: Path) -> dict:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
+def _validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    regex = pytest.importorskip("regex")
+    from jsonschema import validators
+
+    if not SCHEMA_PATH.exists():
+        pytest.skip(f"bundle schema not found at {SCHEMA_PATH}")
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    base = validators.validator_for(schema)
+
+    # The schema's patterns use \p{L}, which only the `regex` module understands.
+    def pattern(validator, patrn, instance, _schema):
+        if validator.is_type(instance, "string") and not regex.search(patrn, instance):
+            yield jsonschema.ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    cls = validators.extend(base, {"pattern": pattern})
+    return cls(schema)
+
+
+def _errors(document: dict) -> list[str]:
+    def where(err):
+        return "/".join(str(p) for p in err.absolute_path) or "<root>"
+
+    out = []
+    for err in _validator().iter_errors(document):
+        # oneOf errors are unreadable at the top; the deepest context names the bad key.
+        leaf = min(err.context, key=lambda e: -len(e.absolute_path), default=err) if err.context else err
+        out.append(f"{where(err)}: {leaf.message}")
+    return out
+
+
+def _merge(into: dict, fragment: dict, origin: str) -> None:
+    """Merge an included file into the root the way the CLI does: resources by type and name;
+    the same resource defined twice is an error."""
+    for key, value in fragment.items():
+        if key == "resources":
+            for rtype, items in value.items():
+                bucket = into.setdefault("resources", {}).setdefault(rtype, {})
+                for name, body in items.items():
+                    assert name not in bucket, f"{origin}: resources.{rtype}.{name} is defined twice"
+                    bucket[name] = body
+        else:
+            assert key not in into, f"{origin}: top-level key {key!r} is already set by another file"
+            into[key] = value
+
+
+@lru_cache(maxsize=1)
+def _root() -> dict:
+    return _load(ROOT / "databricks.yml")
+
+
+def _merged() -> dict:
+    root = copy.deepcopy(_root())
+    for pattern in root.get("include", []):
+        for path in sorted(glob.glob(str(ROOT / pattern))):
+            _merge(root, _load(Path(path)), Path(path).name)
+    return root
+
+
+def _jobs() -> dict:
+    return _merged()["resources"]["jobs"]
+
+
+def _tasks():
+    for job_key, job in _jobs().items():
+        for task in job.get("tasks", []):
+            yield job_key, task
+
+
+def _strings(node, path=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _strings(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _strings(v, f"{path}[{i}]")
+    elif isinstance(node, str):
+        yield path, node
+
+
+def _file_of(job_key: str) -> Path:
+    for path in BUNDLE_FILES:
+        if job_key in (_load(path).get("resources", {}).get("jobs") or {}):
+            return path
+    raise AssertionError(f"job {job_key} is in no bundles/*.yml file")
+
+
+# ---------------------------------------------------------------------------------------------
+# the schema
+
+
+def test_the_schema_validator_rejects_what_the_cli_would_reject():
+    # Guards the guard: without the regex-aware pattern check every ${var} would pass or fail blindly.
+    bad = {"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"tasks": [{"python_wheel_task": {"package_name": "p"}}]}}}}
+    assert _errors(bad), "a task without task_key and entry_point must be invalid"
+    assert _errors({"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"no_such_key": 1}}}})
+    assert not _errors({"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"max_concurrent_runs": "${var.n}"}}}})
+    assert _errors({"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"max_concurrent_runs": "${nope}"}}}})
+
+
+def test_databricks_yml_is_valid_against_the_bundle_schema():
+    assert _errors(_root()) == []
+
+
+@pytest.mark.parametrize("path", BUNDLE_FILES, ids=lambda p: p.name)
+def test_each_included_file_is_a_valid_bundle_fragment(path):
+    assert _errors(_load(path)) == []
+
+
+def test_the_merged_bundle_is_valid_for_every_target():
+    merged = _merged()
+    assert _errors(merged) == []
+    for target in merged["targets"]:
+        # What the CLI does per target, as far as structure goes: target keys override the root.
+        effective = {k: v for k, v in merged.items() if k != "targets"}
+        for key, value in merged["targets"][target].items():
+            if key in ("variables", "mode", "default"):
+                continue
+            effective[key] = value
+        assert _errors(effective) == [], target
+
+
+# ---------------------------------------------------------------------------------------------
+# layout and top level
+
+
+def test_databricks_yml_includes_every_bundles_file_and_builds_the_wheel():
+    root = _root()
+    assert root["bundle"]["name"] == "binlake"
+    assert root["include"] == ["bundles/*.yml"]
+    included = {Path(p).name for pattern in root["include"] for p in glob.glob(str(ROOT / pattern))}
+    assert included == {p.name for p in BUNDLE_FILES} and included
+    (artifact,) = root["artifacts"].values()
+    assert artifact["type"] == "whl" and artifact["path"] == "."
+    assert "wheel" in artifact["build"] and "dist" in artifact["build"]
+
+
+@pytest.mark.parametrize("path", BUNDLE_FILES, ids=lambda p: p.name)
+def test_each_file_holds_one_resource_named_like_the_file(path):
+    resources = _load(path)["resources"]
+    assert len(resources) == 1
+    ((rtype, items),) = resources.items()
+    assert len(items) == 1
+    (name,) = items
+    assert path.name == f"{name}.{rtype.rstrip('s')}.yml"
+
+
+def test_dev_is_the_default_development_target_and_prod_is_pinned_production():
+    targets = _root()["targets"]
+    assert targets["dev"]["mode"] == "development" and targets["dev"]["default"] is True
+    assert targets["dev"]["variables"]["schedule_pause_status"] == "PAUSED"
+    prod = targets["prod"]
+    assert prod["mode"] == "production"
+    assert prod["workspace"]["root_path"].startswith("/Workspace/")
+    assert "${workspace.current_user" not in prod["workspace"]["root_path"], "prod must deploy to one fixed place"
+    assert prod["run_as"] and prod["permissions"]
+
+
+def test_the_unity_catalog_schemas_and_checkpoint_volume_exist():
+    resources = _merged()["resources"]
+    schemas = {v["name"] for v in resources["schemas"].values()}
+    assert schemas == {"${var.bronze_schema}", "${var.silver_schema}", "${var.gold_schema}"}
+    (volume,) = resources["volumes"].values()
+    assert volume["schema_name"] == "${resources.schemas.binlake_bronze.name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# cross references
+
+
+def test_every_interpolation_refers_to_something_declared():
+    merged = _merged()
+    variables = set(merged["variables"])
+    resources = {(rtype, name) for rtype, items in merged["resources"].items() for name in items}
+    builtins = {"bundle.name", "bundle.target", "workspace.current_user.short_name", "workspace.current_user.userName",
+                "workspace.file_path", "workspace.root_path"}
+    for where, text in _strings(merged):
+        for ref in INTERPOLATION.findall(text):
+            parts = ref.split(".")
+            if parts[0] == "var":
+                assert parts[1] in variables, f"{where}: ${{{ref}}} is not declared under variables"
+            elif parts[0] == "resources":
+                assert (parts[1], parts[2]) in resources, f"{where}: ${{{ref}}} names no resource of the bundle"
+            else:
+                assert ref in builtins, f"{where}: ${{{ref}}} is not a known bundle substitution"
+
+
+def test_every_variable_has_a_description_and_target_overrides_declared_variables():
+    root = _root()
+    for name, spec in root["variables"].items():
+        assert spec.get("description"), f"variable {name} needs a description"
+    for target, body in root["targets"].items():
+        for name in body.get("variables", {}):
+            assert name in root["variables"], f"target {target} sets undeclared variable {name}"
+
+
+def test_job_task_dependencies_and_clusters_refer_to_existing_keys():
+    for job_key, job in _jobs().items():
+        keys = [t["task_key"] for t in job["tasks"]]
+        assert len(keys) == len(set(keys)), f"{job_key}: duplicate task_key"
+        clusters = {c["job_cluster_key"] for c in job.get("job_clusters", [])}
+        for task in job["tasks"]:
+            for dep in task.get("depends_on", []):
+                assert dep["task_key"] in keys, f"{job_key}.{task['task_key']} depends on unknown task {dep['task_key']}"
+                assert dep["task_key"] != task["task_key"]
+            if "job_cluster_key" in task:
+                assert task["job_cluster_key"] in clusters, f"{job_key}.{task['task_key']}: unknown job cluster"
+
+
+def test_job_parameter_references_name_parameters_the_job_declares():
+    for job_key, job in _jobs().items():
+        declared = {p["name"] for p in job.get("parameters", [])}
+        for where, text in _strings(job):
+            for name in JOB_PARAMETER.findall(text):
+                assert name in declared, f"{job_key} {where}: {{{{job.parameters.{name}}}}} is not a parameter of the job"
+
+
+def test_every_wheel_task_calls_a_declared_entry_point_that_imports():
+    import importlib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    scripts = project["scripts"]
+    seen = 0
+    for job_key, task in _tasks():
+        wheel = task.get("python_wheel_task")
+        if not wheel:
+            continue
+        seen += 1
+        assert wheel["package_name"] == project["name"]
+        assert wheel["entry_point"] in scripts, f"{job_key}.{task['task_key']}: no [project.scripts] entry {wheel['entry_point']}"
+        module, func = scripts[wheel["entry_point"]].split(":")
+        assert callable(getattr(importlib.import_module(module), func))
+        libs = [lib["whl"] for lib in task.get("libraries", []) if "whl" in lib]
+        assert libs, f"{job_key}.{task['task_key']}: the wheel is not installed on its cluster"
+        for lib in libs:
+            # Paths in included files are relative to that file; the artifact build writes ./dist.
+            resolved = (_file_of(job_key).parent / lib).resolve()
+            assert fnmatch.fnmatch(str(resolved), str(ROOT / "dist" / "*.whl"))
+    assert seen >= 6
+
+
+def test_every_notebook_path_exists_in_databricks_source_format():
+    for job_key, task in _tasks():
+        nb = task.get("notebook_task")
+        if nb:
+            path = (_file_of(job_key).parent / nb["notebook_path"]).resolve()
+            candidates = [path, path.with_suffix(".py")]
+            found = next((p for p in candidates if p.is_file()), None)
+            assert found, f"{job_key}.{task['task_key']}: notebook {nb['notebook_path']} does not exist"
+            assert found.read_text().startswith("# Databricks notebook source")
+
+
+# What an operator passes for the variables without a default (databricks bundle deploy --var ...).
+_REQUIRED_EXAMPLES = {"mysql_host": "db.internal", "source_tables": "shop.*,crm.customers", "run_as_service_principal": "sp"}
+
+
+def _substitute(text: str) -> str:
+    def value(m):
+        ref = m.group(1)
+        if ref.startswith("var."):
+            default = _root()["variables"][ref[4:]].get("default")
+            return str(default) if default not in (None, "") else _REQUIRED_EXAMPLES[ref[4:]]
+        return "resolved_" + ref.split(".")[2] if ref.startswith("resources.") else "x"
+
+    text = INTERPOLATION.sub(value, text)
+    return JOB_PARAMETER.sub(lambda m: {"repair": "false", "reset_capture": "false", "capture": "true"}.get(m.group(1), ""), text)
+
+
+def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
+    from binlake.config import load_config_text
+    from binlake.deploy.entrypoints import parse_job_args
+    from binlake.cli import build_parser
+
+    for job_key, task in _tasks():
+        wheel = task.get("python_wheel_task")
+        if not wheel:
+            continue
+        argv = [_substitute(a) for a in wheel["parameters"]]
+        inv = parse_job_args(argv)
+        build_parser().parse_args(["--config", "x.yml", *inv.cli_args])
+        text = inv.config_yaml
+        assert "{{secrets/binlake/mysql-password}}" in text, f"{job_key}.{task['task_key']}: password is not a secret reference"
+        # Loads as a real config once the secret reference is swapped for a stand-in.
+        cfg = load_config_text(text.replace("'{{secrets/binlake/mysql-password}}'", "stand-in"))
+        assert cfg.lakehouse.catalog == "main" and cfg.lakehouse.system_path.startswith("/Volumes/main/")
+
+
+# ---------------------------------------------------------------------------------------------
+# what the jobs promise operators
+
+
+def test_the_pipeline_runs_capture_then_silver_then_gold_on_a_paused_in_dev_schedule():
+    job = _jobs()["binlake_pipeline"]
+    by_key = {t["task_key"]: t for t in job["tasks"]}
+    commands = {k: t["python_wheel_task"]["parameters"] for k, t in by_key.items() if "python_wheel_task" in t}
+    assert commands["capture"][-2:] == ["capture", "--until-now"]
+    assert commands["silver"][-1] == "silver" and commands["gold"][-1] == "gold"
+    assert {d["task_key"] for d in by_key["silver"]["depends_on"]} >= {"capture"}
+    assert [d["task_key"] for d in by_key["gold"]["depends_on"]] == ["silver"]
+    assert job["schedule"]["quartz_cron_expression"] == "${var.schedule_cron}"
+    assert job["schedule"]["pause_status"] == "${var.schedule_pause_status}"
+    assert job["max_concurrent_runs"] == 1 and job["queue"]["enabled"] is True
+    assert job["timeout_seconds"] > 0 and by_key["capture"]["max_retries"] >= 1
+    assert job["email_notifications"]["on_failure"] == "${var.notification_emails}"
+    assert job["webhook_notifications"]["on_failure"] == "${var.failure_webhooks}"
+
+
+def test_snapshot_continuous_and_verify_jobs_take_their_parameters():
+    jobs = _jobs()
+    snapshot = jobs["binlake_snapshot"]
+    assert {p["name"] for p in snapshot["parameters"]} >= {"tables"}
+    assert "--table-list={{job.parameters.tables}}" in snapshot["tasks"][0]["python_wheel_task"]["parameters"]
+    continuous = jobs["binlake_capture_continuous"]
+    assert "continuous" in continuous and "schedule" not in continuous
+    assert continuous["tasks"][0]["python_wheel_task"]["parameters"][-2:] == ["capture", "--continuous"]
+    verify = jobs["binlake_verify"]
+    assert {p["name"]: p["default"] for p in verify["parameters"]}["repair"] == "false"
+    assert "--repair-if={{job.parameters.repair}}" in verify["tasks"][0]["python_wheel_task"]["parameters"]
+    assert "SUN" in _root()["variables"]["verify_cron"]["default"]
+
+
+def test_no_task_carries_a_password_value():
+    for job_key, task in _tasks():
+        for arg in task.get("python_wheel_task", {}).get("parameters", []):
+            assert "password=" not in arg.lower() or "secret" in arg.lower(), f"{job_key}: {shlex.quote(arg)}"
