@@ -1,0 +1,328 @@
+"""Secrets, the runtime and the ``binlake-job`` entry point, against a local HTTP server that
+answers like the Databricks REST API (no SDK mocks: the real WorkspaceClient talks to it)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from databricks.sdk import WorkspaceClient
+from databricks.sdk.service.workspace import GetSecretResponse
+
+from binlake.config import load_config_text
+from binlake.deploy.entrypoints import parse_job_args, run_job
+from binlake.deploy.runtime import Runtime, RuntimeKind, current_runtime
+from binlake.deploy.secrets import resolve_secret
+from binlake.errors import ConfigError, DatabricksApiError, SecretError
+
+PASSWORD = "s3cr3t-Pw-9c1d"
+
+
+class FakeWorkspace:
+    """Secrets API: GET /api/2.0/secrets/get answers from ``secrets``; ``status`` forces errors."""
+
+    def __init__(self):
+        self.secrets: dict[tuple[str, str], str] = {}
+        self.forced: tuple[int, dict] | None = None
+        self.requests: list[str] = []
+        handler = self._handler()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    @property
+    def host(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def client(self) -> WorkspaceClient:
+        return WorkspaceClient(host=self.host, token="x")
+
+    def put(self, scope: str, key: str, value: str) -> None:
+        self.secrets[(scope, key)] = base64.b64encode(value.encode()).decode()
+
+    def _handler(self):
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                url = urlparse(self.path)
+                if url.path.startswith("/api/"):  # not the SDK's host-metadata probe
+                    fake.requests.append(url.path)
+                if url.path != "/api/2.0/secrets/get":
+                    return self._send(404, {"error_code": "ENDPOINT_NOT_FOUND", "message": "no such endpoint"})
+                if fake.forced:
+                    return self._send(*fake.forced)
+                q = {k: v[0] for k, v in parse_qs(url.query).items()}
+                value = fake.secrets.get((q["scope"], q["key"]))
+                if value is None:
+                    return self._send(404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
+                                            "message": f"Failed to get secret {q['key']} for scope {q['scope']}."})
+                self._send(200, GetSecretResponse(key=q["key"], value=value).as_dict())
+
+            def _send(self, status, payload):
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def workspace(monkeypatch):
+    fake = FakeWorkspace()
+    # The default runtime builds WorkspaceClient() from the environment, as on a laptop.
+    monkeypatch.setenv("DATABRICKS_HOST", fake.host)
+    monkeypatch.setenv("DATABRICKS_TOKEN", "x")
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    for name in ("DATABRICKS_CONFIG_PROFILE", "DATABRICKS_CLIENT_ID", "DATABRICKS_CLIENT_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    yield fake
+    fake.close()
+
+
+class NotebookDbutils:
+    """The slice of a notebook's dbutils that binlake uses: ``dbutils.secrets.get``."""
+
+    def __init__(self, values):
+        outer = values
+
+        class Secrets:
+            def get(self, scope, key):
+                if (scope, key) not in outer:
+                    raise RuntimeError(f"Secret does not exist with scope: {scope} and key: {key}")
+                return outer[(scope, key)]
+
+        self.secrets = Secrets()
+
+
+CONFIG = """
+source: {host: db.internal, user: cdc, password: "{{secrets/binlake/mysql-password}}", server_id: 5401, tables: ["shop.*"]}
+lakehouse: {catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_system}
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# resolve_secret
+
+
+def test_a_secret_reference_in_the_config_is_resolved_through_the_secrets_api(workspace):
+    workspace.put("binlake", "mysql-password", PASSWORD)
+    config = load_config_text(CONFIG)
+    assert config.source.password.reveal() == PASSWORD
+    assert "/api/2.0/secrets/get" in workspace.requests
+
+
+def test_the_api_value_is_base64_decoded_to_text(workspace):
+    workspace.put("s", "k", "pä$$ wörd")
+    assert resolve_secret("s", "k", client=workspace.client()) == "pä$$ wörd"
+
+
+def test_a_missing_secret_names_scope_key_and_the_command_that_creates_it(workspace):
+    with pytest.raises(SecretError) as exc:
+        resolve_secret("binlake", "mysql-password", client=workspace.client())
+    assert str(exc.value) == (
+        "Databricks secret binlake/mysql-password does not exist: create it with "
+        "`databricks secrets put-secret binlake mysql-password` (first `databricks secrets create-scope binlake` "
+        "if the scope is new), or change the reference (bundle variables mysql_secret_scope, mysql_secret_key)"
+    )
+    assert exc.value.exit_code == 2, "a secret problem is a config problem"
+
+
+def test_a_denied_secret_says_which_acl_to_grant(workspace):
+    workspace.forced = (403, {"error_code": "PERMISSION_DENIED", "message": "User does not have READ permission"})
+    with pytest.raises(SecretError, match=r"^not allowed to read Databricks secret binlake/pw: grant READ .* "
+                                          r"`databricks secrets put-acl binlake <principal> READ`$"):
+        resolve_secret("binlake", "pw", client=workspace.client())
+
+
+def test_rejected_credentials_say_how_to_renew_them(workspace):
+    workspace.forced = (401, {"error_code": "UNAUTHENTICATED", "message": "Invalid access token"})
+    with pytest.raises(SecretError, match="rejected the credentials; renew DATABRICKS_TOKEN"):
+        resolve_secret("binlake", "pw", client=workspace.client())
+
+
+def test_a_value_that_is_not_base64_is_refused_without_showing_it(workspace):
+    workspace.secrets[("s", "k")] = "not base64 !!"
+    with pytest.raises(SecretError) as exc:
+        resolve_secret("s", "k", client=workspace.client())
+    assert "not base64 !!" not in str(exc.value) and exc.value.__cause__ is None and exc.value.__suppress_context__
+
+
+def test_an_empty_secret_is_refused(workspace):
+    workspace.put("s", "k", "")
+    with pytest.raises(SecretError, match=r"^Databricks secret s/k is empty: store the MySQL password with"):
+        resolve_secret("s", "k", client=workspace.client())
+
+
+@pytest.mark.parametrize("scope,key", [("", "k"), ("a/b", "k"), ("s", "k y"), ("s", "x" * 129)])
+def test_malformed_names_are_refused_before_any_request(workspace, scope, key):
+    with pytest.raises(SecretError, match=r"is not a valid name: use letters, digits"):
+        resolve_secret(scope, key, client=workspace.client())
+    assert workspace.requests == []
+
+
+def test_the_value_never_reaches_the_log(workspace, caplog):
+    workspace.put("binlake", "mysql-password", PASSWORD)
+    with caplog.at_level(logging.DEBUG):
+        resolve_secret("binlake", "mysql-password")
+    assert "binlake/mysql-password" in caplog.text
+    assert PASSWORD not in caplog.text
+    assert PASSWORD not in repr(load_config_text(CONFIG))
+
+
+def test_in_a_notebook_dbutils_reads_the_secret_and_no_request_is_made(workspace):
+    dbutils = NotebookDbutils({("binlake", "mysql-password"): PASSWORD})
+    runtime = current_runtime(environ={"DATABRICKS_RUNTIME_VERSION": "17.3"}, dbutils=dbutils)
+    assert runtime.kind is RuntimeKind.DATABRICKS_NOTEBOOK
+    assert runtime.secret("binlake", "mysql-password") == PASSWORD
+    assert workspace.requests == []
+
+
+def test_a_missing_notebook_secret_gets_the_same_message_as_through_the_api():
+    with pytest.raises(SecretError, match=r"^Databricks secret binlake/nope does not exist: create it with"):
+        resolve_secret("binlake", "nope", dbutils=NotebookDbutils({}))
+
+
+def test_without_any_databricks_auth_the_error_says_what_to_set(monkeypatch, tmp_path):
+    for name in ("DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CONFIG_PROFILE", "DATABRICKS_RUNTIME_VERSION"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.databrickscfg
+    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "none.cfg"))
+    with pytest.raises(SecretError) as exc:
+        resolve_secret("binlake", "mysql-password")
+    assert str(exc.value) == (
+        "cannot read Databricks secret binlake/mysql-password: no Databricks authentication is configured here; "
+        "set DATABRICKS_HOST and DATABRICKS_TOKEN (or DATABRICKS_CONFIG_PROFILE), or run `databricks auth login`"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# the runtime
+
+
+def test_the_runtime_is_local_off_databricks_and_a_job_on_a_cluster_without_a_notebook():
+    assert current_runtime(environ={}).kind is RuntimeKind.LOCAL
+    assert current_runtime(environ={"DATABRICKS_RUNTIME_VERSION": "17.3"}).kind is RuntimeKind.DATABRICKS_JOB
+
+
+def test_on_databricks_a_local_lakehouse_path_is_refused_with_the_fix():
+    runtime = Runtime(RuntimeKind.DATABRICKS_JOB)
+    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-password}}", "pw").replace(
+        "{catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_system}", "{path: /tmp/lake}"))
+    with pytest.raises(ConfigError, match=r"^lakehouse.path '/tmp/lake' is a local directory but binlake runs on Databricks"):
+        runtime.lakehouse(cfg)
+    assert Runtime(RuntimeKind.LOCAL).lakehouse(cfg).root == "/tmp/lake"
+
+
+def test_on_databricks_checkpoints_must_be_on_a_volume():
+    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-password}}", "pw").replace(
+        "/Volumes/main/binlake_bronze/binlake_system", "dbfs:/tmp/cp"))
+    with pytest.raises(ConfigError, match=r"lakehouse.system_path 'dbfs:/tmp/cp' is not a Unity Catalog volume"):
+        Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(cfg)
+    lake = Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(load_config_text(CONFIG.replace("{{secrets/binlake/mysql-password}}", "pw")))
+    assert lake.changelog.name == "`main`.`bronze`.`changelog`"
+    assert lake.silver("shop", "orders").name == "`main`.`silver`.`shop__orders`"
+    assert lake.checkpoint("capture") == "/Volumes/main/binlake_bronze/binlake_system/checkpoints/capture"
+
+
+# ---------------------------------------------------------------------------------------------
+# binlake-job
+
+
+BUNDLE_ARGS = [
+    "--catalog=main", "--bronze-schema=binlake_bronze", "--silver-schema=binlake_silver", "--gold-schema=binlake_gold",
+    "--system-path=/Volumes/main/binlake_bronze/binlake_system", "--mysql-host=db.internal", "--mysql-port=3306",
+    "--mysql-user=cdc", "--mysql-server-id=5401", "--mysql-password-secret=binlake/mysql-password",
+    "--tables=shop.*,crm.customers",
+]
+
+
+def test_the_job_flags_become_the_config_the_cli_reads_with_the_password_as_a_reference(workspace):
+    workspace.put("binlake", "mysql-password", PASSWORD)
+    inv = parse_job_args([*BUNDLE_ARGS, "capture", "--until-now"])
+    assert inv.cli_args == ("capture", "--until-now")
+    assert PASSWORD not in inv.config_yaml and "{{secrets/binlake/mysql-password}}" in inv.config_yaml
+    cfg = load_config_text(inv.config_yaml)
+    assert cfg.source.tables == ("shop.*", "crm.customers") and cfg.source.server_id == 5401
+    assert cfg.lakehouse.gold_schema == "binlake_gold" and cfg.source.password.reveal() == PASSWORD
+
+
+@pytest.mark.parametrize("args,expected", [
+    (["snapshot", "--table-list="], ("snapshot",)),
+    (["snapshot", "--table-list=shop.a, shop.b", "--reset-capture-if=true"],
+     ("snapshot", "--table", "shop.a", "--table", "shop.b", "--reset-capture")),
+    (["verify", "--repair-if=false", "--table-list="], ("verify",)),
+    (["verify", "--repair-if=TRUE"], ("verify", "--repair")),
+])
+def test_job_parameters_arrive_as_text_and_become_cli_flags(args, expected):
+    assert parse_job_args([*BUNDLE_ARGS, *args]).cli_args == expected
+
+
+def test_a_job_parameter_that_was_not_substituted_is_refused():
+    with pytest.raises(ConfigError, match=r"^--repair-if=\{\{job.parameters.repair\}\} was not substituted"):
+        parse_job_args([*BUNDLE_ARGS, "verify", "--repair-if={{job.parameters.repair}}"])
+    with pytest.raises(ConfigError, match=r"^--repair-if must be true or false, got 'maybe'"):
+        parse_job_args([*BUNDLE_ARGS, "verify", "--repair-if=maybe"])
+
+
+def test_a_secret_flag_that_is_not_scope_slash_key_is_refused():
+    args = [a if not a.startswith("--mysql-password-secret") else "--mysql-password-secret=binlake" for a in BUNDLE_ARGS]
+    with pytest.raises(ConfigError, match=r"^--mysql-password-secret 'binlake' is not SCOPE/KEY"):
+        parse_job_args([*args, "gold"])
+
+
+def test_settings_file_supplies_the_other_sections_and_flags_win(tmp_path):
+    settings = tmp_path / "binlake.yml"
+    settings.write_text("snapshot: {chunk_size: 1000}\nsource: {host: old-host, port: 3307}\n")
+    inv = parse_job_args(["--settings", str(settings), *BUNDLE_ARGS, "silver"])
+    cfg = load_config_text(inv.config_yaml.replace("'{{secrets/binlake/mysql-password}}'", "pw"))
+    assert cfg.snapshot.chunk_size == 1000 and cfg.source.host == "db.internal" and cfg.source.port == 3306
+
+
+def test_print_config_shows_the_generated_file_without_running(capsys):
+    assert run_job(parse_job_args(["--print-config", *BUNDLE_ARGS, "status"])) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("source:\n") and "catalog: main" in out
+
+
+def test_a_job_on_databricks_with_a_local_path_fails_before_touching_anything(capsys, tmp_path):
+    args = ["--lakehouse-path", str(tmp_path / "lake"), "--mysql-host=h", "--mysql-user=u", "--mysql-server-id=9",
+            "--mysql-password-env=PW", "--tables=a.*", "status"]
+    with pytest.raises(ConfigError, match="is a local directory but binlake runs on Databricks"):
+        run_job(parse_job_args(args), runtime=Runtime(RuntimeKind.DATABRICKS_JOB))
+    assert not (tmp_path / "lake").exists()
+
+
+def test_the_console_script_exits_with_the_failure_code_and_one_line(capsys, monkeypatch, tmp_path):
+    from binlake.deploy.entrypoints import main
+
+    monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
+    with pytest.raises(SystemExit) as exc:
+        main(["--lakehouse-path", str(tmp_path), "--mysql-host=h", "--mysql-user=u", "--mysql-server-id=9",
+              "--mysql-password-env=PW", "--tables=a.*", "status"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: lakehouse.path ") and err.count("\n") == 1
+
+
+def test_no_databricks_auth_for_jobs_status_is_a_databricks_api_error(monkeypatch, tmp_path):
+    for name in ("DATABRICKS_HOST", "DATABRICKS_TOKEN", "DATABRICKS_CONFIG_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "none.cfg"))
+    with pytest.raises(DatabricksApiError, match=r"^cannot list the bundle's jobs: no Databricks authentication"):
+        Runtime(RuntimeKind.LOCAL).workspace_client(purpose="list the bundle's jobs")
