@@ -189,6 +189,12 @@ class LocalMariaDB:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
+                # When this process started the server, the dead child stays a zombie
+                # (and os.kill(pid, 0) keeps succeeding) until it is reaped.
+                os.waitpid(int(pid), os.WNOHANG)
+            except ChildProcessError:
+                pass
+            try:
                 os.kill(int(pid), 0)
             except ProcessLookupError:
                 break
