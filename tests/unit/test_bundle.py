@@ -361,3 +361,39 @@ def test_no_task_carries_a_password_value():
     for job_key, task in _tasks():
         for arg in task.get("python_wheel_task", {}).get("parameters", []):
             assert "password=" not in arg.lower() or "secret" in arg.lower(), f"{job_key}: {shlex.quote(arg)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# operator notebooks
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.py"))
+
+
+def test_the_operator_notebooks_exist():
+    assert {p.stem for p in NOTEBOOKS} >= {"status", "bronze_browse", "verify"}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(path):
+    import ast
+    import importlib
+
+    from binlake.deploy.runtime import Runtime
+
+    text = path.read_text(encoding="utf-8")
+    assert text.startswith("# Databricks notebook source\n")
+    cells = text.split("\n# COMMAND ----------\n")
+    assert len(cells) >= 3, "a markdown cell, a widgets cell and at least one call"
+    assert cells[0].strip().splitlines()[1].startswith("# MAGIC %md")
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        # No logic: the notebooks hold calls, never branches, loops or definitions.
+        assert not isinstance(node, (ast.If, ast.For, ast.While, ast.FunctionDef, ast.ClassDef, ast.Try)), (
+            f"{path.name}:{node.lineno}: move this logic into the binlake package")
+        if isinstance(node, ast.ImportFrom):
+            assert node.module.startswith("binlake"), f"{path.name}: imports {node.module}"
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"{path.name}: {node.module} has no {alias.name}"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runtime":
+            assert hasattr(Runtime, node.attr), f"{path.name}: Runtime has no {node.attr}"

@@ -326,3 +326,11 @@ def test_no_databricks_auth_for_jobs_status_is_a_databricks_api_error(monkeypatc
     monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "none.cfg"))
     with pytest.raises(DatabricksApiError, match=r"^cannot list the bundle's jobs: no Databricks authentication"):
         Runtime(RuntimeKind.LOCAL).workspace_client(purpose="list the bundle's jobs")
+
+
+def test_a_relative_lakehouse_path_in_the_settings_file_stays_relative_to_that_file(tmp_path):
+    (tmp_path / "conf").mkdir()
+    settings = tmp_path / "conf" / "binlake.yml"
+    settings.write_text("source: {host: h, user: u, password: pw, server_id: 9, tables: [a.*]}\nlakehouse: {path: ../lake}\n")
+    inv = parse_job_args(["--settings", str(settings), "status"])
+    assert inv.settings["lakehouse"]["path"] == str(tmp_path / "lake")

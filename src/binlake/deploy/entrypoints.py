@@ -89,6 +89,10 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
     settings: dict[str, Any] = {}
     if ns.settings:
         settings = _read_settings(ns.settings)
+        path = (settings.get("lakehouse") or {}).get("path")
+        if isinstance(path, str) and not Path(path).is_absolute():
+            # Relative to the settings file, as the CLI resolves it, not to the temporary copy.
+            settings["lakehouse"] = {**settings["lakehouse"], "path": str((Path(ns.settings).resolve().parent / path).resolve())}
 
     source = dict(settings.get("source") or {})
     for key, value in (("host", ns.mysql_host), ("port", ns.mysql_port), ("user", ns.mysql_user),
