@@ -199,7 +199,8 @@ def encode_value(col: Column, value: Any) -> str | None:
             value = value.date()
         return value.isoformat() if isinstance(value, dt.date) else ZERO_DATE
     if k is Kind.DATETIME:
-        return value.strftime("%Y-%m-%d %H:%M:%S.%f") if isinstance(value, dt.datetime) else ZERO_DATETIME
+        # isoformat, not strftime: glibc's %Y drops the zero padding of years before 1000.
+        return value.isoformat(sep=" ", timespec="microseconds") if isinstance(value, dt.datetime) else ZERO_DATETIME
     if k is Kind.TIMESTAMP:
         # Callers pass the UTC wall clock: snapshot sessions pin time_zone='+00:00',
         # python-mysql-replication decodes with utcfromtimestamp.
@@ -207,7 +208,7 @@ def encode_value(col: Column, value: Any) -> str | None:
             return ZERO_DATETIME
         if value.tzinfo is not None:
             value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return value.isoformat(timespec="microseconds") + "Z"
     if k is Kind.TIME:
         return format_time(value, col.fsp)
     if k in (Kind.STRING, Kind.ENUM, Kind.JSON):
