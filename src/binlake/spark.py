@@ -48,6 +48,12 @@ def get_spark(
     from delta import configure_spark_with_delta_pip
 
     builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("BINLAKE_SPARK_MASTER", "local[2]"))
+    if not os.environ.get("PYSPARK_PYTHON"):
+        # Python workers (UDFs, the snapshot data source) must import binlake and its
+        # dependencies: run them on this interpreter, not whatever python3 is on PATH.
+        import sys
+
+        builder = builder.config("spark.pyspark.python", sys.executable)
     for key, value in {**_LOCAL_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
