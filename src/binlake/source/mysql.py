@@ -117,20 +117,27 @@ def connect(source: SourceConfig, database: str | None = None, **overrides: Any)
     except pymysql.err.OperationalError as exc:
         code = exc.args[0] if exc.args else 0
         if code == 1045:
+            if not source.tls.enabled and _login_works_over_tls(kwargs):
+                raise SourceConnectionError(
+                    f"MySQL at {where} requires TLS for user {source.user!r}: set source.tls.ca to the server's CA certificate"
+                ) from None
             raise SourceConnectionError(
                 f"MySQL at {where} refused user {source.user!r}: check source.user and source.password"
+            ) from None
+        text = str(exc)
+        if code == 3159 or "secure transport" in text.lower():
+            raise SourceConnectionError(
+                f"MySQL at {where} requires TLS: set source.tls.ca to the server's CA certificate"
+            ) from None
+        # A failed certificate check surfaces as 2003 "Can't connect ... ([SSL: ...])": test
+        # for TLS first, or a bad CA would read as an unreachable server.
+        if code == 1043 or "SSL" in text or "certificate" in text.lower() or (code == 2013 and source.tls.enabled):
+            raise SourceConnectionError(
+                f"TLS handshake with {where} failed: check source.tls (ca, cert, key) matches the server's certificates"
             ) from None
         if code == 2003:
             raise SourceConnectionError(
                 f"cannot reach MySQL at {where}: check source.host and source.port, and that the server is running"
-            ) from None
-        if code in (1043, 2013) or "SSL" in str(exc) or "ssl" in str(exc):
-            raise SourceConnectionError(
-                f"TLS handshake with {where} failed: check source.tls (ca, cert, key) matches the server's certificates"
-            ) from None
-        if code == 3159 or "secure transport" in str(exc).lower():
-            raise SourceConnectionError(
-                f"MySQL at {where} requires TLS: set source.tls.ca to the server's CA certificate"
             ) from None
         raise SourceConnectionError(f"cannot connect to MySQL at {where} (error {code}): check the source settings") from None
     except ssl.SSLError:
@@ -144,6 +151,25 @@ def connect(source: SourceConfig, database: str | None = None, **overrides: Any)
         with conn.cursor() as cur:
             cur.execute("SET time_zone = '+00:00'")
     return conn
+
+
+def _login_works_over_tls(kwargs: dict[str, Any]) -> bool:
+    """After "access denied" without TLS: would the same login succeed over TLS?
+
+    MariaDB answers an account created with REQUIRE SSL exactly like a wrong password
+    (1045), so the only way to tell the operator what to fix is to try. The probe does not
+    verify the certificate, but it sends nothing the plain-text attempt did not already
+    expose (the same challenge-response, to the same host and port), and only its success
+    or failure is used.
+    """
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        pymysql.connect(**{**kwargs, "ssl": ctx}).close()
+    except Exception:  # noqa: BLE001 - any failure means "TLS is not the missing piece"
+        return False
+    return True
 
 
 def query(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> list[dict[str, Any]]:
