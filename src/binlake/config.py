@@ -32,7 +32,10 @@ from binlake.errors import ConfigError
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SECRET_REF = re.compile(r"^\{\{secrets/([^/{}]+)/([^/{}]+)\}\}$")
-_TABLE_PATTERN = re.compile(r"^[^.\s]+\.[^.\s]+$")
+# db.table: MySQL names may hold inner spaces ("my db"), never a dot; leading or trailing
+# whitespace is almost always a typo, so it is refused.
+_NAME_PART = r"[^.\s](?:[^.]*[^.\s])?"
+_TABLE_PATTERN = re.compile(rf"^{_NAME_PART}\.{_NAME_PART}$")
 _BINLOG_POSITION = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<pos>\d+)$")
 
 

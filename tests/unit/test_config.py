@@ -133,6 +133,11 @@ def test_a_table_pattern_must_be_db_dot_table(pattern):
         f"source.tables entry {pattern!r} is not a db.table pattern: write it as \"db.table\", \"db.*\" or \"db.prefix_*\"")
 
 
+@pytest.mark.parametrize("pattern", ["my db.order items", "données.çà", "shop.select", "it's.`odd`"])
+def test_names_with_inner_spaces_quotes_and_unicode_are_patterns_too(pattern):
+    assert load(doc(source__tables=[pattern])).source.tables == (pattern,)
+
+
 def test_exclude_patterns_are_checked_and_applied():
     assert refused(doc(source__exclude=["audit"])).startswith("source.exclude entry 'audit' is not a db.table pattern")
     cfg = load(doc(source__exclude=["shop.tmp_*"]))
