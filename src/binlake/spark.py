@@ -51,8 +51,10 @@ def get_spark(
     if not os.environ.get("PYSPARK_PYTHON"):
         # Python workers (UDFs, the snapshot data source) must import binlake and its
         # dependencies: run them on this interpreter, not whatever python3 is on PATH.
+        # SparkContext reads the variable itself for Python functions, hence the env.
         import sys
 
+        os.environ["PYSPARK_PYTHON"] = sys.executable
         builder = builder.config("spark.pyspark.python", sys.executable)
     for key, value in {**_LOCAL_CONF, **(extra_conf or {})}.items():
         builder = builder.config(key, value)
