@@ -79,7 +79,7 @@ def collect_jobs(client: Any, bundle_name: str, runs_per_job: int = 3) -> list[d
 
 
 def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:
-    """The newest row of the gold publish log, or None when there is no Spark session or no log.
+    """The newest successful publish in the gold publish log, or None without a Spark session or log.
 
     Only an already running session is used: starting Spark just to print job states would
     make ``jobs status`` take a minute on a laptop.
@@ -98,7 +98,8 @@ def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:
     try:
         if not log.exists(spark):
             return None
-        rows = (log.read(spark).orderBy("published_at", ascending=False)
+        # A failed publish left gold as it was, so it is not where gold stands.
+        rows = (log.read(spark).where("status = 'published'").orderBy("published_at", ascending=False)
                 .select("publish_id", "binlog_file", "pos", "gtid", "published_at", "status").limit(1).collect())
     except Exception:  # noqa: BLE001 - optional extra: an unreadable log must not hide the job states
         return None
