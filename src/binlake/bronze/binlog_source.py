@@ -1,0 +1,390 @@
+"""Reading binlog ranges on Spark executors: a Python batch data source, one partition per file.
+
+A capture batch covers ``[start, end)`` where both ends are transaction boundaries. The
+range is cut at binlog FILE boundaries into :class:`ReadRange` partitions, so the files of a
+backlog are read in parallel by executors, each over its own dump connection.
+
+Server ids: a binlog dump registers as a replica, and two dumps with one server id kick each
+other off the server. Partition ``i`` of a batch therefore uses ``source.server_id + 1 + i``
+(the driver's own short probes use ``source.server_id``). Keep the ``server_id`` values of
+different binlake deployments (and real replicas) at least ``max_parallel_files + 1`` apart;
+:data:`MAX_PARALLEL_FILES` caps the partitions per batch so the block of ids is bounded.
+
+Each partition yields change-log tuples (``CHANGELOG_SCHEMA``) plus one extra column,
+``schema_json``, set only on ``op='schema'`` side rows: the first time a partition sees a
+table schema version in a TABLE_MAP, it reports it so the driver can record it in
+``schema_history`` before committing the batch. Only the last partition of a batch emits the
+heartbeat, at the position where it stopped.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from binlake.config import Secret, SourceConfig, TlsConfig
+from binlake.lakehouse import CHANGELOG_SCHEMA
+from binlake.source.types import (
+    ZERO_DATE,
+    ZERO_DATETIME,
+    Column,
+    Kind,
+    TableSchema,
+    encode_value,
+)
+
+SOURCE_NAME = "binlake_binlog"
+READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"
+MAX_PARALLEL_FILES = 32
+# Heartbeats sort after every change at their position: "complete up to and including pos".
+HEARTBEAT_ROW = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """One partition: ``file`` from ``start_pos`` to ``end_pos`` (None: to the end of the file)."""
+
+    index: int
+    file: str
+    start_pos: int
+    end_pos: int | None
+    last: bool
+    max_rows: int | None = None  # the last partition may stop early, at a transaction boundary
+
+
+# ---------------------------------------------------------------------------------------
+# TABLE_MAP metadata -> binlake types
+
+
+def column_from_binlog(col: Any, nullable: bool = True) -> Column:
+    """A :class:`Column` from python-mysql-replication's TABLE_MAP column (FULL row metadata).
+
+    Gives the same :meth:`Column.signature` as ``column_from_information_schema`` for the
+    same column: the Spark type depends only on kind, integer width, signedness and
+    DECIMAL precision/scale, all of which the metadata carries.
+    """
+    from pymysqlreplication.constants import FIELD_TYPE as T
+
+    t = col.type
+    name = col.name
+    common = dict(name=name, nullable=nullable, mysql_type=_TYPE_NAMES.get(t, str(t)))
+    ints = {T.TINY: 8, T.SHORT: 16, T.INT24: 24, T.LONG: 32, T.LONGLONG: 64}
+    if t in ints:
+        return Column(kind=Kind.UINT if col.unsigned else Kind.INT, bits=ints[t], **common)
+    if t in (T.NEWDECIMAL, T.DECIMAL):
+        return Column(kind=Kind.DECIMAL, precision=int(getattr(col, "precision", 10)),
+                      scale=int(getattr(col, "decimals", 0)), **common)
+    if t == T.FLOAT:
+        return Column(kind=Kind.FLOAT, **common)
+    if t == T.DOUBLE:
+        return Column(kind=Kind.DOUBLE, **common)
+    if t in (T.DATE, T.NEWDATE):
+        return Column(kind=Kind.DATE, **common)
+    if t in (T.DATETIME, T.DATETIME2):
+        return Column(kind=Kind.DATETIME, fsp=int(getattr(col, "fsp", 0) or 0), **common)
+    if t in (T.TIMESTAMP, T.TIMESTAMP2):
+        return Column(kind=Kind.TIMESTAMP, fsp=int(getattr(col, "fsp", 0) or 0), **common)
+    if t in (T.TIME, T.TIME2):
+        return Column(kind=Kind.TIME, fsp=int(getattr(col, "fsp", 0) or 0), **common)
+    if t == T.YEAR:
+        return Column(kind=Kind.YEAR, **common)
+    if t == T.ENUM:
+        return Column(kind=Kind.ENUM, labels=tuple((col.enum_values or [""])[1:]), **common)
+    if t == T.SET:
+        return Column(kind=Kind.SET, labels=tuple(col.set_values or ()), **common)
+    if t == T.JSON:
+        return Column(kind=Kind.JSON, **common)
+    if t == T.BIT:
+        return Column(kind=Kind.BIT, bits=int(getattr(col, "bits", 1)), **common)
+    if t == T.GEOMETRY:
+        return Column(kind=Kind.BINARY, **common)
+    if t in (T.VARCHAR, T.VAR_STRING, T.STRING, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB):
+        binary = getattr(col, "collation_name", None) == "binary" or (
+            t in (T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB) and getattr(col, "collation_name", None) is None
+        )
+        return Column(kind=Kind.BINARY if binary else Kind.STRING, **common)
+    from binlake.source.types import UnsupportedTypeError
+
+    raise UnsupportedTypeError(f"column {name!r} has binlog type {t}, which binlake does not map")
+
+
+def _type_names() -> dict[int, str]:
+    from pymysqlreplication.constants import FIELD_TYPE as T
+
+    return {v: k.lower() for k, v in vars(T).items() if k.isupper() and isinstance(v, int)}
+
+
+try:
+    _TYPE_NAMES = _type_names()
+except ImportError:  # pragma: no cover - the dependency is always installed
+    _TYPE_NAMES = {}
+
+
+def schema_from_table_map(event: Any) -> TableSchema:
+    """The table schema a TABLE_MAP event describes (names need binlog_row_metadata=FULL)."""
+    mask = bytes(event.null_bitmask) if event.null_bitmask else b""
+    cols = []
+    for i, c in enumerate(event.columns):
+        nullable = bool(mask[i // 8] & (1 << (i % 8))) if i // 8 < len(mask) else True
+        cols.append(column_from_binlog(c, nullable=nullable))
+    meta = event.optional_metadata
+    key_idx = list(meta.simple_primary_key_list or []) or list((meta.primary_keys_with_prefix or {}).keys())
+    key = tuple(cols[i].name for i in key_idx)
+    return TableSchema(database=event.schema, table=event.table, columns=tuple(cols), key=key)
+
+
+# ---------------------------------------------------------------------------------------
+# Row images
+
+
+_ZERO_BY_SOURCE = {"out of date range", "out of datetime range", "out of datetime2 range"}
+
+
+def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, none_sources: dict) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, value in values.items():
+        col = cols.get(name)
+        if col is None:
+            out[name] = None if value is None else str(value)
+            continue
+        if value is None:
+            why = none_sources.get(name)
+            if why in _ZERO_BY_SOURCE:
+                # The decoder gives None for zero/invalid dates; the snapshot sees '0000-00-00'.
+                out[name] = ZERO_DATE if col.kind is Kind.DATE else ZERO_DATETIME
+            elif why == "empty set":
+                out[name] = ""
+            else:
+                out[name] = None
+            continue
+        if col.kind is Kind.TIMESTAMP and isinstance(value, dt.datetime) and value == _EPOCH:
+            # TIMESTAMP cannot hold the epoch itself; 0 is how the binlog stores the zero value.
+            out[name] = ZERO_DATETIME
+            continue
+        out[name] = encode_value(col, value)
+    return out
+
+
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# DDL
+
+
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_DDL_TABLE = re.compile(
+    r"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?"
+    r"|ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE(?:\s+IF\s+EXISTS)?"
+    r"|DROP\s+(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?"
+    r"|RENAME\s+TABLE"
+    r"|(?P<truncate>TRUNCATE)(?:\s+TABLE)?)"
+    rf"\s+(?P<name>{_NAME}(?:\s*\.\s*{_NAME})?)",
+    re.IGNORECASE,
+)
+_COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|#[^\n]*\n\s*|--[^\n]*\n\s*)*", re.DOTALL)
+
+
+def _unquote(part: str) -> str:
+    part = part.strip()
+    return part[1:-1].replace("``", "`") if part.startswith("`") else part
+
+
+def parse_ddl(query: str, default_db: str | None) -> tuple[str | None, str | None, bool]:
+    """(db, table, is_truncate) of a DDL statement; table None when it names no single table."""
+    text = _COMMENT.sub("", query, count=1)
+    m = _DDL_TABLE.match(text)
+    if not m:
+        return default_db, None, False
+    parts = re.findall(_NAME, m.group("name"))
+    if len(parts) == 2:
+        db, table = _unquote(parts[0]), _unquote(parts[1])
+    else:
+        db, table = default_db, _unquote(parts[0])
+    return db, table, m.group("truncate") is not None
+
+
+def _db_captured(source: SourceConfig, db: str | None) -> bool:
+    return db is not None and any(fnmatch.fnmatchcase(db, p) for p in source.databases)
+
+
+# ---------------------------------------------------------------------------------------
+# The reader (runs on executors)
+
+
+def source_spec(source: SourceConfig) -> str:
+    """The source settings an executor needs, as JSON, without the password."""
+    return json.dumps({
+        "host": source.host, "port": source.port, "user": source.user, "server_id": source.server_id,
+        "tables": list(source.tables), "exclude": list(source.exclude),
+        "chunk_keys": {k: list(v) for k, v in source.chunk_keys.items()},
+        "tls": asdict(source.tls), "connect_timeout": source.connect_timeout,
+    })
+
+
+def source_from_spec(spec: str, password: str) -> SourceConfig:
+    d = json.loads(spec)
+    return SourceConfig(
+        host=d["host"], port=d["port"], user=d["user"], password=Secret(password), server_id=d["server_id"],
+        tables=tuple(d["tables"]), exclude=tuple(d["exclude"]),
+        chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()}, tls=TlsConfig(**d["tls"]),
+        connect_timeout=d["connect_timeout"],
+    )
+
+
+class BinlogEndedEarly(RuntimeError):
+    """The dump ended before the planned end of the range (the server lost its tail)."""
+
+
+def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
+    """Decode one file range into change-log tuples (see module doc for the extra column)."""
+    from pymysqlreplication.event import (
+        GtidEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        RotateEvent,
+        StopEvent,
+        XidEvent,
+    )
+    from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+    from binlake.source.binlog import is_transaction_end, open_stream
+    from binlake.source.mysql import BinlogPosition, file_index
+
+    fidx = file_index(rng.file)
+    now = dt.datetime.now(dt.timezone.utc)
+    if rng.end_pos is not None and rng.start_pos >= rng.end_pos:
+        if rng.last:
+            yield (None, None, "heartbeat", fidx, rng.end_pos, HEARTBEAT_ROW, rng.file, None, None,
+                   None, None, None, None, None, now, None)
+        return
+    stream = open_stream(
+        source, source.server_id + 1 + rng.index, BinlogPosition(rng.file, rng.start_pos),
+        only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, StopEvent,
+                     TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
+    schemas: dict[int, tuple[TableSchema, dict[str, Column], str] | None] = {}
+    reported: set[tuple[str, str, str]] = set()
+    gtid: str | None = None
+    emitted = 0
+    stop_pos: int | None = None
+    try:
+        for event in stream:
+            if stream.log_file != rng.file:
+                break  # rotated into the next file: that is another partition's range
+            pos = event.packet.log_pos
+            if isinstance(event, (GtidEvent, MariadbGtidEvent)):
+                gtid = event.gtid
+            elif isinstance(event, TableMapEvent):
+                if not source.captures(event.schema, event.table):
+                    schemas[event.table_id] = None
+                    continue
+                schema = schema_from_table_map(event)
+                version = schema.version()
+                schemas[event.table_id] = (schema, {c.name: c for c in schema.columns}, version)
+                if (schema.database, schema.table, version) not in reported:
+                    reported.add((schema.database, schema.table, version))
+                    yield (schema.database, schema.table, "schema", fidx, pos, 0, rng.file, None, None,
+                           None, None, None, version, None, now, schema.to_json())
+            elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
+                known = schemas.get(event.table_id)
+                if known is None:
+                    continue
+                schema, cols, version = known
+                ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+                sid = event.packet.server_id
+                for i, row in enumerate(event.rows):
+                    if isinstance(event, WriteRowsEvent):
+                        op, before, after = "insert", None, encode_image(schema, cols, row["values"], row["none_sources"])
+                    elif isinstance(event, DeleteRowsEvent):
+                        op, before, after = "delete", encode_image(schema, cols, row["values"], row["none_sources"]), None
+                    else:
+                        op = "update"
+                        before = encode_image(schema, cols, row["before_values"], row["before_none_sources"])
+                        after = encode_image(schema, cols, row["after_values"], row["after_none_sources"])
+                    yield (schema.database, schema.table, op, fidx, pos, i, rng.file, before, after,
+                           ts, gtid, sid, version, None, now, None)
+                    emitted += 1
+            elif isinstance(event, QueryEvent):
+                text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
+                upper = text.strip().upper()
+                if upper not in ("BEGIN", "COMMIT") and not upper.startswith("XA ") and not upper.startswith("SAVEPOINT"):
+                    default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+                    db, table, truncate = parse_ddl(text, default_db or None)
+                    keep = source.captures(db, table) if (db and table) else _db_captured(source, db)
+                    if keep:
+                        ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+                        op = "truncate" if truncate else "ddl"
+                        yield (db, table, op, fidx, pos, 0, rng.file, None, None, ts, gtid,
+                               event.packet.server_id, None, text, now, None)
+            if is_transaction_end(event):
+                gtid = None
+                if rng.last and rng.max_rows is not None and emitted >= rng.max_rows and (
+                    rng.end_pos is None or pos < rng.end_pos
+                ):
+                    stop_pos = pos
+                    break
+            if rng.end_pos is not None and stream.log_pos >= rng.end_pos and stream.log_file == rng.file:
+                stop_pos = rng.end_pos
+                break
+    finally:
+        stream.close()
+    if rng.last:
+        if stop_pos is None:
+            if rng.end_pos is not None:
+                raise BinlogEndedEarly(f"binlog {rng.file} ended before position {rng.end_pos}")
+            stop_pos = stream.log_pos if stream.log_file == rng.file else None
+        yield (None, None, "heartbeat", fidx, stop_pos, HEARTBEAT_ROW, rng.file, None, None,
+               None, None, None, None, None, now, None)
+
+
+class _Partition(InputPartition):
+    def __init__(self, rng: ReadRange):
+        super().__init__(rng.index)
+        self.rng = rng
+
+
+class _Reader(DataSourceReader):
+    def __init__(self, options: dict[str, str]):
+        self.spec = options["spec"]
+        self.password = options["password"]
+        self.ranges = [ReadRange(**r) for r in json.loads(options["ranges"])]
+
+    def partitions(self):
+        return [_Partition(r) for r in self.ranges]
+
+    def read(self, partition):
+        yield from read_range(source_from_spec(self.spec, self.password), partition.rng)
+
+
+class BinlogDataSource(DataSource):
+    """``spark.read.format("binlake_binlog")``: options ``spec``, ``password``, ``ranges``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> str:
+        return READ_SCHEMA
+
+    def reader(self, schema):
+        return _Reader(self.options)
+
+
+def read_dataframe(spark, source: SourceConfig, ranges: list[ReadRange]):
+    """A DataFrame over the ranges; the password travels as an option named ``password``,
+    which Spark redacts in plan text."""
+    spark.dataSource.register(BinlogDataSource)
+    return (
+        spark.read.format(SOURCE_NAME)
+        .option("spec", source_spec(source))
+        .option("password", source.password.reveal())
+        .option("ranges", json.dumps([asdict(r) for r in ranges]))
+        .load()
+    )

@@ -1,0 +1,381 @@
+"""Exactly-once binlog capture into the bronze change log.
+
+One capture batch = one Delta commit to ``bronze/changelog`` holding every change between
+two transaction boundaries ``[start, end)`` plus one ``op='heartbeat'`` row at ``end``.
+The resume position IS the largest heartbeat in the table, so "these events + this resume
+offset" are committed atomically by the single Delta commit: a run killed before the commit
+leaves no trace and the next run reads ``[start, end)`` again; a run killed after it resumes
+at ``end``. Delta idempotent writes (``txnAppId`` / ``txnVersion`` derived from ``start``)
+make a second writer that read the same range a no-op. See docs/capture.md.
+
+Example::
+
+    result = run_capture(spark, config)          # up to the position the server reports now
+    print(result.summary())
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pyspark.errors import AnalysisException
+
+from binlake import faults
+from binlake.bronze.binlog_source import HEARTBEAT_ROW, MAX_PARALLEL_FILES, ReadRange, read_dataframe
+from binlake.bronze.tables import ensure_bronze_tables, record_schemas
+from binlake.config import Config, PurgePolicy, StartupMode
+from binlake.errors import BinlakeError, BinlogPurgedError
+from binlake.lakehouse import CHANGELOG_SCHEMA, Lakehouse
+from binlake.source.binlog import (
+    BinlogFile,
+    check_not_purged,
+    expire_seconds,
+    first_event_time,
+    list_binlogs,
+    position_for_timestamp,
+    purge_warning,
+    wait_for_server,
+)
+from binlake.source.mysql import BinlogPosition, connect, master_status
+from binlake.source.types import TableSchema
+
+log = logging.getLogger("binlake.capture")
+
+TXN_APP_ID = "binlake-capture"
+# How often --continuous asks the server for a new end position when caught up.
+POLL_SECONDS = 1.0
+# A batch that fails (server restart, dropped connection) is planned and read again.
+MAX_ATTEMPTS = 6
+
+
+@dataclass
+class CaptureResult:
+    """What one ``binlake capture`` run did."""
+
+    start: BinlogPosition | None = None
+    end: BinlogPosition | None = None
+    batches: int = 0
+    changes: int = 0
+    ddl: int = 0
+    schemas_recorded: int = 0
+    seconds: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    resnapshot_tables: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        rate = self.changes / self.seconds if self.seconds > 0 else 0.0
+        text = (f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE, "
+                f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)")
+        if self.resnapshot_tables:
+            text += f"; binlog was purged: capture reset and re-snapshotted {', '.join(self.resnapshot_tables)}"
+        for w in self.warnings:
+            text += f"\nwarning: {w}"
+        return text
+
+
+# ---------------------------------------------------------------------------------------
+# public API
+
+
+def run_capture(spark, config: Config, continuous: bool = False, progress=None) -> CaptureResult:
+    """Capture from the stored resume position up to the server's position at start
+    (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``)."""
+    if not isinstance(config, Config):
+        raise TypeError("config must be a binlake.config.Config (use load_config)")
+    started = time.monotonic()
+    lh = Lakehouse(config)
+    ensure_bronze_tables(spark, lh)
+    result = CaptureResult()
+    resume = capture_position(spark, lh)
+    with connect(config.source) as conn:
+        files = list_binlogs(conn)
+        if resume is None:
+            resume = _startup_position(spark, config, lh, conn, files)
+            log.info("no capture state yet: starting (%s) at %s", config.capture.startup.value, resume)
+            # Persist the start at once, so a later run never recomputes it differently.
+            _commit(spark, lh, [], resume, resume, _heartbeat_rows(resume), result)
+        resume = _ensure_not_purged(spark, config, conn, files, resume, result)
+        target = master_status(conn)
+    result.start = resume
+    try:
+        while True:
+            resume = _capture_until(spark, config, lh, resume, target, result, progress)
+            if not continuous:
+                break
+            time.sleep(POLL_SECONDS)
+            with connect(config.source) as conn:
+                target = master_status(conn)
+    except KeyboardInterrupt:
+        if not continuous:
+            raise
+        log.info("capture interrupted; resume position %s is committed", resume)
+    result.end = resume
+    result.seconds = time.monotonic() - started
+    warning = _purge_warning(config, resume)
+    if warning:
+        result.warnings.append(warning)
+    return result
+
+
+def capture_position(spark, lh: Lakehouse) -> BinlogPosition | None:
+    """The stored resume position: the largest heartbeat in the change log (None if none)."""
+    if not lh.changelog.exists(spark):
+        return None
+    rows = spark.sql(
+        f"SELECT binlog_file, pos FROM {lh.changelog.sql} WHERE op = 'heartbeat' "
+        "ORDER BY file_index DESC, pos DESC LIMIT 1"
+    ).collect()
+    return BinlogPosition(rows[0]["binlog_file"], int(rows[0]["pos"])) if rows else None
+
+
+def reset_capture(spark, config: Config) -> BinlogPosition:
+    """Restart capture at the server's current position (after a purge); returns it.
+
+    Changes between the old resume position and the new one are lost to the change log:
+    re-snapshot the captured tables afterwards (``binlake snapshot --reset-capture`` does).
+    """
+    lh = Lakehouse(config)
+    ensure_bronze_tables(spark, lh)
+    old = capture_position(spark, lh)
+    with connect(config.source) as conn:
+        current = master_status(conn)
+    if old is not None and current <= old:
+        return old
+    result = CaptureResult()
+    _commit(spark, lh, [], old or current, current, _heartbeat_rows(current, note="reset-capture"), result)
+    log.warning("capture reset from %s to %s: re-snapshot the captured tables", old, current)
+    return current
+
+
+def capture_status(spark, config: Config) -> dict:
+    """Resume position, server position, lag in bytes, oldest binlog and a purge warning."""
+    lh = Lakehouse(config)
+    resume = capture_position(spark, lh)
+    with connect(config.source) as conn:
+        files = list_binlogs(conn)
+        server = master_status(conn)
+        expiry = expire_seconds(conn)
+    out: dict = {
+        "resume_file": resume.file if resume else None,
+        "resume_pos": resume.pos if resume else None,
+        "server_file": server.file,
+        "server_pos": server.pos,
+        "lag_bytes": _lag_bytes(files, resume, server) if resume else None,
+        "oldest_binlog": files[0].name if files else None,
+        "binlog_files": len(files),
+        "binlog_expire_seconds": expiry,
+        "purge_warning": None,
+    }
+    if resume is not None:
+        closed_at = None
+        later = [f for f in files if f.index > resume.file_index]
+        if expiry and later:
+            closed_at = first_event_time(config.source, config.source.server_id, later[0].name)
+        out["purge_warning"] = purge_warning(files, resume, config.capture.purge_warning_files, expiry, closed_at)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# startup and purge
+
+
+def _startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[BinlogFile]) -> BinlogPosition:
+    mode = config.capture.startup
+    if mode is StartupMode.POSITION:
+        return BinlogPosition.parse(config.capture.start_position or "")
+    if mode is StartupMode.TIMESTAMP:
+        when = dt.datetime.fromisoformat((config.capture.start_timestamp or "").replace("Z", "+00:00"))
+        return position_for_timestamp(config.source, config.source.server_id, files, when)
+    if mode is StartupMode.INITIAL and lh.snapshot_chunks.exists(spark):
+        # Capture must start at or before the smallest low watermark it replays against.
+        rows = spark.sql(
+            f"SELECT lw_file, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
+        ).collect()
+        if rows:
+            return BinlogPosition(rows[0]["lw_file"], int(rows[0]["lw_pos"]))
+    return master_status(conn)
+
+
+def _captured_table_names(config: Config, conn) -> list[str]:
+    from binlake.source.catalog import captured_tables
+
+    return [f"{db}.{t}" for db, t in captured_tables(conn, config.source)]
+
+
+def _ensure_not_purged(spark, config: Config, conn, files, resume: BinlogPosition, result: CaptureResult) -> BinlogPosition:
+    try:
+        check_not_purged(files, resume, _captured_table_names(config, conn))
+        return resume
+    except BinlogPurgedError as exc:
+        if config.capture.on_purge is not PurgePolicy.RESNAPSHOT:
+            raise
+        log.warning("%s; capture.on_purge=resnapshot: resetting capture and re-snapshotting", exc)
+        new = reset_capture(spark, config)
+        from binlake.bronze.snapshot import run_snapshot
+
+        run_snapshot(spark, config, tables=exc.tables)
+        result.resnapshot_tables = list(exc.tables)
+        return new
+
+
+def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
+    try:
+        with connect(config.source) as conn:
+            return purge_warning(list_binlogs(conn), resume, config.capture.purge_warning_files)
+    except BinlakeError:
+        return None
+
+
+def _lag_bytes(files: list[BinlogFile], resume: BinlogPosition, server: BinlogPosition) -> int:
+    if resume >= server:
+        return 0
+    if resume.file_index == server.file_index:
+        return server.pos - resume.pos
+    lag = 0
+    for f in files:
+        if f.index == resume.file_index:
+            lag += max(0, f.size - resume.pos)
+        elif resume.file_index < f.index < server.file_index:
+            lag += f.size
+        elif f.index == server.file_index:
+            lag += server.pos
+    return lag
+
+
+# ---------------------------------------------------------------------------------------
+# batches
+
+
+def plan_ranges(files: list[BinlogFile], start: BinlogPosition, end: BinlogPosition, max_files: int,
+                max_rows: int | None) -> list[ReadRange]:
+    """Cut ``[start, end)`` at file boundaries into at most ``max_files`` partitions.
+
+    When the range spans more files than that, the batch ends at the end of the last
+    planned file (a closed file's end is a transaction boundary: its ROTATE event).
+    """
+    if max_files < 1:
+        raise ValueError(f"max_files must be >= 1, got {max_files}")
+    ranges: list[ReadRange] = []
+    for f in files:
+        if not start.file_index <= f.index <= end.file_index:
+            continue
+        s = start.pos if f.index == start.file_index else 4
+        e = end.pos if f.index == end.file_index else f.size
+        if s >= e:
+            continue
+        ranges.append(ReadRange(index=len(ranges), file=f.name, start_pos=s, end_pos=e, last=False))
+        if len(ranges) == max_files:
+            break
+    if ranges:
+        last = ranges[-1]
+        ranges[-1] = ReadRange(last.index, last.file, last.start_pos, last.end_pos, True, max_rows)
+    return ranges
+
+
+def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition, target: BinlogPosition,
+                   result: CaptureResult, progress) -> BinlogPosition:
+    max_files = max(1, min(MAX_PARALLEL_FILES, spark.sparkContext.defaultParallelism))
+    attempts = 0
+    task_cm = None
+    task = None
+    if progress is not None and resume < target:
+        task_cm = progress.task("capture", total=max(1, target.file_index - resume.file_index + 1), unit="files")
+        task = task_cm.__enter__()
+    try:
+        while resume < target:
+            try:
+                with connect(config.source) as conn:
+                    files = list_binlogs(conn)
+                check_not_purged(files, resume, [])
+                ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
+                if not ranges:
+                    new = _commit(spark, lh, [], resume, target, _heartbeat_rows(target), result)
+                else:
+                    new = _read_and_commit(spark, config, lh, resume, ranges, result)
+                attempts = 0
+            except BinlakeError:
+                raise
+            except AnalysisException:
+                raise  # a planning error, not a transient one: retrying cannot help
+            except Exception as exc:  # noqa: BLE001 - server restarts and dropped dumps are retried
+                attempts += 1
+                if attempts >= MAX_ATTEMPTS:
+                    raise
+                first = (str(exc).strip().splitlines() or [""])[0][:200]
+                log.warning("capture batch from %s failed (%s: %s); retrying (%d/%d)", resume,
+                            type(exc).__name__, first, attempts, MAX_ATTEMPTS - 1)
+                time.sleep(min(2 ** attempts, 10))
+                wait_for_server(config.source, timeout=120)
+                continue
+            if task is not None:
+                task.advance(max(0, new.file_index - resume.file_index), items=0)
+            resume = new
+    finally:
+        if task_cm is not None:
+            task_cm.__exit__(None, None, None)
+    return resume
+
+
+def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition, ranges: list[ReadRange],
+                     result: CaptureResult) -> BinlogPosition:
+    from pyspark import StorageLevel
+
+    df = read_dataframe(spark, config.source, ranges).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        side = df.where("op IN ('schema', 'heartbeat')").collect()
+        beats = [r for r in side if r["op"] == "heartbeat"]
+        if len(beats) != 1:
+            raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
+        end = BinlogPosition(beats[0]["binlog_file"], int(beats[0]["pos"]))
+        schemas = [(TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
+                   for r in side if r["op"] == "schema"]
+        changes = df.where("op != 'schema'").drop("schema_json")
+        return _commit(spark, lh, schemas, start, end, changes, result)
+    finally:
+        df.unpersist()
+
+
+def _heartbeat_rows(pos: BinlogPosition, note: str | None = None):
+    now = dt.datetime.now(dt.timezone.utc)
+    return [(None, None, "heartbeat", pos.file_index, pos.pos, HEARTBEAT_ROW, pos.file, None, None,
+             None, None, None, None, note, now)]
+
+
+def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPosition, changes,
+            result: CaptureResult) -> BinlogPosition:
+    """One Delta commit: the batch's changes and its end heartbeat. Returns the resume position."""
+    if schemas:
+        # Before the change log commit: a crash in between re-reads the batch and records
+        # nothing twice (record_schemas skips known versions), while the reverse order could
+        # lose a schema version for good.
+        result.schemas_recorded += record_schemas(spark, lh, schemas)
+    if isinstance(changes, list):
+        changes = spark.createDataFrame(changes, CHANGELOG_SCHEMA)
+    counts = {r["op"]: r["n"] for r in changes.groupBy("op").count().withColumnRenamed("count", "n").collect()}
+    tag = json.dumps({"capture_start": str(start), "capture_end": str(end), "id": uuid.uuid4().hex})
+    # Two writers that read the same start get the same version: Delta keeps the first.
+    # A batch that moves past ``start`` gets an odd version, a bare heartbeat at ``start`` an even one.
+    version = 2 * _key(start) + (1 if end > start else 0)
+    writer = (changes.write.format("delta").mode("append")
+              .option("txnAppId", TXN_APP_ID).option("txnVersion", str(version)).option("userMetadata", tag))
+    lh.changelog.save(writer)
+    faults.point("capture.after_commit")
+    last = lh.changelog.delta(spark).history(1).collect()[0]
+    if last["userMetadata"] != tag:
+        # Another capture process committed this range first; continue from what it stored.
+        stored = capture_position(spark, lh)
+        log.warning("another capture run committed the batch starting at %s; continuing from %s", start, stored)
+        return stored or end
+    result.batches += 1
+    result.changes += sum(n for op, n in counts.items() if op in ("insert", "update", "delete"))
+    result.ddl += sum(n for op, n in counts.items() if op in ("ddl", "truncate"))
+    return end
+
+
+def _key(pos: BinlogPosition) -> int:
+    return (pos.file_index << 32) | pos.pos

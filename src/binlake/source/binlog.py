@@ -1,0 +1,223 @@
+"""The source's binlog files: listing, purge detection, timestamp startup, purge forecasting.
+
+Everything here talks to the server through ordinary SQL (``SHOW BINARY LOGS``,
+``SHOW GLOBAL VARIABLES``) or a short non-blocking binlog dump through
+python-mysql-replication. Nothing keeps a dump connection open after it returns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pymysql
+
+from binlake.config import SourceConfig
+from binlake.errors import BinlogPurgedError
+from binlake.source.mysql import BinlogPosition, binary_logs, connection_kwargs, file_index, server_variables
+
+# The first event of every binlog file starts here (after the 4-byte magic number).
+FILE_START = 4
+
+
+@dataclass(frozen=True)
+class BinlogFile:
+    name: str
+    size: int
+
+    @property
+    def index(self) -> int:
+        return file_index(self.name)
+
+    @property
+    def start(self) -> BinlogPosition:
+        return BinlogPosition(self.name, FILE_START)
+
+    @property
+    def end(self) -> BinlogPosition:
+        return BinlogPosition(self.name, self.size)
+
+
+def list_binlogs(conn: pymysql.connections.Connection) -> list[BinlogFile]:
+    """Every binlog file still on the server, oldest first."""
+    files = [BinlogFile(name, size) for name, size in binary_logs(conn)]
+    return sorted(files, key=lambda f: f.index)
+
+
+def check_not_purged(files: list[BinlogFile], resume: BinlogPosition, tables: list[str]) -> None:
+    """Raise :class:`BinlogPurgedError` when ``resume`` lies in a file the server no longer has."""
+    if not files:
+        raise BinlogPurgedError(resume.file, "(none)", tables)
+    oldest = files[0]
+    if resume.file_index < oldest.index or resume.file_index not in {f.index for f in files}:
+        raise BinlogPurgedError(resume.file, oldest.name, tables)
+
+
+def stream_settings(source: SourceConfig) -> dict[str, Any]:
+    """pymysql settings for python-mysql-replication (it opens its own connections)."""
+    kwargs = connection_kwargs(source)
+    kwargs.pop("database", None)
+    return kwargs
+
+
+def open_stream(source: SourceConfig, server_id: int, start: BinlogPosition, **extra: Any):
+    """A non-blocking binlog dump from ``start``; the caller closes it."""
+    from pymysqlreplication import BinLogStreamReader
+
+    return BinLogStreamReader(
+        connection_settings=stream_settings(source),
+        server_id=server_id,
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=False,
+        **extra,
+    )
+
+
+def first_event_time(source: SourceConfig, server_id: int, file: str) -> dt.datetime | None:
+    """The UTC time of the first real event in ``file`` (its FORMAT_DESCRIPTION event).
+
+    The fake ROTATE the server sends first has timestamp 0 and is skipped.
+    """
+    stream = open_stream(source, server_id, BinlogPosition(file, FILE_START))
+    try:
+        for event in stream:
+            if event.timestamp:
+                return dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
+            if stream.log_file != file:
+                return None
+        return None
+    finally:
+        stream.close()
+
+
+def position_for_timestamp(
+    source: SourceConfig, server_id: int, files: list[BinlogFile], when: dt.datetime
+) -> BinlogPosition:
+    """The first transaction boundary whose next transaction was written at or after ``when``.
+
+    Binary search over the files' first-event times finds the last file that started at or
+    before ``when`` (O(log n) short dumps); one scan of that file finds the boundary.
+    Earlier than every file: the oldest file's start. Later than everything: the end.
+    """
+    if not files:
+        raise ValueError("the server has no binlog files")
+    if when.tzinfo is None:
+        raise ValueError("when must be timezone-aware")
+    lo, hi = 0, len(files) - 1
+    found = -1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        started = first_event_time(source, server_id, files[mid].name)
+        if started is not None and started <= when:
+            found = mid
+            lo = mid + 1
+        else:
+            hi = mid - 1
+    if found < 0:
+        return files[0].start
+    return _scan_for_timestamp(source, server_id, files[found], when)
+
+
+def _scan_for_timestamp(source: SourceConfig, server_id: int, file: BinlogFile, when: dt.datetime) -> BinlogPosition:
+    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+
+    target = when.timestamp()
+    boundary = file.start
+    stream = open_stream(source, server_id, file.start,
+                         only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
+    try:
+        for event in stream:
+            if stream.log_file != file.name:
+                break
+            starts_transaction = isinstance(event, (GtidEvent, MariadbGtidEvent)) or (
+                isinstance(event, QueryEvent) and _query_text(event) == "BEGIN"
+            )
+            if starts_transaction and event.timestamp >= target:
+                return boundary
+            if is_transaction_end(event):
+                boundary = BinlogPosition(file.name, event.packet.log_pos)
+        return boundary
+    finally:
+        stream.close()
+
+
+def _query_text(event) -> str:
+    q = event.query
+    return (q.decode("utf-8", "replace") if isinstance(q, bytes) else str(q)).strip()
+
+
+def is_transaction_end(event) -> bool:
+    """True when the binlog is at a transaction boundary right after ``event``."""
+    from pymysqlreplication.event import QueryEvent, XidEvent
+
+    if isinstance(event, XidEvent):
+        return True
+    if isinstance(event, QueryEvent):
+        text = _query_text(event).upper()
+        # DDL commits implicitly; BEGIN opens a transaction; XA statements stay inside one.
+        return text != "BEGIN" and not text.startswith("XA ")
+    return False
+
+
+def expire_seconds(conn: pymysql.connections.Connection) -> int | None:
+    """The server's binlog expiry in seconds, or None when binlogs never expire by time."""
+    v = server_variables(conn, "binlog_expire_logs_seconds", "expire_logs_days")
+    seconds = int(float(v.get("binlog_expire_logs_seconds", "0") or 0))
+    if seconds > 0:
+        return seconds
+    days = float(v.get("expire_logs_days", "0") or 0)
+    return int(days * 86400) if days > 0 else None
+
+
+def purge_warning(
+    files: list[BinlogFile],
+    resume: BinlogPosition,
+    warning_files: int,
+    expire_after: int | None = None,
+    resume_file_closed_at: dt.datetime | None = None,
+    now: dt.datetime | None = None,
+) -> str | None:
+    """A warning text when the resume file is purged or close to being purged, else None.
+
+    Two independent forecasts: by count (the resume file is within ``warning_files`` of the
+    oldest file, so a few rotations plus a ``PURGE`` or size-based expiry take it), and by
+    time (the server expires a file ``expire_after`` seconds after it was closed; warn once
+    80% of that has passed).
+    """
+    if not files:
+        return f"the server lists no binlog files; capture cannot resume at {resume}"
+    oldest = files[0]
+    if resume.file_index < oldest.index:
+        return (f"resume file {resume.file} has been purged (oldest on server: {oldest.name}); "
+                "run: binlake snapshot --reset-capture")
+    ahead = resume.file_index - oldest.index
+    if ahead < warning_files:
+        return (f"resume file {resume.file} is {ahead} file(s) from the oldest binlog {oldest.name} "
+                f"(capture.purge_warning_files={warning_files}): run capture now or raise the server's binlog retention")
+    if expire_after and resume_file_closed_at is not None:
+        now = now or dt.datetime.now(dt.timezone.utc)
+        age = (now - resume_file_closed_at).total_seconds()
+        if age >= 0.8 * expire_after:
+            left = max(0, expire_after - age)
+            return (f"resume file {resume.file} will be expired by the server in about {left / 3600:.1f} h "
+                    f"(binlog expiry {expire_after / 3600:.1f} h): run capture now")
+    return None
+
+
+def wait_for_server(source: SourceConfig, timeout: float = 60.0) -> None:
+    """Block until the source accepts connections again (e.g. after a restart)."""
+    from binlake.source.mysql import connect
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            connect(source).close()
+            return
+        except Exception:  # noqa: BLE001 - keep polling until the deadline
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
