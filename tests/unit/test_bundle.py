@@ -317,9 +317,9 @@ def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
         inv = parse_job_args(argv)
         build_parser().parse_args(["--config", "x.yml", *inv.cli_args])
         text = inv.config_yaml
-        assert "{{secrets/binlake/mysql-password}}" in text, f"{job_key}.{task['task_key']}: password is not a secret reference"
+        assert "{{secrets/binlake/mysql-cdc}}" in text, f"{job_key}.{task['task_key']}: password is not a secret reference"
         # Loads as a real config once the secret reference is swapped for a stand-in.
-        cfg = load_config_text(text.replace("'{{secrets/binlake/mysql-password}}'", "stand-in"))
+        cfg = load_config_text(text.replace("'{{secrets/binlake/mysql-cdc}}'", "stand-in"))
         assert cfg.lakehouse.catalog == "main" and cfg.lakehouse.system_path.startswith("/Volumes/main/")
 
 

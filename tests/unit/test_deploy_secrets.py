@@ -111,7 +111,7 @@ class NotebookDbutils:
 
 
 CONFIG = """
-source: {host: db.internal, user: cdc, password: "{{secrets/binlake/mysql-password}}", server_id: 5401, tables: ["shop.*"]}
+source: {host: db.internal, user: cdc, password: "{{secrets/binlake/mysql-cdc}}", server_id: 5401, tables: ["shop.*"]}
 lakehouse: {catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_system}
 """
 
@@ -121,7 +121,7 @@ lakehouse: {catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_sys
 
 
 def test_a_secret_reference_in_the_config_is_resolved_through_the_secrets_api(workspace):
-    workspace.put("binlake", "mysql-password", PASSWORD)
+    workspace.put("binlake", "mysql-cdc", PASSWORD)
     config = load_config_text(CONFIG)
     assert config.source.password.reveal() == PASSWORD
     assert "/api/2.0/secrets/get" in workspace.requests
@@ -134,10 +134,10 @@ def test_the_api_value_is_base64_decoded_to_text(workspace):
 
 def test_a_missing_secret_names_scope_key_and_the_command_that_creates_it(workspace):
     with pytest.raises(SecretError) as exc:
-        resolve_secret("binlake", "mysql-password", client=workspace.client())
+        resolve_secret("binlake", "mysql-cdc", client=workspace.client())
     assert str(exc.value) == (
-        "Databricks secret binlake/mysql-password does not exist: create it with "
-        "`databricks secrets put-secret binlake mysql-password` (first `databricks secrets create-scope binlake` "
+        "Databricks secret binlake/mysql-cdc does not exist: create it with "
+        "`databricks secrets put-secret binlake mysql-cdc` (first `databricks secrets create-scope binlake` "
         "if the scope is new), or change the reference (bundle variables mysql_secret_scope, mysql_secret_key)"
     )
     assert exc.value.exit_code == 2, "a secret problem is a config problem"
@@ -177,19 +177,19 @@ def test_malformed_names_are_refused_before_any_request(workspace, scope, key):
 
 
 def test_the_value_never_reaches_the_log(workspace, caplog):
-    workspace.put("binlake", "mysql-password", PASSWORD)
+    workspace.put("binlake", "mysql-cdc", PASSWORD)
     with caplog.at_level(logging.DEBUG):
-        resolve_secret("binlake", "mysql-password")
-    assert "binlake/mysql-password" in caplog.text
+        resolve_secret("binlake", "mysql-cdc")
+    assert "binlake/mysql-cdc" in caplog.text
     assert PASSWORD not in caplog.text
     assert PASSWORD not in repr(load_config_text(CONFIG))
 
 
 def test_in_a_notebook_dbutils_reads_the_secret_and_no_request_is_made(workspace):
-    dbutils = NotebookDbutils({("binlake", "mysql-password"): PASSWORD})
+    dbutils = NotebookDbutils({("binlake", "mysql-cdc"): PASSWORD})
     runtime = current_runtime(environ={"DATABRICKS_RUNTIME_VERSION": "17.3"}, dbutils=dbutils)
     assert runtime.kind is RuntimeKind.DATABRICKS_NOTEBOOK
-    assert runtime.secret("binlake", "mysql-password") == PASSWORD
+    assert runtime.secret("binlake", "mysql-cdc") == PASSWORD
     assert workspace.requests == []
 
 
@@ -204,9 +204,9 @@ def test_without_any_databricks_auth_the_error_says_what_to_set(monkeypatch, tmp
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.databrickscfg
     monkeypatch.setenv("DATABRICKS_CONFIG_FILE", str(tmp_path / "none.cfg"))
     with pytest.raises(SecretError) as exc:
-        resolve_secret("binlake", "mysql-password")
+        resolve_secret("binlake", "mysql-cdc")
     assert str(exc.value) == (
-        "cannot read Databricks secret binlake/mysql-password: no Databricks authentication is configured here; "
+        "cannot read Databricks secret binlake/mysql-cdc: no Databricks authentication is configured here; "
         "set DATABRICKS_HOST and DATABRICKS_TOKEN (or DATABRICKS_CONFIG_PROFILE), or run `databricks auth login`"
     )
 
@@ -222,7 +222,7 @@ def test_the_runtime_is_local_off_databricks_and_a_job_on_a_cluster_without_a_no
 
 def test_on_databricks_a_local_lakehouse_path_is_refused_with_the_fix():
     runtime = Runtime(RuntimeKind.DATABRICKS_JOB)
-    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-password}}", "pw").replace(
+    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
         "{catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_system}", "{path: /tmp/lake}"))
     with pytest.raises(ConfigError, match=r"^lakehouse.path '/tmp/lake' is a local directory but binlake runs on Databricks"):
         runtime.lakehouse(cfg)
@@ -230,11 +230,11 @@ def test_on_databricks_a_local_lakehouse_path_is_refused_with_the_fix():
 
 
 def test_on_databricks_checkpoints_must_be_on_a_volume():
-    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-password}}", "pw").replace(
+    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
         "/Volumes/main/binlake_bronze/binlake_system", "dbfs:/tmp/cp"))
     with pytest.raises(ConfigError, match=r"lakehouse.system_path 'dbfs:/tmp/cp' is not a Unity Catalog volume"):
         Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(cfg)
-    lake = Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(load_config_text(CONFIG.replace("{{secrets/binlake/mysql-password}}", "pw")))
+    lake = Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw")))
     assert lake.changelog.name == "`main`.`bronze`.`changelog`"
     assert lake.silver("shop", "orders").name == "`main`.`silver`.`shop__orders`"
     assert lake.checkpoint("capture") == "/Volumes/main/binlake_bronze/binlake_system/checkpoints/capture"
@@ -247,16 +247,16 @@ def test_on_databricks_checkpoints_must_be_on_a_volume():
 BUNDLE_ARGS = [
     "--catalog=main", "--bronze-schema=binlake_bronze", "--silver-schema=binlake_silver", "--gold-schema=binlake_gold",
     "--system-path=/Volumes/main/binlake_bronze/binlake_system", "--mysql-host=db.internal", "--mysql-port=3306",
-    "--mysql-user=cdc", "--mysql-server-id=5401", "--mysql-password-secret=binlake/mysql-password",
+    "--mysql-user=cdc", "--mysql-server-id=5401", "--mysql-password-secret=binlake/mysql-cdc",
     "--tables=shop.*,crm.customers",
 ]
 
 
 def test_the_job_flags_become_the_config_the_cli_reads_with_the_password_as_a_reference(workspace):
-    workspace.put("binlake", "mysql-password", PASSWORD)
+    workspace.put("binlake", "mysql-cdc", PASSWORD)
     inv = parse_job_args([*BUNDLE_ARGS, "capture", "--until-now"])
     assert inv.cli_args == ("capture", "--until-now")
-    assert PASSWORD not in inv.config_yaml and "{{secrets/binlake/mysql-password}}" in inv.config_yaml
+    assert PASSWORD not in inv.config_yaml and "{{secrets/binlake/mysql-cdc}}" in inv.config_yaml
     cfg = load_config_text(inv.config_yaml)
     assert cfg.source.tables == ("shop.*", "crm.customers") and cfg.source.server_id == 5401
     assert cfg.lakehouse.gold_schema == "binlake_gold" and cfg.source.password.reveal() == PASSWORD
@@ -290,7 +290,7 @@ def test_settings_file_supplies_the_other_sections_and_flags_win(tmp_path):
     settings = tmp_path / "binlake.yml"
     settings.write_text("snapshot: {chunk_size: 1000}\nsource: {host: old-host, port: 3307}\n")
     inv = parse_job_args(["--settings", str(settings), *BUNDLE_ARGS, "silver"])
-    cfg = load_config_text(inv.config_yaml.replace("'{{secrets/binlake/mysql-password}}'", "pw"))
+    cfg = load_config_text(inv.config_yaml.replace("'{{secrets/binlake/mysql-cdc}}'", "pw"))
     assert cfg.snapshot.chunk_size == 1000 and cfg.source.host == "db.internal" and cfg.source.port == 3306
 
 

@@ -8,7 +8,7 @@ ordinary CLI, so a job task and ``binlake --config binlake.yml`` share one code 
     binlake-job --catalog=main --bronze-schema=binlake_bronze --silver-schema=binlake_silver \\
         --gold-schema=binlake_gold --system-path=/Volumes/main/binlake_bronze/binlake_system \\
         --mysql-host=db.internal --mysql-user=cdc --mysql-server-id=5401 \\
-        --mysql-password-secret=binlake/mysql-password --tables=shop.* capture --until-now
+        --mysql-password-secret=binlake/mysql-cdc --tables=shop.* capture --until-now
 
 Job parameters arrive as text, so three command flags take a value instead of repeating or
 being present: ``--table-list=a.b,c.d`` (empty: all tables) becomes ``--table a.b --table c.d``;
@@ -104,7 +104,7 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         if not (sep and scope and key) or "/" in key:
             raise ConfigError(
                 f"--mysql-password-secret {ns.mysql_password_secret!r} is not SCOPE/KEY: "
-                "write it like binlake/mysql-password (bundle variables mysql_secret_scope and mysql_secret_key)"
+                "write it like binlake/mysql-cdc (bundle variables mysql_secret_scope and mysql_secret_key)"
             )
         source["password"] = "{{secrets/" + scope + "/" + key + "}}"
     elif ns.mysql_password_env is not None:

@@ -10,7 +10,7 @@ traceback: errors name the scope and key and say how to fix the problem.
 Example (a configured workspace, e.g. ``DATABRICKS_HOST`` and ``DATABRICKS_TOKEN`` set)::
 
     >>> from binlake.deploy.secrets import resolve_secret
-    >>> password = resolve_secret("binlake", "mysql-password")  # doctest: +SKIP
+    >>> password = resolve_secret("binlake", "mysql-cdc")  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def resolve_secret(scope: str, key: str, *, client: Any = None, dbutils: Any = N
         if not isinstance(name, str) or not _NAME.match(name):
             raise SecretError(
                 f"secret {what} {name!r} is not a valid name: use letters, digits, '-', '_' and '.' "
-                "(at most 128 characters), as in {{secrets/binlake/mysql-password}}"
+                "(at most 128 characters), as in {{secrets/binlake/mysql-cdc}}"
             )
     if client is None and dbutils is None:
         from binlake.deploy.runtime import current_runtime
