@@ -334,3 +334,16 @@ def test_a_relative_lakehouse_path_in_the_settings_file_stays_relative_to_that_f
     settings.write_text("source: {host: h, user: u, password: pw, server_id: 9, tables: [a.*]}\nlakehouse: {path: ../lake}\n")
     inv = parse_job_args(["--settings", str(settings), "status"])
     assert inv.settings["lakehouse"]["path"] == str(tmp_path / "lake")
+
+
+def test_an_unreachable_workspace_is_a_secret_error_not_a_traceback():
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    from databricks.sdk.core import Config as SdkConfig
+
+    client = WorkspaceClient(config=SdkConfig(host=f"http://127.0.0.1:{port}", token="x", retry_timeout_seconds=1))
+    with pytest.raises(SecretError, match=r"^cannot read Databricks secret s/k: the workspace cannot be reached"):
+        resolve_secret("s", "k", client=client)

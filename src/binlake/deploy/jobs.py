@@ -76,6 +76,10 @@ def collect_jobs(client: Any, bundle_name: str, runs_per_job: int = 3) -> list[d
             f"cannot list jobs on {_host(client)} ({type(exc).__name__}: {exc.error_code or 'error'}): "
             "check that the workspace is reachable and retry"
         ) from None
+    except OSError as exc:  # connection refused, DNS, TLS: requests' errors are OSErrors
+        raise DatabricksApiError(
+            f"cannot reach {_host(client)} to list jobs ({type(exc).__name__}): check DATABRICKS_HOST and the network"
+        ) from None
 
 
 def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:

@@ -104,6 +104,11 @@ def _via_api(client: Any, scope: str, key: str) -> str:
             f"cannot read Databricks secret {scope}/{key} ({type(exc).__name__}: {exc.error_code or 'error'}): "
             "check that the workspace is reachable and retry"
         ) from None
+    except OSError as exc:  # connection refused, DNS, TLS: requests' errors are OSErrors
+        raise SecretError(
+            f"cannot read Databricks secret {scope}/{key}: the workspace cannot be reached ({type(exc).__name__}); "
+            "check DATABRICKS_HOST and the network, then retry"
+        ) from None
     encoded = getattr(response, "value", None)
     if encoded is None:
         raise _not_found(scope, key)
