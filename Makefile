@@ -14,7 +14,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv .venv
 	.venv/bin/pip install -q --upgrade pip
-	.venv/bin/pip install -q -e '.[test]'
+	.venv/bin/pip install -q -e '.[local,test]'
 	@rm -f .venv/.installed-*; touch $@
 
 mariadb-package:
