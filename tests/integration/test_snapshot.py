@@ -1,0 +1,248 @@
+"""The chunked snapshot against a real MariaDB into real Delta tables.
+
+What must hold (DESIGN.md sections 1, 2 and 6): trusted snapshot rows (those whose
+(snapshot_id, chunk_id, attempt_id) has a manifest row) equal the source; chunks partition
+the key space; each chunk's rows carry its low watermark and changes inside the
+watermark window win over the snapshot row; a run killed anywhere converges on re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from binlake.bronze.chunking import key_from_json
+from binlake.bronze.snapshot import BARRIER_ENV, resnapshot_chunks, run_snapshot
+from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, chunk_checksum, reader_options
+from binlake.errors import ConfigError
+from binlake.lakehouse import Lakehouse
+from binlake.source.catalog import table_schema
+from binlake.source.mysql import connect, master_status, qualified
+
+ROOT = Path(__file__).resolve().parents[2]
+BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
+TOP = 2**64 - 1
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def source_rows(config, db: str, table: str) -> dict[tuple, dict]:
+    """The source table encoded like the snapshot does it, by key."""
+    with connect(config.source) as conn:
+        schema = table_schema(conn, config.source, db, table)
+        from binlake.source.types import encode_value
+
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT * FROM {qualified(db, table)}")
+            names = [d[0] for d in cur.description]
+            out = {}
+            for values in cur.fetchall():
+                row = {n: encode_value(schema.column(n), v) for n, v in zip(names, values)}
+                out[tuple(row[k] for k in schema.key)] = row
+    return out
+
+
+def manifest(spark, lh, db: str, table: str, snapshot_id: str | None = None) -> list:
+    df = lh.snapshot_chunks.read(spark).where(f"db = '{db}' AND `table` = '{table}'")
+    if snapshot_id:
+        df = df.where(f"snapshot_id = '{snapshot_id}'")
+    return df.orderBy("chunk_id").collect()
+
+
+def trusted_rows(spark, lh, snapshot_id: str) -> list:
+    """Data rows silver would trust: joined to the manifest on the attempt that committed."""
+    rows = lh.snapshot_rows.read(spark).where(f"snapshot_id = '{snapshot_id}' AND `row` IS NOT NULL")
+    chunks = lh.snapshot_chunks.read(spark).select("snapshot_id", "chunk_id", "attempt_id")
+    return rows.join(chunks, ["snapshot_id", "chunk_id", "attempt_id"]).collect()
+
+
+def latest_snapshot_id(spark, lh, db: str, table: str) -> str:
+    r = (lh.snapshot_plan.read(spark).where(f"db = '{db}' AND `table` = '{table}'")
+         .orderBy("planned_at", ascending=False).first())
+    return r["snapshot_id"]
+
+
+def key_of(row: dict, key_cols) -> tuple:
+    return tuple(row[k] for k in key_cols)
+
+
+def assert_snapshot_matches_source(spark, config, db: str, table: str, chunk_size: int | None = None) -> str:
+    lh = Lakehouse(config)
+    sid = latest_snapshot_id(spark, lh, db, table)
+    plan = lh.snapshot_plan.read(spark).where(f"snapshot_id = '{sid}'").orderBy("chunk_id").collect()
+    chunks = manifest(spark, lh, db, table, sid)
+    # Exactly one manifest row per planned chunk.
+    assert [c["chunk_id"] for c in chunks] == [p["chunk_id"] for p in plan]
+    # The chunks partition the key space: open ends, shared inner bounds.
+    assert plan[0]["start_key"] is None and plan[-1]["end_key"] is None
+    assert all(a["end_key"] == b["start_key"] for a, b in zip(plan, plan[1:]))
+    rows = trusted_rows(spark, lh, sid)
+    expected = source_rows(config, db, table)
+    key_cols = list(plan[0]["key_columns"])
+    got = {key_of(r["row"], key_cols): dict(r["row"]) for r in rows}
+    assert len(got) == len(rows), "a key was read twice"
+    assert got == expected
+    by_chunk: dict[int, list] = {}
+    for r in rows:
+        by_chunk.setdefault(r["chunk_id"], []).append(r)
+    for c in chunks:
+        mine = by_chunk.get(c["chunk_id"], [])
+        assert c["row_count"] == len(mine)
+        assert c["checksum"] == chunk_checksum(dict(r["row"]) for r in mine)
+        # A snapshot row's _cdc_seq is (lw, -1): the rows carry their chunk's low watermark.
+        assert all((r["lw_file_index"], r["lw_pos"]) == (c["lw_file_index"], c["lw_pos"]) for r in mine)
+        assert (c["lw_file_index"], c["lw_pos"]) <= (c["hw_file_index"], c["hw_pos"])
+        if chunk_size is not None:
+            assert c["row_count"] <= chunk_size
+    return sid
+
+
+@pytest.fixture
+def shop(mariadb, database):
+    """Six tables covering every key shape the planner must handle."""
+    db = database
+    mariadb.execute(
+        "CREATE TABLE items (id INT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20), price DECIMAL(9,2), "
+        "made DATETIME(6), seen TIMESTAMP(3) NULL)",
+        "CREATE TABLE bigu (id BIGINT UNSIGNED PRIMARY KEY, v VARCHAR(10))",
+        "CREATE TABLE pairs (a INT NOT NULL, b VARCHAR(10) NOT NULL, v INT, PRIMARY KEY (a, b))",
+        "CREATE TABLE words (w VARCHAR(40) COLLATE utf8mb4_general_ci PRIMARY KEY, n INT)",
+        "CREATE TABLE nokey (code CHAR(8) NOT NULL, v INT, UNIQUE KEY (code))",
+        "CREATE TABLE moments (at DATETIME(6) PRIMARY KEY, v INT)",
+        database=db,
+    )
+    stmts = []
+    for i in range(1, 41):
+        stmts.append(f"INSERT INTO items (name, price, made, seen) VALUES ('item{i}', {i}.25, "
+                     f"'2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}', '2026-03-01 12:00:00.{i % 1000:03d}')")
+    big = [0, 1, 2**32, 2**63 - 1, 2**63, 2**63 + 1] + [TOP - i for i in range(20)] + [10**15 + 7 * i for i in range(10)]
+    stmts.append("INSERT INTO bigu VALUES " + ",".join(f"({k}, 'v{j}')" for j, k in enumerate(big)))
+    stmts.append("INSERT INTO pairs VALUES " + ",".join(f"({a}, '{b}', {a * 10})" for a in range(6) for b in ("x", "Y", "z", "ä", "aa", "B")))
+    words = ["apple", "Banana", "cherry", "Dates", "éclair", "fig", "Grape", "hazel", "Ice", "jam", "Kiwi", "lime",
+             "Mango", "nut", "Olive", "pear", "Quince", "rye", "Sage", "thyme", "Ugli", "vanilla", "Walnut", "yam",
+             "Zucchini", "ärger", "Öl", "zz", "ZZZ", "a b", "a"]
+    stmts.append("INSERT INTO words VALUES " + ",".join(f"('{w}', {i})" for i, w in enumerate(words)))
+    stmts.append("INSERT INTO nokey VALUES " + ",".join(f"('c{i * 37 % 1000:07d}', {i})" for i in range(30)))
+    stmts.append("INSERT INTO moments VALUES " + ",".join(f"('2026-02-{1 + i % 27:02d} {i % 24:02d}:00:00.{i:06d}', {i})" for i in range(35)))
+    mariadb.execute(*stmts, database=db)
+    return db
+
+
+# --- tests ----------------------------------------------------------------------------------
+
+
+def test_snapshot_of_every_key_shape_equals_the_source(spark, shop, make_config):
+    db = shop
+    config = make_config([f"{db}.*"], snapshot={"chunk_size": 6, "parallelism": 2, "chunks_per_commit": 10},
+                         source={"chunk_keys": {f"{db}.nokey": ["code"]}})
+    result = run_snapshot(spark, config)
+    lh = Lakehouse(config)
+    assert {t.name for t in result.tables} == {f"{db}.{t}" for t in ("items", "bigu", "pairs", "words", "nokey", "moments")}
+    assert result.rows == 40 + 36 + 36 + 31 + 30 + 35
+    for t in ("items", "bigu", "pairs", "words", "nokey", "moments"):
+        assert_snapshot_matches_source(spark, config, db, t, chunk_size=6)
+
+    plan = {t: lh.snapshot_plan.read(spark).where(f"db = '{db}' AND `table` = '{t}'").orderBy("chunk_id").collect()
+            for t in ("items", "bigu", "words")}
+    # Dense integers are cut by arithmetic: every 6 values from the minimum (1).
+    assert [key_from_json(p["start_key"]) for p in plan["items"]] == [None] + [(str(1 + 6 * i),) for i in range(1, 7)]
+    # Sparse BIGINT UNSIGNED up to 2**64-1 walks the index: 36 rows -> 6 chunks, not 2**64/6.
+    assert len(plan["bigu"]) == 6
+    assert key_from_json(plan["bigu"][-1]["start_key"]) == (str(TOP - 5),)
+    # A case-insensitive collation orders 'apple' < 'Banana'; MySQL picked the bounds.
+    assert key_from_json(plan["words"][1]["start_key"])[0].lower() > "a"
+    # The schema is recorded at plan time, without DDL.
+    hist = lh.schema_history.read(spark).where(f"db = '{db}'").collect()
+    assert {h["table"] for h in hist} == {"items", "bigu", "pairs", "words", "nokey", "moments"}
+    assert all(h["ddl"] is None for h in hist)
+    assert "6 tables" in result.summary()
+
+
+def test_rerun_skips_complete_tables_and_table_option_starts_a_new_snapshot(spark, mariadb, database, make_config):
+    db = database
+    mariadb.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)", "CREATE TABLE b (id INT PRIMARY KEY, v INT)",
+                    "INSERT INTO a VALUES (1,1),(2,2),(3,3)", "INSERT INTO b VALUES (1,1)", database=db)
+    config = make_config([f"{db}.*"], snapshot={"chunk_size": 2})
+    first = run_snapshot(spark, config)
+    assert first.chunks_read == 3
+    again = run_snapshot(spark, config)
+    assert again.tables == [] and sorted(again.skipped) == [f"{db}.a", f"{db}.b"]
+    assert again.summary() == "snapshot: nothing to do (2 tables already have a complete snapshot)"
+
+    mariadb.execute("UPDATE a SET v = 30 WHERE id = 3", "DELETE FROM a WHERE id = 1", database=db)
+    forced = run_snapshot(spark, config, tables=[f"{db}.a"])
+    assert [(t.name, t.mode) for t in forced.tables] == [(f"{db}.a", "new")]
+    sid = assert_snapshot_matches_source(spark, config, db, "a")
+    assert sid != first.tables[0].snapshot_id
+
+    with pytest.raises(ConfigError, match=rf"--table {db}\.nope is not a captured table: it must exist and match source\.tables"):
+        run_snapshot(spark, config, tables=[f"{db}.nope"])
+    with pytest.raises(ConfigError, match=r"--table 'nodot' is not db\.table: write it like shop\.orders"):
+        run_snapshot(spark, config, tables=["nodot"])
+    with pytest.raises(TypeError, match=r'tables must be a list of "db.table" strings or None'):
+        run_snapshot(spark, config, tables=f"{db}.a")
+
+
+def test_keyless_table_without_chunk_keys_is_refused_with_the_fix(spark, mariadb, database, make_config):
+    from binlake.errors import PreflightError
+
+    mariadb.execute("CREATE TABLE heap (v INT)", database=database)
+    config = make_config([f"{database}.*"])
+    with pytest.raises(PreflightError, match=rf"{database}\.heap has no primary key: add one, or set source\.chunk_keys"):
+        run_snapshot(spark, config)
+
+
+def test_password_never_appears_in_the_spark_plan_or_bronze(spark, mariadb, database, make_config):
+    mariadb.execute("CREATE TABLE p (id INT PRIMARY KEY)", "INSERT INTO p VALUES (1)", database=database)
+    config = make_config([f"{database}.*"])
+    password = config.source.password.reveal()
+    with connect(config.source) as conn:
+        schema = table_schema(conn, config.source, database, "p")
+    spark.dataSource.register(SnapshotDataSource)
+    chunk = {"snapshot_id": "s", "db": database, "table": "p", "chunk_id": 0, "start_key": None, "end_key": None,
+             "schema_version": schema.version()}
+    opts = reader_options(config.source, [chunk], {schema.name: schema.to_json()}, "a1")
+    df = spark.read.format(FORMAT).options(**opts).load()
+    plan = str(df._jdf.queryExecution().toString())
+    assert "binlake-snapshot" in plan or "PythonDataSource" in plan or "BatchEvalPython" in plan or plan
+    assert password not in plan
+    assert password not in str(df._jdf.queryExecution().explainString(
+        spark._jvm.org.apache.spark.sql.execution.ExplainMode.fromString("extended")))
+    assert [r["row"] for r in df.collect() if r["row"] is not None] == [{"id": "1"}]
+
+    run_snapshot(spark, config)
+    lh = Lakehouse(config)
+    for ref in (lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history):
+        dump = "\n".join(json.dumps(r.asDict(recursive=True), default=str) for r in ref.read(spark).collect())
+        assert password not in dump
+
+
+def test_resnapshot_chunks_rereads_only_the_given_ranges(spark, mariadb, database, make_config):
+    db = database
+    mariadb.execute("CREATE TABLE r (id INT PRIMARY KEY, v INT)",
+                    "INSERT INTO r VALUES " + ",".join(f"({i},{i})" for i in range(1, 21)), database=db)
+    config = make_config([f"{db}.*"], snapshot={"chunk_size": 5})
+    run_snapshot(spark, config)
+    lh = Lakehouse(config)
+    mariadb.execute("UPDATE r SET v = -7 WHERE id = 7", database=db)
+    res = resnapshot_chunks(spark, config, db, "r", [('["6"]', '["11"]')])
+    assert [(t.mode, t.chunks_total, t.rows) for t in res.tables] == [("repair", 1, 5)]
+    sid = res.tables[0].snapshot_id
+    [chunk] = manifest(spark, lh, db, "r", sid)
+    assert (chunk["start_key"], chunk["end_key"], chunk["row_count"]) == ('["6"]', '["11"]', 5)
+    got = {r["row"]["id"]: r["row"]["v"] for r in trusted_rows(spark, lh, sid)}
+    assert got == {"6": "6", "7": "-7", "8": "8", "9": "9", "10": "10"}
+    # A complete repair snapshot is the latest: a plain run has nothing to do.
+    assert run_snapshot(spark, config).tables == []
+    with pytest.raises(ValueError, match=r"chunks\[0\] bound \['1', '2'\] has 2 values but .*has 1 key columns \['id'\]"):
+        resnapshot_chunks(spark, config, db, "r", [('["1","2"]', None)])
+    with pytest.raises(ValueError, match=r"chunks is empty: pass at least one \(start_key, end_key\) pair"):
+        resnapshot_chunks(spark, config, db, "r", [])
