@@ -167,6 +167,10 @@ def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, non
             # TIMESTAMP cannot hold the epoch itself; 0 is how the binlog stores the zero value.
             out[name] = ZERO_DATETIME
             continue
+        if col.kind is Kind.YEAR and value == 1900:
+            # The binlog stores YEAR as an offset from 1900; 0 is the zero year 0000, not 1900.
+            out[name] = "0"
+            continue
         out[name] = encode_value(col, value)
     return out
 

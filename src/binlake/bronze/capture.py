@@ -363,6 +363,7 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPos
     version = 2 * _key(start) + (1 if end > start else 0)
     writer = (changes.write.format("delta").mode("append")
               .option("txnAppId", TXN_APP_ID).option("txnVersion", str(version)).option("userMetadata", tag))
+    faults.point("capture.before_commit")
     lh.changelog.save(writer)
     faults.point("capture.after_commit")
     last = lh.changelog.delta(spark).history(1).collect()[0]
