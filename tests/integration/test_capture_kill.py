@@ -75,3 +75,45 @@ def test_kill_9_at_any_point_then_rerun_writes_every_change_exactly_once(spark, 
     assert per_seq.where("count > 1").count() == 0, "no change may be written twice"
     assert log.count() == expected, "no change may be lost"
     assert log.select("file_index").distinct().count() >= 4, "the changes span several binlog files"
+
+
+def test_a_server_restart_during_continuous_capture_loses_and_doubles_nothing(spark, mariadb, database, tmp_path):
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
+    config_path = tmp_path / "binlake.yml"
+    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lake"), [f"{database}.*"], server_id=7300,
+                                               capture={"startup": "latest"}))
+    config = load_config(config_path)
+    run_capture(spark, config)
+    env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]"}
+    env.pop("BINLAKE_KILL_AT", None)
+    proc = subprocess.Popen([BINLAKE, "--config", str(config_path), "capture", "--continuous"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    log_dir = tmp_path / "lake" / "bronze" / "changelog" / "_delta_log"
+    try:
+        def commits():
+            return len(list(log_dir.glob("*.json")))
+
+        def wait_for_commit(after: int, timeout: float = 240) -> None:
+            deadline = time.monotonic() + timeout
+            while commits() <= after:
+                assert proc.poll() is None, f"capture died: {proc.stderr.read()[-2000:]}"
+                assert time.monotonic() < deadline, "capture committed nothing new"
+                time.sleep(0.2)
+
+        mariadb.execute(*[f"INSERT INTO `{database}`.t VALUES ({i})" for i in range(20)])
+        wait_for_commit(commits())
+        mariadb.execute(*[f"INSERT INTO `{database}`.t VALUES ({i})" for i in range(20, 40)])
+        mariadb.restart()
+        seen = commits()
+        mariadb.execute(*[f"INSERT INTO `{database}`.t VALUES ({i})" for i in range(40, 60)])
+        wait_for_commit(seen)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    run_capture(spark, config)
+    log = Lakehouse(config).changelog.read(spark).where(f"db = '{database}' AND op = 'insert'")
+    assert sorted(int(r.after["id"]) for r in log.collect()) == list(range(60))

@@ -252,8 +252,6 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
         GtidEvent,
         MariadbGtidEvent,
         QueryEvent,
-        RotateEvent,
-        StopEvent,
         XidEvent,
     )
     from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
@@ -270,8 +268,9 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
         return
     stream = open_stream(
         source, source.server_id + 1 + rng.index, BinlogPosition(rng.file, rng.start_pos),
-        only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent, RotateEvent, StopEvent,
-                     TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+        # Every event, also the ones the library does not implement: the end check must see
+        # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
+        filter_non_implemented_events=False,
     )
     schemas: dict[int, tuple[TableSchema, dict[str, Column], str] | None] = {}
     reported: set[tuple[str, str, str]] = set()
@@ -281,7 +280,10 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
     try:
         for event in stream:
             if stream.log_file != rng.file:
-                break  # rotated into the next file: that is another partition's range
+                # Rotated into the next file: this file is complete (its ROTATE or STOP event
+                # was its last), so the planned end, never beyond the file's size, is reached.
+                stop_pos = rng.end_pos
+                break
             pos = event.packet.log_pos
             if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                 gtid = event.gtid

@@ -29,7 +29,7 @@ from binlake import faults
 from binlake.bronze.binlog_source import HEARTBEAT_ROW, MAX_PARALLEL_FILES, ReadRange, read_dataframe
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
-from binlake.errors import BinlakeError, BinlogPurgedError
+from binlake.errors import BinlakeError, BinlogPurgedError, SourceConnectionError
 from binlake.lakehouse import CHANGELOG_SCHEMA, Lakehouse
 from binlake.source.binlog import (
     BinlogFile,
@@ -108,8 +108,13 @@ def run_capture(spark, config: Config, continuous: bool = False, progress=None) 
             if not continuous:
                 break
             time.sleep(POLL_SECONDS)
-            with connect(config.source) as conn:
-                target = master_status(conn)
+            try:
+                with connect(config.source) as conn:
+                    target = master_status(conn)
+            except SourceConnectionError:
+                # A restarting source is waited for; --continuous is meant to outlive it.
+                log.warning("source unreachable; waiting for it to come back")
+                wait_for_server(config.source, timeout=300)
     except KeyboardInterrupt:
         if not continuous:
             raise
@@ -298,6 +303,13 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
                 else:
                     new = _read_and_commit(spark, config, lh, resume, ranges, result)
                 attempts = 0
+            except SourceConnectionError:
+                attempts += 1
+                if attempts >= MAX_ATTEMPTS:
+                    raise
+                log.warning("capture batch from %s: source unreachable; retrying (%d/%d)", resume, attempts, MAX_ATTEMPTS - 1)
+                wait_for_server(config.source, timeout=120)
+                continue
             except BinlakeError:
                 raise
             except AnalysisException:
