@@ -1,0 +1,430 @@
+"""``binlake verify [--repair] [--table db.t]``: source and silver compared chunk by chunk.
+
+Per table, the key space is cut into chunks as the snapshot cuts it
+(:func:`binlake.bronze.snapshot.plan_table`). The source side is read through the snapshot
+data source (``binlake-snapshot``, one Spark task per chunk, nothing written), each row's
+canonical texts decoded to typed values with
+:func:`~binlake.source.types.spark_decode_sql`, exactly as silver decodes them. Silver's
+live rows (``_cdc_deleted = false``) are taken as they are. Both sides then go through the
+same two steps, so they can only differ where the data differs:
+
+- chunk assignment: the typed key against each chunk's ``[start, end)``
+  (:func:`binlake.silver.ranges.key_range_predicate`). Using one Spark predicate on both
+  sides means a key that MySQL's collation orders differently still lands in the same
+  chunk on both sides;
+- per chunk, the row count and an order-independent checksum: the sum, as
+  ``DECIMAL(38,0)`` so it never overflows, of ``xxhash64`` over every typed column and its
+  NULL flag (the flag keeps ``(NULL, 1)`` and ``(1, NULL)`` apart).
+
+A comparison is only meaningful once silver has applied the binlog past the moment the
+source was read: verify compares only after silver's applied position (``silver/_progress``)
+has reached the highest chunk high watermark, running capture and silver first if it has
+not. Rows changed after the source was read can still differ legitimately; a table with
+mismatching chunks and bronze changes after its earliest low watermark is verified once
+more, and a chunk that differs again while the table keeps changing is reported as
+"changing" (still a mismatch: re-run when the table is quieter).
+
+``repair=True`` re-snapshots only the mismatching chunks
+(:func:`binlake.bronze.snapshot.resnapshot_chunks`), applies them with
+:func:`binlake.silver.merge.run_silver` (newer-sequence-wins MERGE plus chunk
+reconciliation, which also removes rows the source no longer has) and verifies those tables
+again. :class:`~binlake.errors.VerifyMismatch` is raised when mismatches remain.
+
+Example::
+
+    >>> result = run_verify(spark, config)          # doctest: +SKIP
+    >>> print(result.summary())                     # doctest: +SKIP
+    verify: 1 table(s), 3 chunk(s), 1,200 source rows: source and silver agree
+      shop.orders: 3 chunk(s), 1,200 rows, ok
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Sequence
+
+from binlake.config import Config
+from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
+from binlake.lakehouse import Lakehouse
+from binlake.progress import Progress
+from binlake.source.types import TableSchema
+
+log = logging.getLogger("binlake.verify")
+
+
+@dataclass(frozen=True)
+class ChunkCheck:
+    """One chunk's comparison. ``status``: ok, mismatch, or changing (differs while the
+    table kept changing during verify)."""
+
+    chunk_id: int
+    start_key: str | None
+    end_key: str | None
+    source_rows: int
+    silver_rows: int
+    source_checksum: Decimal
+    silver_checksum: Decimal
+    status: str = "ok"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def describe(self) -> str:
+        bounds = f"[{self.start_key or '-inf'}, {self.end_key or '+inf'})"
+        if self.source_rows != self.silver_rows:
+            diff = f"source {self.source_rows} row(s), silver {self.silver_rows}"
+        else:
+            diff = f"{self.source_rows} row(s) on both sides, checksums differ"
+        note = " (the table kept changing during verify)" if self.status == "changing" else ""
+        return f"chunk {self.chunk_id} {bounds}: {diff}{note}"
+
+
+@dataclass
+class TableCheck:
+    db: str
+    table: str
+    chunks: list[ChunkCheck] = field(default_factory=list)
+    rechecked: bool = False
+    repaired_chunks: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+    @property
+    def mismatches(self) -> list[ChunkCheck]:
+        return [c for c in self.chunks if not c.ok]
+
+    @property
+    def source_rows(self) -> int:
+        return sum(c.source_rows for c in self.chunks)
+
+
+@dataclass
+class VerifyResult:
+    tables: list[TableCheck] = field(default_factory=list)
+    # Chunks found differing before --repair re-read them (empty without --repair).
+    repaired: list[tuple[str, ChunkCheck]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def mismatches(self) -> list[tuple[str, ChunkCheck]]:
+        return [(t.name, c) for t in self.tables for c in t.mismatches]
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def summary(self) -> str:
+        n_chunks = sum(len(t.chunks) for t in self.tables)
+        rows = sum(t.source_rows for t in self.tables)
+        verdict = ("source and silver agree" if self.ok
+                   else f"{len(self.mismatches)} chunk(s) differ")
+        lines = [f"verify: {len(self.tables)} table(s), {n_chunks} chunk(s), {rows:,} source rows in "
+                 f"{self.seconds:,.1f}s: {verdict}"]
+        for t in self.tables:
+            state = "ok" if not t.mismatches else f"{len(t.mismatches)} chunk(s) differ"
+            extra = f", repaired {t.repaired_chunks} chunk(s)" if t.repaired_chunks else ""
+            lines.append(f"  {t.name}: {len(t.chunks)} chunk(s), {t.source_rows:,} rows, {state}{extra}")
+            for c in t.mismatches:
+                lines.append(f"    {c.describe()}")
+        if self.repaired:
+            lines.append(f"repair: re-read {len(self.repaired)} chunk(s) and verified again: "
+                         + ("clean" if self.ok else "still differing"))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Public entry point
+
+
+def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None,
+               progress: Progress | None = None) -> VerifyResult:
+    """Compare source and silver chunk by chunk; with ``repair``, re-read differing chunks.
+
+    ``tables``: ``"db.table"`` names (default: every captured table). Raises
+    :class:`VerifyMismatch` (its ``result`` attribute holds the :class:`VerifyResult`) when
+    chunks still differ at the end.
+    """
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
+        raise TypeError('tables must be a list of "db.table" strings or None')
+    started = time.monotonic()
+    progress = progress or Progress(enabled=False)
+    lh = Lakehouse(config)
+    targets = _targets(config, tables or ())
+
+    result = VerifyResult(tables=_verify_tables(spark, config, lh, targets, progress))
+    if repair and result.mismatches:
+        from binlake.bronze.snapshot import resnapshot_chunks
+        from binlake.silver.merge import run_silver
+
+        by_table: dict[str, TableCheck] = {t.name: t for t in result.tables if t.mismatches}
+        for name, t in by_table.items():
+            ranges = [(c.start_key, c.end_key) for c in t.mismatches]
+            log.info("verify --repair: re-reading %d chunk(s) of %s", len(ranges), name)
+            resnapshot_chunks(spark, config, t.db, t.table, ranges, progress=progress)
+            result.repaired += [(name, c) for c in t.mismatches]
+        run_silver(spark, config)
+        again = {t.name: t for t in _verify_tables(spark, config, lh, [(t.db, t.table) for t in by_table.values()],
+                                                   progress)}
+        for i, t in enumerate(result.tables):
+            if t.name in again:
+                again[t.name].repaired_chunks = len(t.mismatches)
+                result.tables[i] = again[t.name]
+    result.seconds = time.monotonic() - started
+    if result.mismatches:
+        shown = "; ".join(f"{name} {c.describe()}" for name, c in result.mismatches[:5])
+        more = f"; and {len(result.mismatches) - 5} more" if len(result.mismatches) > 5 else ""
+        fix = ("re-run when the tables are quieter, then binlake verify --repair" if repair
+               else "run binlake verify --repair to re-read only these chunks")
+        exc = VerifyMismatch(f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: "
+                             f"{shown}{more}: {fix}")
+        exc.result = result  # type: ignore[attr-defined]
+        raise exc
+    return result
+
+
+def _targets(config: Config, names: Sequence[str]) -> list[tuple[str, str]]:
+    from binlake.source.catalog import captured_tables
+    from binlake.source.mysql import connect
+
+    wanted = []
+    for name in names:
+        db, dot, table = name.partition(".")
+        if not dot or not db or not table or "." in table:
+            raise ConfigError(f"--table {name!r} is not db.table: write it like shop.orders")
+        if (db, table) not in wanted:
+            wanted.append((db, table))
+    with connect(config.source) as conn:
+        captured = captured_tables(conn, config.source)
+    for db, table in wanted:
+        if (db, table) not in captured:
+            raise ConfigError(f"--table {db}.{table} is not a captured table: it must exist and match source.tables "
+                              "(and no source.exclude pattern)")
+    return wanted or captured
+
+
+# ---------------------------------------------------------------------------------------
+# One pass over a list of tables
+
+
+def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]],
+                   progress: Progress) -> list[TableCheck]:
+    from binlake.bronze.snapshot import plan_table
+    from binlake.source.catalog import table_schema
+    from binlake.source.mysql import connect
+
+    out = []
+    with progress.task("verify", total=len(targets), unit="tables") as task:
+        for db, table in targets:
+            ref = lh.silver(db, table)
+            if not ref.exists(spark):
+                raise NotReadyError(f"silver table {db}.{table} does not exist at {ref}: run binlake snapshot, "
+                                    "binlake capture and binlake silver first")
+            with connect(config.source) as conn:
+                schema = table_schema(conn, config.source, db, table)
+                chunks = [(c.chunk_id, c.start_json, c.end_json)
+                          for c in plan_table(conn, schema, config.snapshot.chunk_size)]
+            check = _verify_table(spark, config, lh, schema, chunks)
+            if check.mismatches and _changed_since(spark, lh, schema, check._lw_min):  # type: ignore[attr-defined]
+                log.info("verify: %s changed while it was read; checking it once more", schema.name)
+                second = _verify_table(spark, config, lh, schema, chunks)
+                second.rechecked = True
+                if second.mismatches and _changed_since(spark, lh, schema, second._lw_min):  # type: ignore[attr-defined]
+                    second.chunks = [c if c.ok else _with_status(c, "changing") for c in second.chunks]
+                check = second
+            out.append(check)
+            task.advance(1, items=check.source_rows)
+    return out
+
+
+def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:
+    from dataclasses import replace
+
+    return replace(c, status=status)
+
+
+def _verify_table(spark, config: Config, lh: Lakehouse, schema: TableSchema,
+                  chunks: list[tuple[int, str | None, str | None]]) -> TableCheck:
+    source_stats, lw_min, hw_max = _source_side(spark, config, schema, chunks)
+    _catch_up(spark, config, lh, schema, hw_max)
+    silver_stats = _silver_side(spark, lh, schema, chunks)
+    check = TableCheck(schema.database, schema.table)
+    for chunk_id, start, end in chunks:
+        s_rows, s_sum = source_stats.get(chunk_id, (0, Decimal(0)))
+        t_rows, t_sum = silver_stats.get(chunk_id, (0, Decimal(0)))
+        status = "ok" if (s_rows, s_sum) == (t_rows, t_sum) else "mismatch"
+        check.chunks.append(ChunkCheck(chunk_id, start, end, s_rows, t_rows, s_sum, t_sum, status))
+    check._lw_min = lw_min  # type: ignore[attr-defined]
+    return check
+
+
+# ---------------------------------------------------------------------------------------
+# The two sides, hashed the same way
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _typed_columns(schema: TableSchema) -> list[str]:
+    """Aliases ``_v0, _v1, ...`` for the typed columns: names never meet SQL text."""
+    return [f"_v{i}" for i in range(len(schema.columns))]
+
+
+def _key_schema(schema: TableSchema) -> TableSchema:
+    """The schema as seen on the aliased frame, so range predicates use the aliases."""
+    from dataclasses import replace
+
+    alias = {c.name: f"_v{i}" for i, c in enumerate(schema.columns)}
+    return replace(schema, columns=tuple(replace(c, name=alias[c.name]) for c in schema.columns),
+                   key=tuple(alias[k] for k in schema.key))
+
+
+def _chunk_of(schema: TableSchema, chunks: list[tuple[int, str | None, str | None]]):
+    """A Column: the id of the chunk whose range holds the row's typed key (-1: none)."""
+    from pyspark.sql import functions as F
+
+    from binlake.silver.ranges import key_range_predicate
+
+    keyed = _key_schema(schema)
+    expr = None
+    for chunk_id, start, end in chunks:
+        pred = key_range_predicate(keyed, start, end)
+        expr = F.when(pred, F.lit(chunk_id)) if expr is None else expr.when(pred, F.lit(chunk_id))
+    return expr.otherwise(F.lit(-1)) if expr is not None else F.lit(-1)
+
+
+def _row_hash(schema: TableSchema):
+    from pyspark.sql import functions as F
+
+    parts = []
+    for v in _typed_columns(schema):
+        parts += [F.col(v), F.col(v).isNull()]
+    return F.xxhash64(*parts).cast("DECIMAL(38,0)")
+
+
+def _source_side(spark, config: Config, schema: TableSchema, chunks):
+    """Per chunk (rows, checksum) of the source, the earliest low and the latest high watermark."""
+    from pyspark.sql import functions as F
+
+    from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_options
+    from binlake.silver.ranges import sql_string
+    from binlake.source.mysql import file_index
+    from binlake.source.types import spark_decode_sql
+
+    spark.dataSource.register(SnapshotDataSource)
+    verify_id = "verify-" + uuid.uuid4().hex[:12]
+    options = reader_options(
+        config.source,
+        [{"snapshot_id": verify_id, "db": schema.database, "table": schema.table, "chunk_id": cid,
+          "start_key": start, "end_key": end, "schema_version": schema.version()} for cid, start, end in chunks],
+        {schema.name: schema.to_json()},
+        attempt_id=verify_id,
+    )
+    df = spark.read.format(FORMAT).options(**options).load()
+    typed = df.select(
+        "chunk_id", "lw_file_index", "lw_pos", "chunk_stats", F.col("row").isNull().alias("_marker"),
+        *[F.expr(spark_decode_sql(c, f"try_element_at(`row`, {sql_string(c.name)})")).alias(v)
+          for c, v in zip(schema.columns, _typed_columns(schema))],
+    )
+    # One pass over the source: data rows are grouped by the chunk their typed key falls in
+    # (-1: none), marker rows (one per chunk read, carrying the watermarks) by -2 - the chunk read.
+    group = F.when(F.col("_marker"), -2 - F.col("chunk_id")).otherwise(_chunk_of(schema, chunks))
+    data = ~F.col("_marker")
+    rows = (typed.groupBy(group.alias("g"))
+            .agg(F.sum(F.when(data, 1).otherwise(0)).alias("n"),
+                 F.sum(F.when(data, _row_hash(schema))).alias("h"),
+                 F.max("lw_file_index").alias("lw_fi"), F.max("lw_pos").alias("lw_pos"),
+                 F.first(F.col("chunk_stats")["hw_file"], ignorenulls=True).alias("hw_file"),
+                 F.max(F.col("chunk_stats")["hw_pos"].cast("BIGINT")).alias("hw_pos"))
+            .collect())
+    stats: dict[int, tuple[int, Decimal]] = {}
+    lws, hws = [], []
+    for r in rows:
+        if r["g"] >= -1:
+            stats[r["g"]] = (int(r["n"]), Decimal(r["h"] or 0))
+        else:
+            lws.append((int(r["lw_fi"]), int(r["lw_pos"])))
+            hws.append((file_index(r["hw_file"]), int(r["hw_pos"])))
+    if -1 in stats:
+        # Cannot happen with a plan that covers the whole key space; never hide it if it does.
+        raise AssertionError(f"{stats[-1][0]} source row(s) of {schema.name} fell outside every chunk")
+    if len(hws) != len(chunks):
+        raise NotReadyError(f"verify read {len(hws)} of {len(chunks)} chunk(s) of {schema.name}: re-run binlake verify")
+    return stats, min(lws), max(hws)
+
+
+def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
+    from pyspark.sql import functions as F
+
+    silver = lh.silver(schema.database, schema.table).read(spark)
+    missing = [c.name for c in schema.columns if c.name not in silver.columns]
+    if missing:
+        raise NotReadyError(f"silver table {schema.name} lacks column(s) {', '.join(missing)} that the source has: "
+                            "run binlake capture and binlake silver, then verify again")
+    typed = silver.where(~F.col("_cdc_deleted")).select(
+        *[F.col(_q(c.name)).cast(c.spark_type).alias(v) for c, v in zip(schema.columns, _typed_columns(schema))])
+    rows = (typed.groupBy(_chunk_of(schema, chunks).alias("g"))
+            .agg(F.count(F.lit(1)).alias("n"), F.sum(_row_hash(schema)).alias("h")).collect())
+    return {int(r["g"]): (int(r["n"]), Decimal(r["h"] or 0)) for r in rows}
+
+
+# ---------------------------------------------------------------------------------------
+# Catching up, and telling concurrent change from drift
+
+
+def _applied(spark, lh: Lakehouse, schema: TableSchema) -> tuple[int, int] | None:
+    from pyspark.sql import functions as F
+
+    if not lh.silver_progress.exists(spark):
+        return None
+    rows = (lh.silver_progress.read(spark)
+            .where((F.col("db") == schema.database) & (F.col("table") == schema.table)).collect())
+    if not rows or rows[0]["applied_file_index"] is None:
+        return None
+    return int(rows[0]["applied_file_index"]), int(rows[0]["applied_pos"])
+
+
+def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tuple[int, int]) -> None:
+    """Silver must have applied the binlog at least up to ``hw`` before it is compared."""
+    applied = _applied(spark, lh, schema)
+    if applied is not None and applied >= hw:
+        return
+    try:
+        from binlake.bronze.capture import run_capture
+        from binlake.silver.merge import run_silver
+    except ImportError as exc:  # pragma: no cover - a partial installation
+        raise NotReadyError(f"verify needs capture and silver to catch up ({exc}): install binlake fully") from None
+    log.info("verify: silver of %s is at %s, the source was read up to %s; capturing and applying first",
+             schema.name, applied, hw)
+    run_capture(spark, config)
+    run_silver(spark, config)
+    applied = _applied(spark, lh, schema)
+    if applied is None or applied < hw:
+        raise NotReadyError(
+            f"silver of {schema.name} has applied the binlog up to {applied or 'nothing'} but the source was read "
+            f"up to {hw}, even after capture and silver ran: check binlake status, then verify again"
+        )
+
+
+def _changed_since(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int]) -> bool:
+    """Did bronze record any change to the table after ``lw``?"""
+    from pyspark.sql import functions as F
+
+    fi, pos = lw
+    after = (F.col("file_index") > fi) | ((F.col("file_index") == fi) & (F.col("pos") > pos))
+    return bool(lh.changelog.read(spark)
+                .where((F.col("db") == schema.database) & (F.col("table") == schema.table)
+                       & F.col("op").isin("insert", "update", "delete", "truncate") & after)
+                .limit(1).count())
+
+
+__all__ = ["ChunkCheck", "TableCheck", "VerifyResult", "run_verify"]

@@ -1,0 +1,128 @@
+"""``verify`` finds what differs between the source and silver, chunk by chunk, and
+``--repair`` re-reads only those chunks. Silver is corrupted on purpose by writing to its
+Delta table directly, the way a bad manual fix or a bug would."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from binlake.errors import ConfigError, VerifyMismatch
+from binlake.lakehouse import Lakehouse
+from binlake.verify import run_verify
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS = 30
+CHUNK = 10  # ids 1..30 -> chunks (-inf,11) [11,21) [21,+inf)
+
+
+@pytest.fixture
+def mirrored(mariadb, database, make_config, spark, tmp_path):
+    """A table mirrored into silver (snapshot, capture, silver), 3 chunks of 10 rows."""
+    from binlake.bronze.capture import run_capture
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.silver.merge import run_silver
+
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.accounts (id INT PRIMARY KEY, owner VARCHAR(40), balance DECIMAL(12,2), "
+        "opened DATETIME(3), note TEXT)",
+        f"INSERT INTO `{database}`.accounts SELECT seq, CONCAT('owner ', seq), seq * 10.25, "
+        f"'2026-01-01 00:00:00' + INTERVAL seq HOUR, IF(seq % 3 = 0, NULL, 'n') FROM seq_1_to_{ROWS}",
+    )
+    config = make_config([f"{database}.*"], snapshot={"chunk_size": CHUNK})
+    run_snapshot(spark, config)
+    run_capture(spark, config)
+    run_silver(spark, config)
+    ref = Lakehouse(config).silver(database, "accounts")
+    return config, ref
+
+
+def test_a_faithful_mirror_verifies_clean(mirrored, spark, database):
+    config, _ = mirrored
+    result = run_verify(spark, config)
+    assert result.ok
+    [table] = result.tables
+    assert table.name == f"{database}.accounts"
+    assert [c.source_rows for c in table.chunks] == [10, 10, 10]
+    assert [c.silver_rows for c in table.chunks] == [10, 10, 10]
+    assert result.summary().splitlines()[0].endswith("source and silver agree")
+
+
+def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirrored, spark, database):
+    config, ref = mirrored
+    spark.sql(f"UPDATE {ref.sql} SET balance = balance + 0.01 WHERE id = 15")
+
+    with pytest.raises(VerifyMismatch) as info:
+        run_verify(spark, config)
+    message = str(info.value)
+    assert message == (
+        f'verify: 1 chunk(s) differ between source and silver: {database}.accounts chunk 1 [["11"], ["21"]): '
+        "10 row(s) on both sides, checksums differ: run binlake verify --repair to re-read only these chunks"
+    )
+    [bad] = info.value.result.mismatches
+    assert bad[1].chunk_id == 1 and bad[1].source_checksum != bad[1].silver_checksum
+
+    repaired = run_verify(spark, config, repair=True)
+    assert repaired.ok
+    assert [(name, c.chunk_id) for name, c in repaired.repaired] == [(f"{database}.accounts", 1)]
+    assert "repair: re-read 1 chunk(s) and verified again: clean" in repaired.summary()
+    row = ref.read(spark).where("id = 15").collect()[0]
+    assert row["balance"] == Decimal("153.75") and not row["_cdc_deleted"]
+
+    assert run_verify(spark, config).ok
+
+
+def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mirrored, spark, database):
+    config, ref = mirrored
+    # Row 3 vanishes from silver; row 25 is marked deleted although the source still has it;
+    # row 1000 exists only in silver (a missed delete).
+    spark.sql(f"DELETE FROM {ref.sql} WHERE id = 3")
+    spark.sql(f"UPDATE {ref.sql} SET _cdc_deleted = true WHERE id = 25")
+    spark.sql(f"INSERT INTO {ref.sql} SELECT 1000, owner, balance, opened, note, _cdc_seq, _cdc_op, _cdc_deleted, "
+              f"_cdc_commit_ts FROM {ref.sql} WHERE id = 4")
+
+    with pytest.raises(VerifyMismatch) as info:
+        run_verify(spark, config)
+    diffs = {c.chunk_id: (c.source_rows, c.silver_rows) for _, c in info.value.result.mismatches}
+    assert diffs == {0: (10, 9), 2: (10, 10)}  # chunk 2: 25 missing, 1000 extra
+
+    assert run_verify(spark, config, repair=True).ok
+    live = {r["id"] for r in ref.read(spark).where("NOT _cdc_deleted").collect()}
+    assert live == set(range(1, ROWS + 1))
+
+
+def test_verify_catches_silver_up_before_comparing(mirrored, mariadb, spark, database):
+    config, ref = mirrored
+    # Changes silver has not seen yet are not a mismatch: verify captures and applies first.
+    mariadb.execute(f"UPDATE `{database}`.accounts SET owner = 'new owner' WHERE id = 7",
+                    f"DELETE FROM `{database}`.accounts WHERE id = 29",
+                    f"INSERT INTO `{database}`.accounts (id, owner) VALUES (31, 'late')")
+    assert run_verify(spark, config).ok
+    assert ref.read(spark).where("id = 7").collect()[0]["owner"] == "new owner"
+
+
+def test_only_the_named_tables_are_verified_and_unknown_ones_are_refused(mirrored, spark, database):
+    config, _ = mirrored
+    assert [t.name for t in run_verify(spark, config, tables=[f"{database}.accounts"]).tables] == [
+        f"{database}.accounts"]
+    with pytest.raises(ConfigError) as info:
+        run_verify(spark, config, tables=[f"{database}.nope"])
+    assert str(info.value) == (f"--table {database}.nope is not a captured table: it must exist and match "
+                               "source.tables (and no source.exclude pattern)")
+
+
+def test_the_command_exits_8_on_a_mismatch_with_one_line(mirrored, spark, database, tmp_path):
+    config, ref = mirrored
+    spark.sql(f"UPDATE {ref.sql} SET owner = 'tampered' WHERE id = 2")
+    cfg_file = next(Path(config.base_dir).glob("binlake*.yml"))
+    res = subprocess.run([str(ROOT / ".venv/bin/binlake"), "--config", str(cfg_file), "verify"],
+                         capture_output=True, text=True, env={**os.environ, "CI": "1"}, timeout=900)
+    assert res.returncode == 8
+    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    assert errors == [f'error: verify: 1 chunk(s) differ between source and silver: {database}.accounts chunk 0 '
+                      '[-inf, ["11"]): 10 row(s) on both sides, checksums differ: run binlake verify --repair to '
+                      "re-read only these chunks"]
