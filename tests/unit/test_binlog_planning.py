@@ -80,3 +80,16 @@ def test_purge_warning_by_file_count_and_by_expiry_time():
     closed = now - dt.timedelta(hours=20)
     assert "expired by the server in about 4.0 h" in purge_warning(FILES, pos(5, 4), 2, 86400, closed, now)
     assert purge_warning(FILES, pos(5, 4), 2, 86400, now - dt.timedelta(hours=2), now) is None
+
+
+@pytest.mark.parametrize("decoded, stored", [
+    # (what python-mysql-replication returns, what the column holds), probed on MariaDB 10.11
+    (-dt.timedelta(seconds=45296, microseconds=999999), -dt.timedelta(seconds=45296, microseconds=1)),
+    (-dt.timedelta(seconds=1, microseconds=750000), -dt.timedelta(seconds=1, microseconds=250000)),
+    (-dt.timedelta(microseconds=999999), -dt.timedelta(microseconds=1)),
+    (-dt.timedelta(hours=1), -dt.timedelta(hours=1)),
+])
+def test_negative_fractional_time_from_the_binlog_is_corrected(decoded, stored):
+    from binlake.bronze.binlog_source import _fix_negative_time
+
+    assert _fix_negative_time(decoded) == stored

@@ -146,13 +146,22 @@ def schema_from_table_map(event: Any) -> TableSchema:
 _ZERO_BY_SOURCE = {"out of date range", "out of datetime range", "out of datetime2 range"}
 
 
-def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, none_sources: dict) -> dict[str, str | None]:
+def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, none_sources: dict,
+                 pads: dict[str, int] | None = None) -> dict[str, str | None]:
+    """Canonical texts of one binlog row image, equal to the snapshot's for the same values.
+
+    ``pads``: BINARY(n) columns and their n. The binlog drops their trailing zero bytes,
+    which a SELECT returns.
+    """
     out: dict[str, str | None] = {}
     for name, value in values.items():
         col = cols.get(name)
         if col is None:
             out[name] = None if value is None else str(value)
             continue
+        if pads and name in pads and value is not None:
+            raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
+            value = raw.ljust(pads[name], b"\0")
         if value is None:
             why = none_sources.get(name)
             if why in _ZERO_BY_SOURCE:
@@ -167,6 +176,8 @@ def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, non
             # TIMESTAMP cannot hold the epoch itself; 0 is how the binlog stores the zero value.
             out[name] = ZERO_DATETIME
             continue
+        if col.kind is Kind.TIME and isinstance(value, dt.timedelta) and value < dt.timedelta(0):
+            value = _fix_negative_time(value)
         if col.kind is Kind.YEAR and value == 1900:
             # The binlog stores YEAR as an offset from 1900; 0 is the zero year 0000, not 1900.
             out[name] = "0"
@@ -176,6 +187,19 @@ def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, non
 
 
 _EPOCH = dt.datetime(1970, 1, 1)
+
+
+def _fix_negative_time(value: dt.timedelta) -> dt.timedelta:
+    """Undo python-mysql-replication's decoding of negative TIME(fsp) with a fraction.
+
+    It returns -(W + 1 - f) for the stored -(W + f) (W whole seconds, f the fraction), as
+    probed against MariaDB 10.11 for fsp 1..6; whole-second values come back right.
+    """
+    magnitude = -(value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds)
+    whole, frac = divmod(magnitude, 1_000_000)
+    if frac == 0:
+        return value
+    return -dt.timedelta(microseconds=whole * 1_000_000 + (1_000_000 - frac))
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,6 +278,7 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
         QueryEvent,
         XidEvent,
     )
+    from pymysqlreplication.constants import FIELD_TYPE
     from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 
     from binlake.source.binlog import is_transaction_end, open_stream
@@ -272,7 +297,7 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
         # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
         filter_non_implemented_events=False,
     )
-    schemas: dict[int, tuple[TableSchema, dict[str, Column], str] | None] = {}
+    schemas: dict[int, tuple | None] = {}
     reported: set[tuple[str, str, str]] = set()
     gtid: str | None = None
     emitted = 0
@@ -293,7 +318,9 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
                     continue
                 schema = schema_from_table_map(event)
                 version = schema.version()
-                schemas[event.table_id] = (schema, {c.name: c for c in schema.columns}, version)
+                pads = {c.name: c.max_length for c in event.columns
+                        if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"}
+                schemas[event.table_id] = (schema, {c.name: c for c in schema.columns}, version, pads)
                 if (schema.database, schema.table, version) not in reported:
                     reported.add((schema.database, schema.table, version))
                     yield (schema.database, schema.table, "schema", fidx, pos, 0, rng.file, None, None,
@@ -302,18 +329,18 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
                 known = schemas.get(event.table_id)
                 if known is None:
                     continue
-                schema, cols, version = known
+                schema, cols, version, pads = known
                 ts = dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
                 sid = event.packet.server_id
                 for i, row in enumerate(event.rows):
                     if isinstance(event, WriteRowsEvent):
-                        op, before, after = "insert", None, encode_image(schema, cols, row["values"], row["none_sources"])
+                        op, before, after = "insert", None, encode_image(schema, cols, row["values"], row["none_sources"], pads)
                     elif isinstance(event, DeleteRowsEvent):
-                        op, before, after = "delete", encode_image(schema, cols, row["values"], row["none_sources"]), None
+                        op, before, after = "delete", encode_image(schema, cols, row["values"], row["none_sources"], pads), None
                     else:
                         op = "update"
-                        before = encode_image(schema, cols, row["before_values"], row["before_none_sources"])
-                        after = encode_image(schema, cols, row["after_values"], row["after_none_sources"])
+                        before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
+                        after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
                     yield (schema.database, schema.table, op, fidx, pos, i, rng.file, before, after,
                            ts, gtid, sid, version, None, now, None)
                     emitted += 1
