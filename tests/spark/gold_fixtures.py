@@ -83,12 +83,15 @@ class Lake:
         record_schemas(self.spark, self.lh, [(schema, at[0], at[1], None)])
 
     def heartbeat(self, file_index: int, pos: int, gtid: str | None = None, commit_ts: str | None = None) -> None:
+        self.heartbeats([(file_index, pos, gtid, commit_ts)])
+
+    def heartbeats(self, beats: Sequence[tuple[int, int, str | None, str | None]]) -> None:
+        """Capture-batch heartbeats (file_index, pos, gtid, commit_ts), in one change-log commit."""
         from binlake.lakehouse import CHANGELOG_SCHEMA
 
-        row = (None, None, "heartbeat", file_index, pos, 0, BINLOG.format(file_index), None, None,
-               ts(commit_ts) if commit_ts else None, gtid, 1, None, None, dt.datetime(2026, 11, 1))
-        df = self.spark.createDataFrame([row], CHANGELOG_SCHEMA)
-        self.lh.changelog.save(df.write.format("delta").mode("append"))
+        rows = [(None, None, "heartbeat", fi, pos, 0, BINLOG.format(fi), None, None, ts(commit) if commit else None,
+                 gtid, 1, None, None, dt.datetime(2026, 11, 1)) for fi, pos, gtid, commit in beats]
+        self.lh.changelog.save(self.spark.createDataFrame(rows, CHANGELOG_SCHEMA).write.format("delta").mode("append"))
 
     def snapshot(self, db: str, table: str, snapshot_id: str = "snap1",
                  chunks: Sequence[tuple[tuple[int, int], tuple[int, int]] | None] = (((1, 10), (1, 20)),),
@@ -146,14 +149,43 @@ class Lake:
         ref.save(df.write.format("delta").mode("overwrite"))
         return int(ref.delta(self.spark).history(1).first()["version"])
 
-    def progress(self, db: str, table: str, file_index: int, pos: int, chunks_version: int | None = -1) -> None:
-        """Silver has applied the change log up to (file_index, pos); by default also every
-        manifest row committed so far (chunks_version = the manifest's current version)."""
+    def progress(self, db: str, table: str, file_index: int, pos: int, chunks_version: int | None = -1,
+                 also: Sequence[tuple[str, str]] = ()) -> None:
+        """Silver has applied the change log up to (file_index, pos) for db.table (and the
+        ``also`` tables); by default also every manifest row committed so far
+        (chunks_version = the manifest's current version)."""
         if chunks_version == -1:
             chunks_version = self.chunks_version()
-        row = (db, table, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9))
-        df = self.spark.createDataFrame([row], PROGRESS_SCHEMA)
+        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9))
+                for d, t in [(db, table), *also]]
+        df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))
+
+    # -- sharing one lake between tests -----------------------------------------------
+    def _delta_dirs(self) -> list[Path]:
+        return sorted(p.parent for p in Path(self.config.lakehouse_root).rglob("_delta_log"))
+
+    @staticmethod
+    def _version(table_dir: Path) -> int:
+        # The newest commit file's number: no Spark job needed for a local table.
+        return max(int(f.name.split(".")[0]) for f in (table_dir / "_delta_log").glob("*.json"))
+
+    def checkpoint(self) -> dict[Path, int]:
+        """Every Delta table's current version, for :meth:`rollback`."""
+        return {d: self._version(d) for d in self._delta_dirs()}
+
+    def rollback(self, checkpoint: dict[Path, int]) -> None:
+        """Undo what a test did: restore changed tables, remove tables created since."""
+        import shutil
+
+        from delta.tables import DeltaTable
+
+        for d in self._delta_dirs():
+            if d not in checkpoint:
+                shutil.rmtree(d)
+                continue
+            if self._version(d) != checkpoint[d]:
+                DeltaTable.forPath(self.spark, str(d)).restoreToVersion(checkpoint[d])
 
     # -- gold -------------------------------------------------------------------------
     def gold(self, db: str, table: str):

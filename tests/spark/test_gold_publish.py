@@ -44,18 +44,49 @@ def ready_lake(spark, tmp_path, checks=None, at=P) -> Lake:
     lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 3, "seq": (3, 700, 1)}])
     lake.snapshot("shop", "items", "snap1", chunks=[((2, 100), (2, 150)), ((2, 160), (2, 170))])
     lake.snapshot("shop", "orders", "snap1", chunks=[((2, 180), (2, 190))])
-    lake.heartbeat(3, 400, gtid="0-1-40", commit_ts="2026-11-01 07:59:00")
-    lake.heartbeat(*at, gtid="0-1-41", commit_ts="2026-11-01 08:00:00")
-    lake.heartbeat(4, 50, gtid="0-1-42", commit_ts="2026-11-01 09:00:00")  # captured, not yet in silver
-    lake.progress("shop", "items", *at)
-    lake.progress("shop", "orders", *at)
+    lake.heartbeats([(3, 400, "0-1-40", "2026-11-01 07:59:00"), (*at, "0-1-41", "2026-11-01 08:00:00"),
+                     (4, 50, "0-1-42", "2026-11-01 09:00:00")])  # the last one is captured, not yet in silver
+    lake.progress("shop", "items", *at, also=[("shop", "orders")])
     return lake
 
 
-def test_gold_holds_the_live_silver_rows_with_documented_metadata_and_comments(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
+@pytest.fixture(scope="module")
+def base(spark, tmp_path_factory):
+    """A ready, never-published lake shared by the tests below; each test's changes are rolled back."""
+    return ready_lake(spark, tmp_path_factory.mktemp("gold_base"))
 
-    result = run_gold(spark, lake.config)
+
+@pytest.fixture
+def lake(base):
+    checkpoint = base.checkpoint()
+    yield base
+    base.rollback(checkpoint)
+
+
+@pytest.fixture(scope="module")
+def published(spark, tmp_path_factory):
+    """A lake published once; tests only read it."""
+    lake = ready_lake(spark, tmp_path_factory.mktemp("gold_published"))
+    return lake, run_gold(spark, lake.config)
+
+
+@pytest.fixture(scope="module")
+def history(spark, tmp_path_factory):
+    """Published at mysql-bin.000003:900 (orders qty 3), re-run unchanged, then orders changed
+    and both tables published again at mysql-bin.000004:50."""
+    lake = ready_lake(spark, tmp_path_factory.mktemp("gold_history"))
+    first = run_gold(spark, lake.config)
+    versions = {t: lake.gold_version("shop", t) for t in ("items", "orders")}
+    again = run_gold(spark, lake.config)
+    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)},
+                                   {"id": 11, "item_id": 2, "qty": 1, "seq": (4, 45, 0)}])
+    lake.progress("shop", "items", 4, 50, also=[("shop", "orders")])
+    third = run_gold(spark, lake.config)
+    return lake, first, again, third, versions
+
+
+def test_gold_holds_the_live_silver_rows_with_documented_metadata_and_comments(spark, published):
+    lake, result = published
 
     assert result.status == "published"
     assert (result.position.file_index, result.position.pos, str(result.position)) == (3, 900, "mysql-bin.000003:900")
@@ -76,75 +107,15 @@ def test_gold_holds_the_live_silver_rows_with_documented_metadata_and_comments(s
     assert lake.gold("shop", "orders").count() == 1
 
 
-def test_tombstones_never_reach_gold(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-
-    run_gold(spark, lake.config)
+def test_tombstones_never_reach_gold(published):
+    lake, _ = published
 
     assert lake.gold("shop", "items").where("id = 3").count() == 0
     assert "_cdc_deleted" not in lake.gold("shop", "items").columns
 
 
-def test_a_table_with_an_unfinished_snapshot_blocks_the_whole_group(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    lake.snapshot("shop", "orders", "snap2", chunks=[((3, 200), (3, 300)), None], planned_at="2026-11-01 07:50:00")
-    lake.progress("shop", "orders", *P)
-
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2 has 1 of 2 chunks complete "
-                                            r"\(first missing chunk 1\): run binlake snapshot to finish it") as err:
-        run_gold(spark, lake.config)
-
-    assert set(err.value.blockers) == {"shop.orders"}
-    assert not lake.lh.gold("shop", "items").exists(spark)
-    assert not lake.lh.gold("shop", "orders").exists(spark)
-
-
-def test_tables_at_different_positions_block_the_group(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    lake.progress("shop", "items", 4, 50)
-
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: silver applied the change log up to "
-                                            r"mysql-bin\.000003:900, the rest of the group is at mysql-bin\.000004:50: "
-                                            r"run binlake silver"):
-        run_gold(spark, lake.config)
-
-    assert not lake.lh.publish_log.exists(spark) or lake.publish_log().count() == 0
-
-
-def test_a_chunk_whose_high_watermark_is_beyond_P_blocks(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    lake.snapshot("shop", "orders", "snap2", chunks=[((3, 850), (3, 950))], planned_at="2026-11-01 07:50:00")
-    lake.progress("shop", "orders", *P)
-
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2 chunk 0 has high watermark "
-                                            r"mysql-bin\.000003:950 beyond silver's position mysql-bin\.000003:900"):
-        run_gold(spark, lake.config)
-
-
-def test_a_completed_chunk_silver_has_not_applied_yet_blocks(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    applied = lake.chunks_version()
-    lake.snapshot("shop", "orders", "snap2", chunks=[((3, 800), (3, 850))], planned_at="2026-11-01 07:50:00")
-    lake.progress("shop", "orders", *P, chunks_version=applied)
-
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2: 1 completed chunk is not yet "
-                                            r"applied to silver: run binlake silver"):
-        run_gold(spark, lake.config)
-
-
-def test_silver_rows_beyond_its_recorded_progress_block(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 4, "seq": (4, 20, 0)}])
-
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: silver holds changes up to #4:20 beyond its "
-                                            r"recorded progress mysql-bin\.000003:900"):
-        run_gold(spark, lake.config)
-
-
-def test_the_publish_log_records_position_gtid_time_versions_counts_and_checks(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-
-    result = run_gold(spark, lake.config)
+def test_the_publish_log_records_position_gtid_time_versions_counts_and_checks(spark, published):
+    lake, result = published
 
     rows = {r["table"]: r for r in lake.publish_log().collect()}
     assert set(rows) == {"items", "orders"}
@@ -166,67 +137,100 @@ def test_the_publish_log_records_position_gtid_time_versions_counts_and_checks(s
     assert {c["engine"] for c in checks["results"]} == {"great_expectations"}
 
 
-def test_publishing_the_same_silver_state_again_changes_nothing(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    first = run_gold(spark, lake.config)
-    version = lake.gold_version("shop", "items")
+def test_a_table_with_an_unfinished_snapshot_blocks_the_whole_group(spark, lake):
+    lake.snapshot("shop", "orders", "snap2", chunks=[((3, 200), (3, 300)), None], planned_at="2026-11-01 07:50:00")
+    lake.progress("shop", "orders", *P)
 
-    again = run_gold(spark, lake.config)
+    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2 has 1 of 2 chunks complete "
+                                            r"\(first missing chunk 1\): run binlake snapshot to finish it") as err:
+        run_gold(spark, lake.config)
+
+    assert set(err.value.blockers) == {"shop.orders"}
+    assert not lake.lh.gold("shop", "items").exists(spark)
+    assert not lake.lh.gold("shop", "orders").exists(spark)
+
+
+def test_tables_at_different_positions_block_the_group(spark, lake):
+    lake.progress("shop", "items", 4, 50)
+
+    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: silver applied the change log up to "
+                                            r"mysql-bin\.000003:900, the rest of the group is at mysql-bin\.000004:50: "
+                                            r"run binlake silver"):
+        run_gold(spark, lake.config)
+
+    assert not lake.lh.publish_log.exists(spark) or lake.publish_log().count() == 0
+
+
+def test_a_chunk_whose_high_watermark_is_beyond_P_blocks(spark, lake):
+    lake.snapshot("shop", "orders", "snap2", chunks=[((3, 850), (3, 950))], planned_at="2026-11-01 07:50:00")
+    lake.progress("shop", "orders", *P)
+
+    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2 chunk 0 has high watermark "
+                                            r"mysql-bin\.000003:950 beyond silver's position mysql-bin\.000003:900"):
+        run_gold(spark, lake.config)
+
+
+def test_a_completed_chunk_silver_has_not_applied_yet_blocks(spark, lake):
+    applied = lake.chunks_version()
+    lake.snapshot("shop", "orders", "snap2", chunks=[((3, 800), (3, 850))], planned_at="2026-11-01 07:50:00")
+    lake.progress("shop", "orders", *P, chunks_version=applied)
+
+    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2: 1 completed chunk is not yet "
+                                            r"applied to silver: run binlake silver"):
+        run_gold(spark, lake.config)
+
+
+def test_silver_rows_beyond_its_recorded_progress_block(spark, lake):
+    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 4, "seq": (4, 20, 0)}])
+
+    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: silver holds changes up to #4:20 beyond its "
+                                            r"recorded progress mysql-bin\.000003:900"):
+        run_gold(spark, lake.config)
+
+
+def test_publishing_the_same_silver_state_again_changes_nothing(history):
+    lake, first, again, _, versions = history
 
     assert again.status == "unchanged" and again.publish_id == first.publish_id
-    assert lake.gold_version("shop", "items") == version
-    assert lake.publish_log().count() == 2
+    assert "gold unchanged: already published at mysql-bin.000003:900" in again.summary()
+    assert lake.publish_log().where(f"publish_id = '{first.publish_id}'").count() == 2
 
 
-def test_a_new_position_with_unchanged_silver_moves_P_but_keeps_gold_versions(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    run_gold(spark, lake.config)
-    versions = (lake.gold_version("shop", "items"), lake.gold_version("shop", "orders"))
-    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)}])
-    lake.progress("shop", "items", 4, 50)
-    lake.progress("shop", "orders", 4, 50)
+def test_a_new_position_with_unchanged_silver_moves_P_but_keeps_that_tables_gold_version(history):
+    lake, _, _, third, versions = history
 
-    result = run_gold(spark, lake.config)
-
-    assert str(result.position) == "mysql-bin.000004:50"
-    assert lake.gold_version("shop", "items") == versions[0]
-    assert lake.gold_version("shop", "orders") > versions[1]
-    assert lake.gold("shop", "orders").first()["qty"] == 5
-    latest = {r["table"]: r for r in lake.publish_log().where(f"publish_id = '{result.publish_id}'").collect()}
-    assert latest["items"]["gold_version"] == versions[0] and latest["items"]["pos"] == 50
+    assert str(third.position) == "mysql-bin.000004:50"
+    assert lake.gold_version("shop", "items") == versions["items"]
+    assert lake.gold_version("shop", "orders") > versions["orders"]
+    latest = {r["table"]: r for r in lake.publish_log().where(f"publish_id = '{third.publish_id}'").collect()}
+    assert latest["items"]["gold_version"] == versions["items"] and latest["items"]["pos"] == 50
+    assert latest["items"]["gtid"] == "0-1-42"
 
 
-def test_gold_as_of_a_position_or_a_time_reads_the_version_published_then(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    run_gold(spark, lake.config)
-    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)},
-                                   {"id": 11, "item_id": 2, "qty": 1, "seq": (4, 45, 0)}])
-    lake.progress("shop", "items", 4, 50)
-    lake.progress("shop", "orders", 4, 50)
-    run_gold(spark, lake.config)
+def test_gold_as_of_a_position_or_a_time_reads_the_version_published_then(spark, history):
+    lake = history[0]
 
-    def qtys(df):
-        return sorted(r["qty"] for r in df.collect())
+    def qtys(**when):
+        return sorted(r["qty"] for r in gold_as_of(spark, lake.config, "shop", "orders", **when).collect())
 
-    assert qtys(gold_as_of(spark, lake.config, "shop", "orders", position="mysql-bin.000003:950")) == [3]
-    assert qtys(gold_as_of(spark, lake.config, "shop", "orders", position=(4, 50))) == [1, 5]
-    assert qtys(gold_as_of(spark, lake.config, "shop", "orders", time="2026-11-01T08:30:00Z")) == [3]
-    assert qtys(gold_as_of(spark, lake.config, "shop", "orders", time="2026-11-01T10:30:00+01:00")) == [1, 5]
-    assert qtys(gold_as_of(spark, lake.config, "shop", "orders")) == [1, 5]
+    assert qtys(position="mysql-bin.000003:950") == [3]
+    assert qtys(position=(4, 50)) == [1, 5]
+    assert qtys(time="2026-11-01T08:30:00Z") == [3]
+    assert qtys(time="2026-11-01T10:30:00+01:00") == [1, 5]
+    assert qtys() == [1, 5]
     assert publish_as_of(spark, lake.config, "shop", "orders", position=(3, 900))["gtid"] == "0-1-41"
 
 
-def test_gold_as_of_explains_bad_arguments_and_missing_publishes(spark, tmp_path):
-    lake = ready_lake(spark, tmp_path)
-    with pytest.raises(NotReadyError, match="gold has never been published: run binlake gold first"):
-        gold_as_of(spark, lake.config, "shop", "orders")
-    run_gold(spark, lake.config)
+def test_gold_as_of_explains_bad_arguments_and_missing_publishes(spark, history):
+    lake = history[0]
 
     with pytest.raises(ValueError, match="^give position or time, not both$"):
         gold_as_of(spark, lake.config, "shop", "orders", position=(3, 900), time="2026-11-01T08:00:00Z")
     with pytest.raises(ValueError, match=r'^position must be "FILE:POS" such as "mysql-bin.000003:1234" or a '
                                          r"\(file_index, pos\) tuple, got 'yesterday'$"):
         gold_as_of(spark, lake.config, "shop", "orders", position="yesterday")
+    with pytest.raises(ValueError, match=r"^time must be a datetime or an ISO-8601 string"):
+        gold_as_of(spark, lake.config, "shop", "orders", time="noon")
     with pytest.raises(NotReadyError, match=r"no gold publish of shop\.orders at or before mysql-bin\.000002:5"):
         gold_as_of(spark, lake.config, "shop", "orders", position="mysql-bin.000002:5")
     with pytest.raises(NotReadyError, match=r"no gold publish of shop\.orders with source time at or before "
@@ -234,8 +238,10 @@ def test_gold_as_of_explains_bad_arguments_and_missing_publishes(spark, tmp_path
         gold_as_of(spark, lake.config, "shop", "orders", time="2026-10-01T00:00:00Z")
 
 
-def test_nothing_to_publish_before_silver_has_run(spark, tmp_path):
+def test_nothing_to_publish_or_read_before_silver_has_run(spark, tmp_path):
     lake = Lake(spark, tmp_path)
 
     with pytest.raises(NotReadyError, match="no captured table has silver progress yet; run binlake silver first"):
         run_gold(spark, lake.config)
+    with pytest.raises(NotReadyError, match="gold has never been published: run binlake gold first"):
+        gold_as_of(spark, lake.config, "shop", "orders")

@@ -150,24 +150,31 @@ class _TableState:
 
 def _silver_progress(spark, config: Config, lh: Lakehouse) -> list[_TableState]:
     """The latest progress row of each captured table (progress may be appended or merged)."""
-    from pyspark.sql import functions as F
-
     if not lh.silver_progress.exists(spark):
         return []
-    rows = (
-        lh.silver_progress.read(spark)
-        .groupBy("db", "table")
-        .agg(F.max(F.struct("applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version")).alias("p"))
-        .collect()
-    )
-    out = []
-    for r in rows:
-        p = r["p"]
-        if not config.source.captures(r["db"], r["table"]) or p["applied_file_index"] is None:
+    # One row per table per silver batch at most: small enough to pick the latest on the driver,
+    # which is far cheaper than a shuffle on a busy cluster.
+    latest: dict[tuple[str, str], tuple] = {}
+    for r in lh.silver_progress.read(spark).select(
+            "db", "table", "applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version").collect():
+        if r["applied_file_index"] is None or not config.source.captures(r["db"], r["table"]):
             continue
-        out.append(_TableState(r["db"], r["table"], Position(p["applied_file_index"], p["applied_pos"], p["applied_file"]),
-                               p["chunks_version"]))
+        rank = (r["applied_file_index"], r["applied_pos"] or 0, r["updated_at"] or datetime.min)
+        key = (r["db"], r["table"])
+        if key not in latest or rank > latest[key][0]:
+            latest[key] = (rank, r)
+    out = [_TableState(db, t, Position(r["applied_file_index"], r["applied_pos"], r["applied_file"]), r["chunks_version"])
+           for (db, t), (_, r) in latest.items()]
     return sorted(out, key=lambda s: (s.db, s.table))
+
+
+def _in_tables(names) -> Any:
+    from pyspark.sql import functions as F
+
+    cond = F.lit(False)
+    for db, t in sorted(names):
+        cond = cond | ((F.col("db") == db) & (F.col("table") == t))
+    return cond
 
 
 def _snapshot_blockers(spark, lh: Lakehouse, states: list[_TableState], target: Position) -> dict[str, list[str]]:
@@ -178,38 +185,41 @@ def _snapshot_blockers(spark, lh: Lakehouse, states: list[_TableState], target: 
     if not states or not lh.snapshot_plan.exists(spark):
         return blockers
     names = {(s.db, s.table): s for s in states}
-    table_filter = F.lit(False)
-    for db, t in names:
-        table_filter = table_filter | ((F.col("db") == db) & (F.col("table") == t))
-    plan = lh.snapshot_plan.read(spark).where(table_filter)
-    latest = plan.groupBy("db", "table").agg(F.max(F.struct("planned_at", "snapshot_id")).alias("s")).select(
-        "db", "table", F.col("s.snapshot_id").alias("snapshot_id"))
-    planned = {
-        (r["db"], r["table"]): (r["snapshot_id"], set(r["chunks"]))
-        for r in plan.join(latest, ["db", "table", "snapshot_id"])
-        .groupBy("db", "table", "snapshot_id").agg(F.collect_set("chunk_id").alias("chunks")).collect()
-    }
+    # The plan and the manifest hold one row per chunk: collected narrow, grouped on the driver.
+    plan_rows = lh.snapshot_plan.read(spark).where(_in_tables(names)).select(
+        "db", "table", "snapshot_id", "chunk_id", "planned_at").collect()
+    latest_snapshot: dict[tuple[str, str], tuple] = {}
+    for r in plan_rows:
+        key, rank = (r["db"], r["table"]), (r["planned_at"] or datetime.min, r["snapshot_id"])
+        if key not in latest_snapshot or rank > latest_snapshot[key]:
+            latest_snapshot[key] = rank
+    planned: dict[tuple[str, str], tuple[str, set[int]]] = {k: (v[1], set()) for k, v in latest_snapshot.items()}
+    for r in plan_rows:
+        sid, chunks = planned[(r["db"], r["table"])]
+        if r["snapshot_id"] == sid:
+            chunks.add(r["chunk_id"])
     if not planned:
         return blockers
     chunks_exist = lh.snapshot_chunks.exists(spark)
     latest_chunks_version = _latest_version(spark, lh.snapshot_chunks) if chunks_exist else None
+    snapshot_ids = sorted({sid for sid, _ in planned.values()})
 
     def manifest(version: int | None) -> dict[tuple[str, str, str], dict[int, tuple[int, int, str]]]:
         if not chunks_exist:
             return {}
         df = lh.snapshot_chunks.read(spark) if version is None else _read_at(spark, lh.snapshot_chunks, version)
-        wanted = F.lit(False)
-        for (db, t), (sid, _) in planned.items():
-            wanted = wanted | ((F.col("db") == db) & (F.col("table") == t) & (F.col("snapshot_id") == sid))
         out: dict = {}
-        # A chunk read twice (a retried attempt) counts with its latest high watermark.
-        for r in (df.where(wanted).groupBy("db", "table", "snapshot_id", "chunk_id")
-                  .agg(F.max(F.struct("hw_file_index", "hw_pos", "hw_file")).alias("hw")).collect()):
-            out.setdefault((r["db"], r["table"], r["snapshot_id"]), {})[r["chunk_id"]] = tuple(r["hw"])
+        for r in (df.where(_in_tables(names) & F.col("snapshot_id").isin(snapshot_ids))
+                  .select("db", "table", "snapshot_id", "chunk_id", "hw_file_index", "hw_pos", "hw_file").collect()):
+            done = out.setdefault((r["db"], r["table"], r["snapshot_id"]), {})
+            hw = (r["hw_file_index"], r["hw_pos"], r["hw_file"])
+            # A chunk read twice (a retried attempt) counts with its latest high watermark.
+            if r["chunk_id"] not in done or hw[:2] > done[r["chunk_id"]][:2]:
+                done[r["chunk_id"]] = hw
         return out
 
     committed = manifest(None)
-    applied_cache: dict[int | None, dict] = {}
+    applied_cache: dict[int | None, dict] = {latest_chunks_version: committed}
     for (db, t), (sid, chunk_ids) in sorted(planned.items()):
         name = f"{db}.{t}"
         state = names[(db, t)]
@@ -263,12 +273,20 @@ def _position_extras(spark, lh: Lakehouse, p: Position) -> tuple[str | None, str
     if not lh.changelog.exists(spark):
         return None, None
     at_or_before = (F.col("file_index") < p.file_index) | ((F.col("file_index") == p.file_index) & (F.col("pos") <= p.pos))
-    cl = lh.changelog.read(spark).where(at_or_before)
-    g = cl.where(F.col("gtid").isNotNull()).agg(F.max(F.struct("file_index", "pos", "gtid")).alias("g")).first()["g"]
-    t = (cl.where(F.col("commit_ts").isNotNull())
-         .agg(F.max(F.struct("file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts"))).alias("t"))
-         .first()["t"])
-    return (g["gtid"] if g else None), (t["ts"] if t else None)
+    gtid = source_time = None
+    # Capture writes a heartbeat per batch, so P's own binlog file almost always answers;
+    # Delta's file statistics then skip the rest of the change log.
+    for scope in (F.col("file_index") == p.file_index, F.lit(True)):
+        r = lh.changelog.read(spark).where(scope & at_or_before).agg(
+            F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
+            F.max(F.when(F.col("commit_ts").isNotNull(), F.struct(
+                "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")))).alias("t"),
+        ).first()
+        gtid = gtid or (r["g"]["gtid"] if r["g"] else None)
+        source_time = source_time or (r["t"]["ts"] if r["t"] else None)
+        if gtid and source_time:
+            break
+    return gtid, source_time
 
 
 def check_ready(spark, config: Config) -> tuple[Position, list[_TableState]]:

@@ -1,0 +1,181 @@
+"""Gold quality checks and their severities: warn publishes and records, drop quarantines the
+failing rows and publishes the rest, fail publishes nothing and keeps the last good gold."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from chispa import assert_df_equality
+
+from binlake.config import CheckRule, Severity
+from binlake.errors import ConfigError, QualityCheckFailed
+from binlake.gold.publish import run_gold
+from binlake.quality.checks import builtin_checks, rule_check, run_checks, table_checks
+
+try:  # tests/spark is a package in some layouts and a plain directory in others
+    from .gold_fixtures import Lake, col, table_schema
+except ImportError:
+    from gold_fixtures import Lake, col, table_schema
+
+ITEMS = table_schema(
+    "shop", "items",
+    [col("id", "int", False), col("name", "string", False), col("price", "double"), col("added", "date", False)],
+    key=["id"],
+)
+LINES = table_schema("shop", "lines", [col("order_id", "int", False), col("line", "int", False), col("sku", "string")],
+                     key=["order_id", "line"])
+
+
+def lake_with(spark, tmp_path, items, checks=None) -> Lake:
+    lake = Lake(spark, tmp_path, checks=checks)
+    lake.add_table(ITEMS)
+    lake.add_table(LINES)
+    lake.silver("shop", "items", items)
+    lake.silver("shop", "lines", [{"order_id": 1, "line": 1, "sku": "A-1", "seq": (2, 10, 0)}])
+    lake.snapshot("shop", "items", chunks=[((1, 10), (1, 20))])
+    lake.heartbeat(3, 900, gtid="0-1-9", commit_ts="2026-11-01 08:00:00")
+    lake.progress("shop", "items", 3, 900)
+    lake.progress("shop", "lines", 3, 900)
+    return lake
+
+
+def item(i, name, price, seq_pos, deleted=False):
+    return {"id": i, "name": name, "price": price, "added": None, "seq": (3, seq_pos, 0), "deleted": deleted}
+
+
+ROWS = [item(1, "pen", 2.5, 100), item(2, "ink", 700.0, 200), item(3, "cap", -1.0, 300), item(4, "old", 9999.0, 400, deleted=True)]
+
+
+def checks_of(lake, table="items"):
+    row = lake.publish_log().where(f"`table` = '{table}'").orderBy("published_at").collect()[-1]
+    return row, {c["name"]: c for c in json.loads(row["checks"])["results"]}
+
+
+def test_warn_publishes_every_row_and_records_the_failure(spark, tmp_path):
+    lake = lake_with(spark, tmp_path, ROWS, {"shop.items": [{"column": "price", "between": [0, 100], "severity": "warn"}]})
+
+    result = run_gold(spark, lake.config)
+
+    assert sorted(r["id"] for r in lake.gold("shop", "items").collect()) == [1, 2, 3]
+    row, checks = checks_of(lake)
+    assert row["status"] == "published"
+    assert checks["between(price, 0, 100)"] == {**checks["between(price, 0, 100)"], "success": False,
+                                                "severity": "warn", "unexpected_count": 2}
+    assert result.warnings == ["shop.items between(price, 0, 100): 2 unexpected"]
+    assert "warning: shop.items between(price, 0, 100): 2 unexpected" in result.summary()
+
+
+def test_drop_quarantines_failing_rows_with_their_sequence_and_publishes_the_rest(spark, tmp_path):
+    lake = lake_with(spark, tmp_path, ROWS, {"shop.items": [
+        {"column": "price", "between": [0, 100], "severity": "drop"},
+        {"column": "name", "regex": "^[a-o]", "severity": "drop"},
+    ]})
+
+    result = run_gold(spark, lake.config)
+
+    assert sorted(r["id"] for r in lake.gold("shop", "items").collect()) == [1]
+    quarantine = lake.lh.quarantine("shop", "items").read(spark)
+    expected = spark.createDataFrame(
+        [(2, "ink", 700.0, (3, 200, 0), "between(price, 0, 100)", result.publish_id),
+         (3, "cap", -1.0, (3, 300, 0), "between(price, 0, 100)", result.publish_id)],
+        "id INT, name STRING, price DOUBLE, _cdc_seq STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>, "
+        "_quarantine_check STRING, _publish_id STRING",
+    )
+    assert_df_equality(quarantine.select(*expected.columns), expected, ignore_row_order=True, ignore_nullable=True,
+                       ignore_metadata=True)
+    row, checks = checks_of(lake)
+    assert row["row_count"] == 1 and row["status"] == "published"
+    assert checks["regex(name, ^[a-o])"]["success"] is True
+    assert result.tables[0].dropped == 2 if result.tables[0].table == "items" else result.tables[1].dropped == 2
+
+
+def test_a_rerun_of_the_same_publish_replaces_its_quarantine_rows_instead_of_doubling_them(spark, tmp_path):
+    checks = {"shop.items": [{"column": "price", "between": [0, 100], "severity": "drop"}]}
+    lake = lake_with(spark, tmp_path, ROWS, checks)
+    first = run_gold(spark, lake.config)
+    # A publish killed after writing gold and quarantine, before its publish-log rows.
+    lake.lh.publish_log.delta(spark).delete(f"publish_id = '{first.publish_id}'")
+
+    again = run_gold(spark, lake.config)
+
+    assert again.publish_id == first.publish_id and again.status == "published"
+    assert lake.lh.quarantine("shop", "items").read(spark).count() == 2
+
+
+def test_fail_publishes_nothing_keeps_the_last_good_gold_and_raises(spark, tmp_path):
+    lake = lake_with(spark, tmp_path, ROWS[:1])
+    run_gold(spark, lake.config)
+    good = {t: lake.gold_version("shop", t) for t in ("items", "lines")}
+    lake.silver("shop", "items", ROWS)
+    lake.silver("shop", "lines", [{"order_id": 1, "line": 1, "sku": "B-2", "seq": (3, 950, 0)}])
+    lake.heartbeat(3, 990, commit_ts="2026-11-01 08:05:00")
+    lake.progress("shop", "items", 3, 990)
+    lake.progress("shop", "lines", 3, 990)
+    strict = lake.with_checks({"shop.items": [{"column": "price", "between": [0, 100], "severity": "fail"}]})
+
+    with pytest.raises(QualityCheckFailed, match=r"gold not published at mysql-bin\.000003:990, the last good gold "
+                                                 r"versions are kept: failed checks: shop\.items between\(price, 0, 100\) "
+                                                 r"\(fail\): 2 unexpected rows") as err:
+        run_gold(spark, strict.config)
+
+    assert err.value.exit_code == 7
+    assert {t: lake.gold_version("shop", t) for t in ("items", "lines")} == good
+    assert lake.gold("shop", "lines").first()["sku"] == "A-1"  # the other table of the group is not published either
+    failed = lake.publish_log().where("status = 'failed'").collect()
+    assert {r["table"] for r in failed} == {"items", "lines"}
+    assert all(r["pos"] == 990 for r in failed)
+
+
+def test_a_duplicate_primary_key_in_silver_fails_the_built_in_check(spark, tmp_path):
+    lake = lake_with(spark, tmp_path, [item(1, "pen", 2.5, 100), item(1, "pen again", 2.5, 200)])
+
+    with pytest.raises(QualityCheckFailed, match=r"shop\.items primary_key_unique\(id\) \(fail\): 2 unexpected rows"):
+        run_gold(spark, lake.config)
+
+    assert not lake.lh.gold("shop", "items").exists(spark)
+
+
+def test_a_row_count_rule_checks_the_published_table_size(spark, tmp_path):
+    lake = lake_with(spark, tmp_path, ROWS, {"shop.items": [{"row_count": [5, None], "severity": "fail"}]})
+
+    with pytest.raises(QualityCheckFailed, match=r"shop\.items row_count\(5, null\) \(fail\): observed 3"):
+        run_gold(spark, lake.config)
+
+
+def test_built_in_checks_cover_the_key_and_declared_not_null_columns():
+    names = {(c.name, c.severity) for c in builtin_checks(LINES, 7)}
+    assert names == {
+        ("primary_key_unique(order_id, line)", Severity.FAIL),
+        ("primary_key_not_null(order_id)", Severity.FAIL),
+        ("primary_key_not_null(line)", Severity.FAIL),
+        ("row_count_equals_silver(7)", Severity.FAIL),
+    }
+    by_name = {c.name: c for c in builtin_checks(ITEMS, 0)}
+    assert by_name["not_null(name)"].severity is Severity.FAIL
+    # A NOT NULL DATE may hold a zero date, which silver maps to NULL by design.
+    assert by_name["not_null(added)"].severity is Severity.WARN
+
+
+def test_rules_that_name_an_unknown_column_are_refused():
+    with pytest.raises(ConfigError, match=r"gold\.checks\.shop\.items names column 'cost', which shop\.items does not "
+                                          r"have: use one of id, name, price, added"):
+        table_checks(ITEMS, [CheckRule(Severity.WARN, column="cost", not_null=True)], 0)
+
+
+def test_each_rule_kind_agrees_with_its_quarantine_predicate(spark):
+    df = spark.createDataFrame([(1, "a1", 5), (2, "b2", 50), (3, None, None), (4, "zz", 7)], "id INT, code STRING, n INT")
+    rules = [
+        CheckRule(Severity.DROP, column="n", between=(0, 10)),
+        CheckRule(Severity.DROP, column="code", values=("a1", "zz")),
+        CheckRule(Severity.DROP, column="code", regex="^[a-b][0-9]$"),
+        CheckRule(Severity.DROP, column="code", not_null=True),
+        CheckRule(Severity.DROP, column="n", between=(None, 6)),
+    ]
+    checks = [rule_check(r) for r in rules]
+
+    outcome = run_checks(df, checks, table="agree")
+
+    for check, result in zip(checks, outcome.results):
+        assert result.unexpected_count == df.where(check.failing_rows).count(), check.name
+    assert [r.unexpected_count for r in outcome.results] == [1, 1, 1, 1, 1]
