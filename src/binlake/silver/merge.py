@@ -1,0 +1,577 @@
+"""``binlake silver``: apply what is new in bronze to one current-state Delta table per source table.
+
+Per run and table:
+
+1. read only what bronze committed since the table's progress: the change data feed of
+   ``bronze/changelog`` and of ``bronze/snapshot_chunks`` (joined to ``snapshot_rows``);
+2. bring the silver schema up to the latest ``schema_history`` version (schema_evolution);
+3. decode every row image with the schema version it was written with, to typed columns;
+4. keep the latest record per key (``ROW_NUMBER() OVER (PARTITION BY key ORDER BY
+   _cdc_seq DESC) = 1``) and MERGE: update only where ``s._cdc_seq > t._cdc_seq``, insert
+   when absent; deletes are tombstones;
+5. TRUNCATE and completed snapshot chunks tombstone what they prove is gone;
+6. after every table: foreign-key actions MySQL does not log (cascade module);
+7. last, the progress rows. A run killed anywhere before that simply re-applies the same
+   records, which changes nothing: every write is conditional on ``_cdc_seq``.
+
+Example::
+
+    >>> result = run_silver(spark, config)      # doctest: +SKIP
+    >>> print(result.summary())                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from binlake.config import Config
+from binlake.errors import NotReadyError, SchemaChangeError
+from binlake.lakehouse import PROGRESS_SCHEMA, Lakehouse, TableRef
+from binlake.silver import schema_evolution as se
+from binlake.silver.ranges import reconcile_range_predicate, sql_string
+from binlake.source.types import TableSchema, is_zero_date_sql, spark_decode_sql
+
+log = logging.getLogger("binlake.silver")
+
+DATA_OPS = ("insert", "update", "delete")
+# Ties on _cdc_seq: a real record beats a tombstone silver derived for the same position.
+_PRIO_REAL = 2
+_PRIO_DERIVED = 1
+_RETRIES = 6
+
+
+@dataclass
+class TableResult:
+    """What one run did to one silver table."""
+
+    name: str
+    changes: int = 0
+    snapshot_rows: int = 0
+    chunks: int = 0
+    merged: int = 0
+    reconciled: int = 0
+    truncated: int = 0
+    cascaded: int = 0
+    zero_dates: int = 0
+    schema_changes: list[str] = field(default_factory=list)
+    error: str | None = None
+    recreated: bool = False
+
+
+@dataclass
+class SilverResult:
+    """Outcome of :func:`run_silver`; ``failed`` tables were stopped by a schema change."""
+
+    tables: list[TableResult]
+    applied: tuple[str | None, int | None, int | None] = (None, None, None)
+
+    @property
+    def failed(self) -> list[TableResult]:
+        return [t for t in self.tables if t.error]
+
+    def table(self, name: str) -> TableResult:
+        for t in self.tables:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def summary(self) -> str:
+        file, _, pos = self.applied
+        where = f"{file}:{pos}" if file else "no heartbeat yet"
+        lines = [f"silver: {len(self.tables)} table(s), change log applied up to {where}"]
+        for t in self.tables:
+            if t.error:
+                lines.append(f"  {t.name}: STOPPED: {t.error}")
+                continue
+            extra = "".join(
+                f", {n} {label}" for n, label in (
+                    (t.reconciled, "reconciled tombstones"), (t.truncated, "truncated"), (t.cascaded, "cascaded"),
+                    (t.zero_dates, "zero dates -> NULL"), (len(t.schema_changes), "schema changes"),
+                ) if n
+            )
+            lines.append(f"  {t.name}: {t.changes} changes, {t.snapshot_rows} snapshot rows in {t.chunks} chunks, "
+                         f"{t.merged} rows merged{extra}")
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# Helpers
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _latest_version(spark, ref: TableRef) -> int:
+    return int(ref.delta(spark).history(1).select("version").first()[0])
+
+
+def read_cdf(spark, ref: TableRef, start: int, end: int):
+    """Rows inserted into ``ref`` in versions ``[start, end]`` (bronze tables are append-only)."""
+    from pyspark.sql import functions as F
+
+    reader = (spark.read.format("delta").option("readChangeFeed", "true")
+              .option("startingVersion", start).option("endingVersion", end))
+    df = reader.table(ref.name) if ref.name else reader.load(ref.path)
+    return df.where(F.col("_change_type") == "insert")
+
+
+def _is_conflict(exc: Exception) -> bool:
+    names = {type(exc).__name__} | {c.__name__ for c in type(exc).__mro__}
+    text = str(exc)
+    return any("Concurrent" in n or n in ("MetadataChangedException", "ProtocolChangedException") for n in names) or any(
+        marker in text for marker in ("ConcurrentAppendException", "ConcurrentDeleteReadException",
+                                      "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+                                      "DELTA_CONCURRENT_")
+    )
+
+
+def with_retry(what: str, fn, retries: int = _RETRIES):
+    """Run a Delta write, retrying when a concurrent writer (OPTIMIZE, another job) won the race.
+
+    Every silver write is conditional on ``_cdc_seq``, so re-running it against the newer
+    table version is always correct.
+    """
+    for attempt in range(1, retries + 1):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - filtered by _is_conflict
+            if attempt == retries or not _is_conflict(exc):
+                raise
+            wait = min(0.5 * 2 ** (attempt - 1), 8.0)
+            log.warning("%s conflicted with a concurrent write (%s); retry %d in %.1fs", what, type(exc).__name__,
+                        attempt, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def _seq_sql(fi: str, pos: str, row: str) -> str:
+    return f"named_struct('file_index', CAST({fi} AS BIGINT), 'pos', CAST({pos} AS BIGINT), 'row', CAST({row} AS INT))"
+
+
+def _seq_lit(seq: tuple[int, int, int]) -> str:
+    return _seq_sql(str(int(seq[0])), str(int(seq[1])), str(int(seq[2])))
+
+
+def _parse_seq(text: str | None) -> tuple[int, int, int] | None:
+    if not text:
+        return None
+    a, b, c = (int(x) for x in text.split(","))
+    return (a, b, c)
+
+
+def _last_metrics(spark, ref: TableRef) -> dict[str, int]:
+    row = ref.delta(spark).history(1).select("operationMetrics").first()
+    metrics = row[0] or {}
+    out = {}
+    for k, v in metrics.items():
+        try:
+            out[k] = int(v)
+        except (TypeError, ValueError):
+            pass
+    return out
+
+
+class Decoder:
+    """Typed decoding of row images written under any recorded schema version."""
+
+    def __init__(self, target: TableSchema, name_maps: dict[str, dict[str, str]]):
+        self.target = target
+        self.name_maps = name_maps
+
+    def column_sql(self, col_name: str, img: str = "img") -> str:
+        col = self.target.column(col_name)
+        cases = []
+        default = spark_decode_sql(col, f"try_element_at({img}, {sql_string(col_name)})")
+        for version, mapping in self.name_maps.items():
+            source = mapping.get(col_name)
+            if source == col_name:
+                continue
+            expr = "NULL" if source is None else spark_decode_sql(col, f"try_element_at({img}, {sql_string(source)})")
+            cases.append(f"WHEN {sql_string(version)} THEN {expr}")
+        if not cases:
+            return default
+        return f"CASE schema_version {' '.join(cases)} ELSE {default} END"
+
+    def zero_dates_sql(self, img: str = "img") -> str:
+        parts = []
+        for col in self.target.columns:
+            versions = {v: m.get(col.name) for v, m in self.name_maps.items()}
+            text = f"try_element_at({img}, {sql_string(col.name)})"
+            if any(src not in (None, col.name) for src in versions.values()):
+                whens = " ".join(f"WHEN {sql_string(v)} THEN try_element_at({img}, {sql_string(src)})"
+                                 for v, src in versions.items() if src not in (None, col.name))
+                text = f"(CASE schema_version {whens} ELSE {text} END)"
+            z = is_zero_date_sql(col, text)
+            if z:
+                parts.append(f"CASE WHEN {z} THEN 1 ELSE 0 END")
+        return " + ".join(parts) if parts else "0"
+
+
+# ---------------------------------------------------------------------------------------
+# One table
+
+
+@dataclass
+class TableBatch:
+    """The new bronze records of one table, as the cascade step needs them."""
+
+    schema: TableSchema
+    decoder: Decoder
+    changes: object  # DataFrame: op, schema_version, seq, before, after, commit_ts (changelog only)
+    ref: TableRef
+
+
+def _changelog_records(cl, db: str, table: str, start_version: int):
+    from pyspark.sql import functions as F
+
+    return cl.where((F.col("db") == db) & (F.col("table") == table) & (F.col("_commit_version") >= start_version))
+
+
+def _snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
+    """Data rows of the given (trusted) chunks."""
+    from pyspark.sql import functions as F
+
+    manifest = spark.createDataFrame(
+        [(c["snapshot_id"], c["chunk_id"], c["attempt_id"]) for c in chunks],
+        "snapshot_id STRING, chunk_id INT, attempt_id STRING",
+    )
+    snapshot_ids = sorted({c["snapshot_id"] for c in chunks})
+    rows = (lh.snapshot_rows.read(spark)
+            .where(F.col("snapshot_id").isin(snapshot_ids) & F.col("row").isNotNull())
+            .where((F.col("db") == chunks[0]["db"]) & (F.col("table") == chunks[0]["table"])))
+    return rows.join(F.broadcast(manifest), ["snapshot_id", "chunk_id", "attempt_id"], "left_semi")
+
+
+def _source_frame(spark, schema: TableSchema, decoder: Decoder, changes, snaps, truncated: tuple | None):
+    """Typed, deduplicated MERGE source: one row per key, the latest record."""
+    from pyspark.sql import functions as F
+
+    unified = changes.selectExpr(
+        "op",
+        "schema_version",
+        f"{_seq_sql('file_index', 'pos', '`row`')} AS seq",
+        "CASE WHEN op = 'delete' THEN before ELSE after END AS img",
+        "commit_ts",
+        f"{_PRIO_REAL} AS prio",
+    )
+    # A key change is one update record; its before image names the key that is gone.
+    key_diff = " OR ".join(
+        f"NOT ({decoder.column_sql(k, 'before')} <=> {decoder.column_sql(k, 'after')})" for k in schema.key
+    )
+    moved = changes.where(f"op = 'update' AND ({key_diff})").selectExpr(
+        "'delete' AS op", "schema_version", f"{_seq_sql('file_index', 'pos', '`row`')} AS seq",
+        "before AS img", "commit_ts", f"{_PRIO_DERIVED} AS prio",
+    )
+    parts = [unified, moved]
+    if snaps is not None:
+        parts.append(snaps.selectExpr(
+            "'snapshot' AS op", "schema_version", _seq_sql("lw_file_index", "lw_pos", "-1") + " AS seq",
+            "`row` AS img", "CAST(NULL AS TIMESTAMP) AS commit_ts", f"{_PRIO_REAL} AS prio",
+        ))
+    records = parts[0]
+    for p in parts[1:]:
+        records = records.unionByName(p)
+
+    typed = [f"{decoder.column_sql(c.name)} AS {_q(c.name)}" for c in schema.columns]
+    records = records.selectExpr(*typed, "seq AS _cdc_seq", "op AS _cdc_op", "op = 'delete' AS _cdc_deleted",
+                                 "commit_ts AS _cdc_commit_ts", "prio AS _prio")
+    if truncated is not None:
+        # Anything older than a TRUNCATE is gone, whatever order the batches arrive in.
+        older = F.col("_cdc_seq") < F.expr(_seq_lit(truncated))
+        records = (records
+                   .withColumn("_cdc_deleted", F.when(older, F.lit(True)).otherwise(F.col("_cdc_deleted")))
+                   .withColumn("_cdc_op", F.when(older, F.lit("truncate")).otherwise(F.col("_cdc_op")))
+                   .withColumn("_cdc_seq", F.when(older, F.expr(_seq_lit(truncated))).otherwise(F.col("_cdc_seq"))))
+    from pyspark.sql.window import Window
+
+    w = Window.partitionBy(*[F.col(_q(k)) for k in schema.key]).orderBy(F.col("_cdc_seq").desc(), F.col("_prio").desc())
+    return records.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn", "_prio")
+
+
+def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict[str, int]:
+    """The idempotent MERGE: newer sequence wins, absent keys are inserted, nothing is deleted."""
+    cols = [c.name for c in schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts"]
+    assign = {_q(c): f"s.{_q(c)}" for c in cols}
+    on = " AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in schema.key)
+
+    def run():
+        (ref.delta(spark).alias("t").merge(source.alias("s"), on)
+         .whenMatchedUpdate(condition="s._cdc_seq > t._cdc_seq", set=assign)
+         .whenNotMatchedInsert(values=assign)
+         .execute())
+
+    with_retry(f"MERGE into {ref}", run)
+    return _last_metrics(spark, ref)
+
+
+def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dict], group: int = 64) -> int:
+    """Tombstone keys a completed chunk proves gone: inside [start, end), older than its lw.
+
+    Runs after the MERGE, when every key the chunk returned already carries a sequence
+    >= the chunk's low watermark, so "older than lw" means "not returned".
+    """
+    from pyspark.sql import functions as F
+
+    if not chunks:
+        return 0
+    total = 0
+    ordered = sorted(chunks, key=lambda c: (c["lw_file_index"], c["lw_pos"]), reverse=True)
+    for i in range(0, len(ordered), group):
+        part = ordered[i : i + group]
+        conds = []
+        for c in part:
+            lw = F.expr(_seq_lit((c["lw_file_index"], c["lw_pos"], -1)))
+            conds.append((reconcile_range_predicate(schema, c["start_key"], c["end_key"]) & (F.col("_cdc_seq") < lw), lw))
+        new_seq = F.when(conds[0][0], conds[0][1])
+        any_cond = conds[0][0]
+        for cond, lw in conds[1:]:
+            new_seq = new_seq.when(cond, lw)
+            any_cond = any_cond | cond
+        condition = (~F.col("_cdc_deleted")) & any_cond
+
+        def run(condition=condition, new_seq=new_seq):
+            ref.delta(spark).update(condition, {
+                "_cdc_seq": new_seq, "_cdc_deleted": F.lit(True), "_cdc_op": F.lit("delete"),
+                "_cdc_commit_ts": F.lit(None).cast("timestamp"),
+            })
+
+        with_retry(f"chunk reconciliation of {ref}", run)
+        total += _last_metrics(spark, ref).get("numUpdatedRows", 0)
+    return total
+
+
+def apply_truncate(spark, ref: TableRef, seq: tuple[int, int, int]) -> int:
+    from pyspark.sql import functions as F
+
+    lit = F.expr(_seq_lit(seq))
+
+    def run():
+        ref.delta(spark).update((~F.col("_cdc_deleted")) & (F.col("_cdc_seq") < lit), {
+            "_cdc_seq": lit, "_cdc_deleted": F.lit(True), "_cdc_op": F.lit("truncate"),
+        })
+
+    with_retry(f"TRUNCATE of {ref}", run)
+    n = _last_metrics(spark, ref).get("numUpdatedRows", 0)
+    se.set_table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY, ",".join(str(x) for x in seq))
+    return n
+
+
+def _prepare_table(spark, lh, ref, history, new_chunks, result: TableResult):
+    """Create or evolve the silver table; returns the seq below which changelog rows are
+    dropped (after a re-snapshot recovered an incompatible change), or None."""
+    target = history[-1]
+    if se.create_silver_table(spark, ref, target.schema):
+        return None
+    try:
+        result.schema_changes = [d for d in se.evolve(spark, ref, history) if d]
+        return None
+    except SchemaChangeError:
+        # Recovery: a snapshot taken with the new schema replaces the table's content.
+        fresh = [c for c in new_chunks if c["schema_version"] == target.version
+                 and (c["lw_file_index"], c["lw_pos"]) >= (target.file_index or 0, target.pos or 0)]
+        if not fresh:
+            raise
+        log.warning("%s: incompatible schema change recovered by snapshot %s: rebuilding silver",
+                    result.name, fresh[0]["snapshot_id"])
+        se.create_silver_table(spark, ref, target.schema, replace=True)
+        se.set_table_property(spark, ref, se.SCHEMA_VERSION_PROPERTY, target.version)
+        result.recreated = True
+        return target.seq
+
+
+def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: TableResult):
+    from pyspark.sql import functions as F
+
+    ref = lh.silver(db, table)
+    history = se.load_history(spark, lh, db, table)
+    if not history:
+        raise NotReadyError(f"{db}.{table} has no schema in bronze schema_history yet: run binlake snapshot or capture")
+    schema = history[-1].schema
+    cutoff = _prepare_table(spark, lh, ref, history, new_chunks, result)
+    decoder = Decoder(schema, se.name_maps(history, schema))
+
+    if cl is not None and cl_start is not None:
+        records = _changelog_records(cl, db, table, cl_start)
+    else:
+        records = None
+    if records is not None and cutoff is not None:
+        records = records.where(F.expr(f"{_seq_sql('file_index', 'pos', '`row`')} >= {_seq_lit(cutoff)}"))
+    if cutoff is not None:
+        new_chunks = [c for c in new_chunks if c["schema_version"] == history[-1].version]
+
+    truncated = _parse_seq(se.table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY))
+    batch_truncate = None
+    changes = None
+    stats = {"n": 0, "t": None, "z": 0}
+    if records is not None:
+        changes = records.where(F.col("op").isin(*DATA_OPS))
+        agg = records.where(F.col("op").isin(*DATA_OPS, "truncate")).selectExpr(
+            f"coalesce(sum(CASE WHEN op IN ('insert', 'update', 'delete') THEN 1 ELSE 0 END), 0) AS n",
+            f"max(CASE WHEN op = 'truncate' THEN {_seq_sql('file_index', 'pos', '`row`')} END) AS t",
+            f"coalesce(sum(CASE WHEN op IN ('insert', 'update') THEN {decoder.zero_dates_sql('after')} ELSE 0 END), 0) AS z",
+        ).first()
+        stats = {"n": agg["n"], "t": agg["t"], "z": agg["z"]}
+        if stats["t"] is not None:
+            batch_truncate = (stats["t"]["file_index"], stats["t"]["pos"], stats["t"]["row"])
+            truncated = max(truncated or batch_truncate, batch_truncate)
+
+    snaps = _snapshot_records(spark, lh, new_chunks) if new_chunks else None
+    snap_count, snap_zero = 0, 0
+    if snaps is not None:
+        s = snaps.selectExpr("count(*) AS n", f"coalesce(sum({decoder.zero_dates_sql('`row`')}), 0) AS z").first()
+        snap_count, snap_zero = s["n"], s["z"]
+
+    result.changes = int(stats["n"])
+    result.snapshot_rows = int(snap_count)
+    result.chunks = len(new_chunks)
+    result.zero_dates = int(stats["z"] or 0) + int(snap_zero or 0)
+
+    empty_changes = changes if changes is not None else spark.createDataFrame(
+        [], "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
+            "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP")
+    if (changes is not None and stats["n"]) or snap_count:
+        source = _source_frame(spark, schema, decoder, empty_changes, snaps, truncated)
+        m = merge_into_silver(spark, ref, schema, source)
+        result.merged = m.get("numTargetRowsInserted", 0) + m.get("numTargetRowsUpdated", 0)
+    if batch_truncate is not None:
+        result.truncated = apply_truncate(spark, ref, truncated)
+    result.reconciled = reconcile_chunks(spark, ref, schema, new_chunks)
+    return TableBatch(schema=schema, decoder=decoder, changes=empty_changes, ref=ref)
+
+
+# ---------------------------------------------------------------------------------------
+# The run
+
+
+def _captured_tables(spark, lh: Lakehouse, config: Config) -> list[tuple[str, str]]:
+    rows = lh.schema_history.read(spark).select("db", "table").distinct().collect()
+    return sorted((r["db"], r["table"]) for r in rows if config.source.captures(r["db"], r["table"]))
+
+
+def _read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], dict]:
+    lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table")
+    return {(r["db"], r["table"]): r.asDict() for r in lh.silver_progress.read(spark).collect()}
+
+
+def _write_progress(spark, lh: Lakehouse, rows: list[tuple]) -> None:
+    if not rows:
+        return
+    df = spark.createDataFrame(rows, PROGRESS_SCHEMA)
+
+    def run():
+        (lh.silver_progress.delta(spark).alias("t")
+         .merge(df.alias("s"), "t.db = s.db AND t.`table` = s.`table`")
+         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+    with_retry("silver progress", run)
+
+
+def run_silver(spark, config: Config, progress=None) -> SilverResult:
+    """Apply every new bronze record to silver; returns what was done per table.
+
+    Raises :class:`SchemaChangeError` after all other tables were processed and their
+    progress written, if any table was stopped by an incompatible schema change.
+    """
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    from binlake.silver.cascade import apply_cascades
+
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    lh = Lakehouse(config)
+    for ref, what in ((lh.changelog, "bronze changelog"), (lh.snapshot_chunks, "bronze snapshot_chunks"),
+                      (lh.schema_history, "bronze schema_history")):
+        if not ref.exists(spark):
+            raise NotReadyError(f"{what} does not exist at {ref}: run binlake snapshot or binlake capture first")
+
+    cl_end = _latest_version(spark, lh.changelog)
+    ch_end = _latest_version(spark, lh.snapshot_chunks)
+    prog = _read_progress(spark, lh)
+    tables = _captured_tables(spark, lh, config)
+
+    def next_version(key, col, end):
+        row = prog.get(key)
+        start = 0 if row is None or row[col] is None else int(row[col]) + 1
+        return start if start <= end else None
+
+    cl_starts = {t: next_version(t, "changelog_version", cl_end) for t in tables}
+    ch_starts = {t: next_version(t, "chunks_version", ch_end) for t in tables}
+
+    cl = None
+    heartbeats: list = []
+    starts = [s for s in cl_starts.values() if s is not None]
+    if starts:
+        cl = read_cdf(spark, lh.changelog, min(starts), cl_end).persist(StorageLevel.MEMORY_AND_DISK)
+        heartbeats = (cl.where(F.col("op") == "heartbeat")
+                      .groupBy("_commit_version")
+                      .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb"))
+                      .collect())
+    chunk_rows: list[dict] = []
+    ch_min = [s for s in ch_starts.values() if s is not None]
+    if ch_min:
+        chunk_rows = [r.asDict() for r in read_cdf(spark, lh.snapshot_chunks, min(ch_min), ch_end).collect()]
+
+    results: list[TableResult] = []
+    batches: dict[str, TableBatch] = {}
+    progress_rows = []
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    overall = (None, None, None)
+    try:
+        ctx = progress.task("silver", len(tables), "tables") if progress is not None else None
+        task = ctx.__enter__() if ctx is not None else None
+        for db, table in tables:
+            key = (db, table)
+            name = f"{db}.{table}"
+            res = TableResult(name=name)
+            results.append(res)
+            cl_start, ch_start = cl_starts[key], ch_starts[key]
+            new_chunks = [c for c in chunk_rows if ch_start is not None and c["_commit_version"] >= ch_start
+                          and c["db"] == db and c["table"] == table]
+            try:
+                batches[name] = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res)
+            except (SchemaChangeError, NotReadyError) as exc:
+                res.error = str(exc)
+                log.error("%s", exc)
+                if task:
+                    task.advance()
+                continue
+            prev = prog.get(key) or {}
+            hb = [h["hb"] for h in heartbeats if cl_start is not None and h["_commit_version"] >= cl_start]
+            top = max(hb, key=lambda h: (h["file_index"], h["pos"])) if hb else None
+            applied = ((top["binlog_file"], top["file_index"], top["pos"]) if top else
+                       (prev.get("applied_file"), prev.get("applied_file_index"), prev.get("applied_pos")))
+            if applied[1] is not None and (overall[1] is None or (applied[1], applied[2]) > (overall[1], overall[2])):
+                overall = applied
+            progress_rows.append((
+                db, table,
+                cl_end if cl_start is not None else prev.get("changelog_version"),
+                ch_end if ch_start is not None else prev.get("chunks_version"),
+                applied[0], applied[1], applied[2],
+                int(prev.get("zero_dates") or 0) + res.zero_dates, now,
+            ))
+            if task:
+                task.advance()
+        if ctx is not None:
+            ctx.__exit__(None, None, None)
+
+        cascaded = apply_cascades(spark, batches)
+        for r in results:
+            r.cascaded = cascaded.get(r.name, 0)
+        _write_progress(spark, lh, progress_rows)
+    finally:
+        if cl is not None:
+            cl.unpersist()
+    result = SilverResult(results, overall)
+    failed = result.failed
+    if failed:
+        exc = SchemaChangeError(
+            f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed)
+        )
+        exc.result = result  # type: ignore[attr-defined]
+        raise exc
+    return result

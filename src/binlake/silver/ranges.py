@@ -1,0 +1,122 @@
+"""Chunk key ranges ``[start, end)`` as Spark predicates over typed silver key columns.
+
+A snapshot chunk's bounds are JSON arrays of canonical texts, one per key column (see
+:mod:`binlake.source.types`); ``NULL`` means unbounded on that side. Composite keys compare
+lexicographically, as MySQL orders a composite primary key::
+
+    >>> pred = key_range_predicate(schema, '[10, "a"]', '[20]')   # doctest: +SKIP
+    >>> silver_df.where(pred)                                      # doctest: +SKIP
+
+Comparisons are between typed Spark values (the same decoding silver uses), so numbers,
+dates and decimals order exactly as in MySQL. Strings compare by Spark's binary (UTF-8
+code point) order; a key column with a case- or accent-insensitive MySQL collation can
+order differently from the source. :func:`key_range_predicate` stays binary (what verify
+needs to assign rows deterministically); silver's chunk reconciliation uses
+:func:`reconcile_range_predicate`, which is stricter for strings (see docs/silver.md).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Sequence
+
+from binlake.source.types import Column as SourceColumn
+from binlake.source.types import Kind, TableSchema, spark_decode_sql
+
+
+def sql_string(text: str) -> str:
+    """A Spark SQL string literal for ``text`` (Spark parses backslash escapes)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _bound_texts(schema: TableSchema, bound, which: str) -> list[str | None] | None:
+    if bound is None:
+        return None
+    if isinstance(bound, str):
+        try:
+            values = json.loads(bound)
+        except ValueError:
+            raise ValueError(f"{which} must be a JSON array of canonical key texts or None, got {bound!r}") from None
+    else:
+        values = bound
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(f"{which} must be a JSON array of canonical key texts or None, got {bound!r}")
+    if not 1 <= len(values) <= len(schema.key):
+        raise ValueError(
+            f"{which} has {len(values)} values but {schema.name} has {len(schema.key)} key column(s) {list(schema.key)}"
+        )
+    return [None if v is None else str(v) for v in values]
+
+
+def _typed_literal(col: SourceColumn, text: str | None):
+    from pyspark.sql import functions as F
+
+    if text is None:
+        return F.lit(None)
+    return F.expr(spark_decode_sql(col, sql_string(text)))
+
+
+def _lex(cols, bounds, strict_op: str, inclusive: bool):
+    """Lexicographic ``cols <op> bounds`` over a bound prefix: (a > x) or (a = x and (b > y ...))."""
+    col, rest_cols = cols[0], cols[1:]
+    bound, rest_bounds = bounds[0], bounds[1:]
+    strict = (col > bound) if strict_op == ">" else (col < bound)
+    if not rest_bounds:
+        # A prefix bound: equal on all given columns counts as "inside" for start, "outside" for end.
+        return (strict | (col == bound)) if inclusive else strict
+    return strict | ((col == bound) & _lex(rest_cols, rest_bounds, strict_op, inclusive))
+
+
+def _range(schema: TableSchema, start_key, end_key, transform: Callable | None = None):
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import functions as F
+
+    if not isinstance(schema, TableSchema):
+        raise TypeError(f"schema must be a binlake.source.types.TableSchema, got {type(schema).__name__}")
+    if not schema.key:
+        raise ValueError(f"{schema.name} has no key columns: ranges need a primary key or a configured chunk key")
+    start = _bound_texts(schema, start_key, "start_key")
+    end = _bound_texts(schema, end_key, "end_key")
+    key_cols = schema.key_columns
+    tf = transform or (lambda c, _col: c)
+
+    def sides(bounds: Sequence[str | None]):
+        cols = [tf(F.col(f"`{c.name}`"), c) for c in key_cols[: len(bounds)]]
+        lits = [tf(_typed_literal(c, t), c) for c, t in zip(key_cols, bounds)]
+        return cols, lits
+
+    pred: SparkColumn = F.lit(True)
+    if start is not None:
+        cols, lits = sides(start)
+        pred = pred & _lex(cols, lits, ">", inclusive=True)
+    if end is not None:
+        cols, lits = sides(end)
+        pred = pred & _lex(cols, lits, "<", inclusive=False)
+    return pred
+
+
+def key_range_predicate(schema: TableSchema, start_key, end_key):
+    """A boolean Column: the row's typed key lies in ``[start_key, end_key)``.
+
+    ``start_key``/``end_key``: a JSON array text of canonical key texts (as in
+    bronze ``snapshot_chunks``), a list of such texts, or ``None`` for unbounded.
+    A bound may give fewer values than there are key columns (a prefix bound).
+    """
+    return _range(schema, start_key, end_key)
+
+
+def _fold(c, col: SourceColumn):
+    from pyspark.sql import functions as F
+
+    return F.lower(c) if col.kind in (Kind.STRING, Kind.ENUM, Kind.SET) else c
+
+
+def reconcile_range_predicate(schema: TableSchema, start_key, end_key):
+    """The range as silver trusts it for tombstoning: inside by binary order AND by
+    case-folded order. Under a case-insensitive collation a key near a chunk bound can sort
+    into a neighbouring chunk in MySQL; requiring both orders to agree means reconciliation
+    never tombstones a row the chunk could not have returned (it may, rarely, leave a missed
+    delete near a bound for ``verify`` to find)."""
+    if not any(c.kind in (Kind.STRING, Kind.ENUM, Kind.SET) for c in schema.key_columns):
+        return _range(schema, start_key, end_key)
+    return _range(schema, start_key, end_key) & _range(schema, start_key, end_key, transform=_fold)

@@ -1,0 +1,322 @@
+"""Silver table creation and schema evolution driven by bronze ``schema_history``.
+
+Silver tables are created with column mapping mode ``name`` (so RENAME and DROP COLUMN are
+metadata-only), type widening (so INT -> BIGINT is metadata-only), deletion vectors, change
+data feed and liquid clustering on the key. Each silver table records the source schema
+version it matches in the table property ``binlake.schema_version``; evolution walks the
+schema history from that version to the latest, one DDL step at a time.
+
+Compatible steps (applied in place): ADD COLUMN (with FIRST/AFTER position), DROP COLUMN,
+RENAME COLUMN / CHANGE old new, widening MODIFY (integer widths, integer -> DECIMAL or
+DOUBLE, FLOAT -> DOUBLE, DECIMAL precision/scale growth), type changes between types that
+share a Spark type (VARCHAR(10) -> VARCHAR(50)), and comment changes.
+
+Incompatible steps (key change, narrowing, any other type change) raise
+:class:`~binlake.errors.SchemaChangeError` for that table only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from binlake.errors import SchemaChangeError
+from binlake.lakehouse import SILVER_METADATA_COLUMNS, TableRef
+from binlake.source.types import Column, TableSchema
+
+SCHEMA_VERSION_PROPERTY = "binlake.schema_version"
+TRUNCATED_SEQ_PROPERTY = "binlake.truncated_seq"
+
+SILVER_TABLE_PROPERTIES = {
+    "delta.enableChangeDataFeed": "true",
+    "delta.enableDeletionVectors": "true",
+    "delta.columnMapping.mode": "name",
+    "delta.enableTypeWidening": "true",
+    # MERGE rewrites only the files holding matched keys; small target files keep that cheap.
+    "delta.autoOptimize.optimizeWrite": "true",
+}
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One row of bronze schema_history for a table."""
+
+    schema: TableSchema
+    version: str
+    file_index: int
+    pos: int
+    ddl: str | None
+
+    @property
+    def seq(self) -> tuple[int, int, int]:
+        return (self.file_index or 0, self.pos or 0, -1)
+
+
+def load_history(spark, lh, db: str, table: str) -> list[HistoryEntry]:
+    """The table's schema versions in binlog order."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        lh.schema_history.read(spark)
+        .where((F.col("db") == db) & (F.col("table") == table))
+        .orderBy(F.col("file_index").asc_nulls_first(), F.col("pos").asc_nulls_first(), F.col("recorded_at").asc())
+        .collect()
+    )
+    return [
+        HistoryEntry(TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"], r["ddl"])
+        for r in rows
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# DDL steps
+
+_IDENT = r"(`(?:[^`]|``)+`|[^\s`,()]+)"
+_RENAME = re.compile(r"\bRENAME\s+COLUMN\s+" + _IDENT + r"\s+TO\s+" + _IDENT, re.IGNORECASE)
+_CHANGE = re.compile(r"\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?" + _IDENT + r"\s+" + _IDENT, re.IGNORECASE)
+
+
+def _unquote(ident: str) -> str:
+    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident
+
+
+def ddl_renames(ddl: str | None) -> list[tuple[str, str]]:
+    """(old, new) column renames stated in an ALTER TABLE text."""
+    if not ddl:
+        return []
+    out = [(_unquote(a), _unquote(b)) for a, b in _RENAME.findall(ddl)]
+    out += [(_unquote(a), _unquote(b)) for a, b in _CHANGE.findall(ddl) if _unquote(a) != _unquote(b)]
+    return out
+
+
+@dataclass(frozen=True)
+class Step:
+    """What one schema version change does to silver."""
+
+    renames: tuple[tuple[str, str], ...]
+    drops: tuple[str, ...]
+    adds: tuple[tuple[Column, str | None], ...]  # (column, after-name or None for FIRST)
+    retypes: tuple[Column, ...]
+    recomments: tuple[Column, ...]
+    problem: str | None = None  # why the step is incompatible
+
+    @property
+    def empty(self) -> bool:
+        return not (self.renames or self.drops or self.adds or self.retypes or self.recomments)
+
+
+_INT_RANK = {"tinyint": 1, "smallint": 2, "int": 3, "bigint": 4}
+_INT_DIGITS = {"tinyint": 3, "smallint": 5, "int": 10, "bigint": 20}
+_DEC = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+
+
+def widening(old: str, new: str) -> bool:
+    """True if Delta type widening turns Spark type ``old`` into ``new`` without loss."""
+    old, new = old.lower().replace(" ", ""), new.lower().replace(" ", "")
+    if old == new:
+        return True
+    if old in _INT_RANK and new in _INT_RANK:
+        return _INT_RANK[new] > _INT_RANK[old]
+    if old == "float" and new == "double":
+        return True
+    if old in ("tinyint", "smallint", "int") and new == "double":
+        return True
+    m_new = _DEC.fullmatch(new)
+    if old in _INT_DIGITS and m_new:
+        p, s = int(m_new.group(1)), int(m_new.group(2))
+        return p - s >= _INT_DIGITS[old]
+    m_old = _DEC.fullmatch(old)
+    if m_old and m_new:
+        p1, s1, p2, s2 = map(int, (*m_old.groups(), *m_new.groups()))
+        return s2 >= s1 and p2 - s2 >= p1 - s1
+    return False
+
+
+def diff(prev: TableSchema, nxt: TableSchema, ddl: str | None) -> Step:
+    """The silver changes that take ``prev`` to ``nxt``."""
+    prev_names = [c.name for c in prev.columns]
+    next_names = [c.name for c in nxt.columns]
+    renames = tuple((a, b) for a, b in ddl_renames(ddl) if a in prev_names and b in next_names and a not in next_names)
+    renamed_from = {b: a for a, b in renames}
+    renamed_to = {a: b for a, b in renames}
+    drops = tuple(n for n in prev_names if n not in next_names and n not in renamed_to)
+    adds = []
+    for i, c in enumerate(nxt.columns):
+        if c.name not in prev_names and c.name not in renamed_from:
+            adds.append((c, next_names[i - 1] if i else None))
+    retypes, recomments, problem = [], [], None
+    for c in nxt.columns:
+        old_name = renamed_from.get(c.name, c.name)
+        if old_name not in prev_names:
+            continue
+        old = prev.column(old_name)
+        if old.spark_type != c.spark_type:
+            if widening(old.spark_type, c.spark_type):
+                retypes.append(c)
+            else:
+                problem = problem or (
+                    f"column {c.name} changes type {old.mysql_type or old.spark_type} -> {c.mysql_type or c.spark_type} "
+                    f"({old.spark_type} -> {c.spark_type} is not a widening)"
+                )
+        if old.comment != c.comment:
+            recomments.append(c)
+    mapped_key = tuple(renamed_to.get(k, k) for k in prev.key)
+    if mapped_key != tuple(nxt.key):
+        problem = f"the key changes from ({', '.join(prev.key)}) to ({', '.join(nxt.key)})"
+    return Step(renames, drops, tuple(adds), tuple(retypes), tuple(recomments), problem)
+
+
+# ---------------------------------------------------------------------------------------
+# Column-name mapping for decoding old row images
+
+
+def name_maps(history: list[HistoryEntry], target: TableSchema) -> dict[str, dict[str, str]]:
+    """{schema_version: {target column: column name in row images of that version}}.
+
+    Row images are keyed by the column names valid when they were written; a rename later
+    in the history means the old image's value belongs in the renamed target column.
+    """
+    out: dict[str, dict[str, str]] = {}
+    for i, entry in enumerate(history):
+        current = {c.name: c.name for c in entry.schema.columns}  # name in this version -> name now
+        prev = entry.schema
+        for later in history[i + 1 :]:
+            step = diff(prev, later.schema, later.ddl)
+            ren = dict(step.renames)
+            current = {orig: ren.get(now, now) for orig, now in current.items() if now not in step.drops}
+            prev = later.schema
+        # The last occurrence of a version wins: it is the one closest to the target.
+        out[entry.version] = {now: orig for orig, now in current.items()}
+    out.setdefault(target.version(), {c.name: c.name for c in target.columns})
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Silver DDL
+
+
+def _q(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _s(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _column_ddl(c: Column) -> str:
+    return f"{_q(c.name)} {c.spark_type}" + (f" COMMENT {_s(c.comment)}" if c.comment else "")
+
+
+def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool = False) -> bool:
+    """Create the silver table for ``schema`` if missing (or replace it); True if created.
+
+    Liquid clustering on the key is tried first; key types Delta cannot cluster by (e.g.
+    BINARY has no min/max statistics) fall back to an unclustered table.
+    """
+    if not replace and ref.exists(spark):
+        return False
+    cols = [_column_ddl(c) for c in schema.columns]
+    cols += [f"{name} {typ} COMMENT {_s(comment)}" for name, typ, comment in SILVER_METADATA_COLUMNS]
+    props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version()}
+    tbl = ", ".join(f"{_s(k)} = {_s(v)}" for k, v in props.items())
+    comment = f" COMMENT {_s(schema.comment)}" if schema.comment else ""
+    verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
+    head = f"{verb} {ref.sql} ({', '.join(cols)}) USING DELTA"
+    cluster = f" CLUSTER BY ({', '.join(_q(k) for k in schema.key)})"
+    try:
+        spark.sql(f"{head}{cluster}{comment} TBLPROPERTIES ({tbl})")
+    except Exception as exc:  # noqa: BLE001 - Delta's clustering limits vary by type and version
+        if "CLUSTER" not in str(exc).upper() and "STATS" not in str(exc).upper():
+            raise
+        spark.sql(f"{head}{comment} TBLPROPERTIES ({tbl})")
+    return True
+
+
+def table_property(spark, ref: TableRef, key: str) -> str | None:
+    rows = spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()
+    for r in rows:
+        if r["key"] == key:
+            return r["value"]
+    return None
+
+
+def set_table_property(spark, ref: TableRef, key: str, value: str) -> None:
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_s(key)} = {_s(value)})")
+
+
+def _silver_fields(spark, ref: TableRef) -> dict[str, str]:
+    return {f.name: f.dataType.simpleString() for f in ref.read(spark).schema.fields}
+
+
+def _apply_step(spark, ref: TableRef, step: Step) -> None:
+    # Every ALTER checks the live schema first, so a run killed halfway through a step
+    # simply finishes it on the next run.
+    for old, new in step.renames:
+        fields = _silver_fields(spark, ref)
+        if old in fields and new not in fields:
+            spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {_q(old)} TO {_q(new)}")
+    for name in step.drops:
+        if name in _silver_fields(spark, ref):
+            spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {_q(name)}")
+    for col, after in step.adds:
+        if col.name in _silver_fields(spark, ref):
+            continue
+        position = f" AFTER {_q(after)}" if after else " FIRST"
+        spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMN {_column_ddl(col)}{position}")
+    for col in step.retypes:
+        if _silver_fields(spark, ref).get(col.name, "").replace(" ", "") != col.spark_type.lower().replace(" ", ""):
+            spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {_q(col.name)} TYPE {col.spark_type}")
+    for col in step.recomments:
+        spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {_q(col.name)} COMMENT {_s(col.comment)}")
+
+
+def incompatible_error(schema: TableSchema, entry: HistoryEntry, problem: str) -> SchemaChangeError:
+    ddl = " ".join((entry.ddl or "(schema recorded without DDL text)").split())
+    return SchemaChangeError(
+        f"silver cannot apply the schema change of {schema.name} at binlog position "
+        f"({entry.file_index}, {entry.pos}): {ddl!r}: {problem}; the table is stopped, other tables go on; "
+        f"recover with: binlake snapshot --table {schema.name}"
+    )
+
+
+def pending_steps(history: list[HistoryEntry], silver_version: str | None) -> list[tuple[HistoryEntry, Step]]:
+    """The (entry, step) pairs after the last history entry silver matches."""
+    start = None
+    for i, e in enumerate(history):
+        if e.version == silver_version:
+            start = i
+    if start is None:
+        return []
+    out = []
+    prev = history[start]
+    for e in history[start + 1 :]:
+        step = diff(prev.schema, e.schema, e.ddl)
+        if not step.empty or step.problem:
+            out.append((e, step))
+        prev = e
+    return out
+
+
+def evolve(spark, ref: TableRef, history: list[HistoryEntry]) -> list[str]:
+    """Bring an existing silver table to the latest schema; returns the DDL texts applied.
+
+    Raises SchemaChangeError at the first incompatible step, before altering anything.
+    """
+    target = history[-1]
+    current = table_property(spark, ref, SCHEMA_VERSION_PROPERTY)
+    if current == target.version:
+        return []
+    steps = pending_steps(history, current)
+    if current is not None and not steps and not any(e.version == current for e in history):
+        # Silver was built from a schema bronze no longer records: compare columns directly.
+        fields = _silver_fields(spark, ref)
+        known = [c for c in target.schema.columns if c.name in fields]
+        pseudo = TableSchema(target.schema.database, target.schema.table, tuple(known), target.schema.key)
+        steps = [(target, diff(pseudo, target.schema, None))]
+    for entry, step in steps:
+        if step.problem:
+            raise incompatible_error(target.schema, entry, step.problem)
+    for _entry, step in steps:
+        _apply_step(spark, ref, step)
+    set_table_property(spark, ref, SCHEMA_VERSION_PROPERTY, target.version)
+    return [e.ddl or "" for e, _ in steps]
