@@ -25,7 +25,9 @@ more, and a chunk that differs again while the table keeps changing is reported 
 "changing" (still a mismatch: re-run when the table is quieter).
 
 ``repair=True`` re-snapshots only the mismatching chunks
-(:func:`binlake.bronze.snapshot.resnapshot_chunks`), applies them with
+(:func:`binlake.bronze.snapshot.resnapshot_chunks`; snapshot-made rows in those chunks first
+yield their tie with a re-read at the same binlog position, see :func:`_yield_snapshot_ties`),
+applies them with
 :func:`binlake.silver.merge.run_silver` (newer-sequence-wins MERGE plus chunk
 reconciliation, which also removes rows the source no longer has) and verifies those tables
 again. :class:`~binlake.errors.VerifyMismatch` is raised when mismatches remain.
@@ -169,6 +171,7 @@ def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str
         for name, t in by_table.items():
             ranges = [(c.start_key, c.end_key) for c in t.mismatches]
             log.info("verify --repair: re-reading %d chunk(s) of %s", len(ranges), name)
+            _yield_snapshot_ties(spark, config, lh, t.db, t.table, ranges)
             resnapshot_chunks(spark, config, t.db, t.table, ranges, progress=progress)
             result.repaired += [(name, c) for c in t.mismatches]
         run_silver(spark, config)
@@ -209,6 +212,36 @@ def _targets(config: Config, names: Sequence[str]) -> list[tuple[str, str]]:
             raise ConfigError(f"--table {db}.{table} is not a captured table: it must exist and match source.tables "
                               "(and no source.exclude pattern)")
     return wanted or captured
+
+
+def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: str,
+                        ranges: list[tuple[str | None, str | None]]) -> None:
+    """Let the repair snapshot win against snapshot-made rows at the same position.
+
+    Silver updates a row only for a strictly greater ``_cdc_seq``. On a source whose binlog
+    has not moved since the last snapshot, the repair snapshot reads at the same low
+    watermark, so its rows tie with what they must replace, ``(lw, -1)``, and would change
+    nothing. Snapshot rows and the tombstones chunk reconciliation made carry row index -1;
+    moving those, inside the chunks to repair, to -2 only breaks exactly that tie: two
+    snapshots at one binlog position read the same source state, so the newer read is the
+    one to keep, and everything that was ordered before or after (lw, -1) stays so (binlog
+    rows have index >= 0).
+    """
+    from pyspark.sql import functions as F
+
+    from binlake.source.catalog import table_schema
+    from binlake.source.mysql import connect
+    from binlake.silver.ranges import key_range_predicate
+
+    with connect(config.source) as conn:
+        schema = table_schema(conn, config.source, db, table)
+    in_ranges = None
+    for start, end in ranges:
+        pred = key_range_predicate(schema, start, end)
+        in_ranges = pred if in_ranges is None else in_ranges | pred
+    demoted = F.struct(F.col("_cdc_seq.file_index").alias("file_index"), F.col("_cdc_seq.pos").alias("pos"),
+                       F.lit(-2).cast("INT").alias("row"))
+    lh.silver(db, table).delta(spark).update((F.col("_cdc_seq.row") == -1) & in_ranges, {"_cdc_seq": demoted})
 
 
 # ---------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ def mirrored(mariadb, database, make_config, spark, tmp_path):
         "opened DATETIME(3), note TEXT)",
         f"INSERT INTO `{database}`.accounts SELECT seq, CONCAT('owner ', seq), seq * 10.25, "
         f"'2026-01-01 00:00:00' + INTERVAL seq HOUR, IF(seq % 3 = 0, NULL, 'n') FROM seq_1_to_{ROWS}",
+        database=database,  # the sequence engine's seq_1_to_N lives in the current database
     )
     config = make_config([f"{database}.*"], snapshot={"chunk_size": CHUNK})
     run_snapshot(spark, config)
