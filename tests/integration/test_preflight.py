@@ -384,3 +384,19 @@ def test_cli_exits_3_on_a_connection_failure(mariadb, tmp_path):
         f"error: cannot reach MySQL at 127.0.0.1:{server.port}: check source.host and source.port, "
         "and that the server is running"
     ]
+
+
+def test_privileges_held_through_the_default_role_count(mariadb, database, user):
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
+    role = f"r_{database}"
+    mariadb.execute(f"CREATE ROLE `{role}`", f"GRANT REPLICATION CLIENT, REPLICATION SLAVE ON *.* TO `{role}`")
+    try:
+        name, pw = user(f"SELECT ON `{database}`.*", f"`{role}`")
+        config = config_for(mariadb, [f"{database}.*"], user=name, password=pw)
+        # Granted but not enabled at login: not usable, so not counted, and the message says why.
+        [problem] = problems_of(config)
+        assert problem.endswith("(privileges held through roles are not counted: grant them to the user itself)")
+        mariadb.execute(f"SET DEFAULT ROLE `{role}` FOR '{name}'@'127.0.0.1'")
+        assert run_preflight(config).ok
+    finally:
+        mariadb.execute(f"DROP ROLE `{role}`")

@@ -219,6 +219,7 @@ def _sql_string(text: str) -> str:
 
 
 _IDENT = r"(?:`(?:[^`]|``)*`|\*|[^\s.`]+)"
+_ROLE_GRANT = re.compile(r"^GRANT (?!PROXY )\S+ TO ")
 _GRANT = re.compile(rf"^GRANT (?P<privs>.+?) ON (?:TABLE )?(?P<db>{_IDENT})\.(?P<table>{_IDENT}) TO ", re.S)
 
 
@@ -251,6 +252,7 @@ class _Grants:
     global_: set[str] = field(default_factory=set)
     databases: list[tuple[str, set[str]]] = field(default_factory=list)  # (db name or LIKE pattern, privs)
     tables: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    has_roles: bool = False
 
     @staticmethod
     def parse(lines) -> "_Grants":
@@ -258,7 +260,8 @@ class _Grants:
         for line in lines:
             m = _GRANT.match(str(line))
             if not m:
-                continue  # role grants, PROXY, procedures
+                g.has_roles |= bool(_ROLE_GRANT.match(str(line)))
+                continue  # PROXY, procedures
             privs = {p.upper() for p in _split_privileges(m.group("privs")) if "(" not in p}
             if privs & {"ALL", "ALL PRIVILEGES"}:
                 privs |= {"SELECT", "REPLICATION CLIENT", "BINLOG MONITOR", "REPLICATION SLAVE"}
@@ -310,8 +313,11 @@ def _check_privileges(report: PreflightReport, grants: _Grants, source: SourceCo
             why.append("REPLICATION CLIENT (BINLOG MONITOR on MariaDB) to read binlog positions")
         if "REPLICATION SLAVE" in missing:
             why.append("REPLICATION SLAVE to read the binlog")
+        roles = (" (privileges held through roles are not counted: grant them to the user itself)"
+                 if grants.has_roles else "")
         report.add("privileges", Status.FAIL,
-                   f"user {report.user} lacks {names} ({'; '.join(why)}): run GRANT {names} ON *.* TO {report.user}")
+                   f"user {report.user} lacks {names} ({'; '.join(why)}): run GRANT {names} ON *.* TO {report.user}"
+                   + roles)
 
     # Tables the user cannot SELECT are invisible in information_schema, so literal database
     # names in the patterns are checked too: otherwise "no table matches" hides the cause.
