@@ -22,6 +22,8 @@ Example::
 
 from __future__ import annotations
 
+from binlake import faults
+
 import logging
 import time
 from dataclasses import dataclass, field
@@ -317,6 +319,7 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict
          .execute())
 
     try:
+        faults.point("silver.before_merge")
         with_retry(f"MERGE into {ref}", run)
     finally:
         source.unpersist()
@@ -577,6 +580,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         cascaded = apply_cascades(spark, batches)
         for r in results:
             r.cascaded = cascaded.get(r.name, 0)
+        faults.point("silver.before_progress")
         _write_progress(spark, lh, progress_rows)
     finally:
         if cl is not None:
