@@ -341,7 +341,8 @@ def _last_published(spark, lh: Lakehouse) -> dict[str, dict]:
         return {}
     rows = (lh.publish_log.read(spark).where(F.col("status") == STATUS_PUBLISHED)
             .groupBy("db", "table").agg(F.max(F.struct("file_index", "pos", "published_at", "publish_id", "gold_version",
-                                                        "silver_version", "row_count", "checks")).alias("r"))
+                                                        "silver_version", "row_count", "checks", "binlog_file",
+                                                        "source_time", "gtid")).alias("r"))
             .collect())
     return {f"{r['db']}.{r['table']}": r["r"].asDict() for r in rows}
 

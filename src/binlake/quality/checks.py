@@ -260,14 +260,17 @@ def run_checks(df, checks: Sequence[Check], table: str = "") -> TableChecks:
     batch_def = asset.add_batch_definition_whole_dataframe("whole")
     suite = gx.ExpectationSuite(name=f"{table or 'table'}_{n}")
     expectations = [_expectation(c) for c in checks]
-    for e in expectations:
+    for i, e in enumerate(expectations):
+        # Results come back in GE's order, and an unsaved suite gives no ids: the index in
+        # meta ties each result to its check (and keeps equal rules of different severity apart).
+        e.meta = {"binlake_check": i}
         suite.add_expectation(e)
     try:
         batch = batch_def.get_batch(batch_parameters={"dataframe": df})
         validation = batch.validate(suite, result_format="BASIC")
-        by_id = {r.expectation_config.id: r for r in validation.results}
-        for check, exp in zip(checks, expectations):
-            r = by_id.get(exp.id)
+        by_index = {(r.expectation_config.meta or {}).get("binlake_check"): r for r in validation.results}
+        for i, check in enumerate(checks):
+            r = by_index.get(i)
             if r is None:  # pragma: no cover - GE returns one result per expectation
                 outcome.results.append(CheckResult(check.name, check.kind, check.severity, False, check.column,
                                                    check.origin, error="no result from great-expectations"))

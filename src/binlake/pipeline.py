@@ -1,0 +1,117 @@
+"""``binlake run``: what a scheduled job does, in order, stopping at the first failure.
+
+1. snapshot: only tables never snapshotted, or whose snapshot is unfinished (``tables=None``);
+2. capture the binlog up to the server's current position (``continuous=False``);
+3. silver: apply what bronze has;
+4. gold: check and publish at one binlog position.
+
+Every step is idempotent and resumes where a killed run stopped (DESIGN.md section 6), so a
+failed run is fixed by fixing the cause and running again. The failing step's own
+exception propagates unchanged (the CLI exits with its code); the steps that completed
+before it are logged, and attached to the exception as ``exc.pipeline_result``.
+
+Example::
+
+    >>> result = run_pipeline(spark, config)      # doctest: +SKIP
+    >>> print(result.summary())                   # doctest: +SKIP
+    snapshot (4.1s): ...
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from binlake.config import Config
+
+log = logging.getLogger("binlake.pipeline")
+
+STEPS = ("snapshot", "capture", "silver", "gold")
+
+
+@dataclass
+class StepResult:
+    name: str
+    seconds: float
+    result: Any = None
+    error: BaseException | None = None
+
+    def summary(self) -> str:
+        if self.error is not None:
+            return f"{self.name} ({self.seconds:.1f}s): FAILED: {self.error}"
+        text = self.result.summary() if hasattr(self.result, "summary") else str(self.result)
+        first, *rest = str(text).splitlines() or [""]
+        return "\n".join([f"{self.name} ({self.seconds:.1f}s): {first}", *("  " + line for line in rest)])
+
+
+@dataclass
+class PipelineResult:
+    steps: list[StepResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(s.error is None for s in self.steps) and len(self.steps) == len(STEPS)
+
+    @property
+    def failed_step(self) -> str | None:
+        return next((s.name for s in self.steps if s.error is not None), None)
+
+    def summary(self) -> str:
+        return "\n".join(s.summary() for s in self.steps)
+
+
+def _steps(spark, config: Config, progress) -> list[tuple[str, Callable[[], Any]]]:
+    def snapshot():
+        from binlake.bronze.snapshot import run_snapshot
+
+        return run_snapshot(spark, config, tables=None, reset_capture=False, progress=progress)
+
+    def capture():
+        from binlake.bronze.capture import run_capture
+
+        return run_capture(spark, config, continuous=False, progress=progress)
+
+    def silver():
+        from binlake.silver.merge import run_silver
+
+        return run_silver(spark, config, progress=progress)
+
+    def gold():
+        from binlake.gold.publish import run_gold
+
+        return run_gold(spark, config, progress=progress)
+
+    return [("snapshot", snapshot), ("capture", capture), ("silver", silver), ("gold", gold)]
+
+
+def run_steps(steps: Sequence[tuple[str, Callable[[], Any]]]) -> PipelineResult:
+    """Run named steps in order; on the first exception, log what completed and re-raise it."""
+    result = PipelineResult()
+    for name, step in steps:
+        started = time.monotonic()
+        log.info("run: %s", name)
+        try:
+            outcome = step()
+        except BaseException as exc:
+            result.steps.append(StepResult(name, time.monotonic() - started, error=exc))
+            done = [s for s in result.steps if s.error is None]
+            log.error("run stopped at %s%s", name,
+                      "; completed before it:\n" + "\n".join(s.summary() for s in done) if done else " (first step)")
+            try:
+                exc.pipeline_result = result  # type: ignore[attr-defined]
+            except AttributeError:  # pragma: no cover - exceptions with __slots__
+                pass
+            raise
+        step_result = StepResult(name, time.monotonic() - started, result=outcome)
+        result.steps.append(step_result)
+        log.info("%s", step_result.summary())
+    return result
+
+
+def run_pipeline(spark, config: Config, progress=None) -> PipelineResult:
+    """snapshot (only what needs it), capture until now, silver, gold; stops at the first failure."""
+    if config is None or not hasattr(config, "lakehouse"):
+        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    return run_steps(_steps(spark, config, progress))

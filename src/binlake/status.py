@@ -1,0 +1,239 @@
+"""``binlake status``: where capture is, how far behind the source, purge risk, and per table
+what silver has applied and what gold last published.
+
+The source side (server position, lag in bytes, purge risk) comes from
+:func:`binlake.bronze.capture.capture_status`. When that cannot run (module missing, source
+unreachable) the lakehouse side is still reported, with a note saying what is missing.
+
+Example::
+
+    >>> status = collect_status(spark, config)            # doctest: +SKIP
+    >>> print(format_status(status))                      # doctest: +SKIP
+    capture: resume mysql-bin.000004:1532, server mysql-bin.000004:1890, lag 358 bytes, <= 4 s
+    ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from binlake.config import Config
+from binlake.errors import BinlakeError
+from binlake.lakehouse import Lakehouse
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready: datetimes as ISO text, dataclasses and mappings as dicts."""
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {k: _plain(v) for k, v in dataclasses.asdict(value).items()}
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if hasattr(value, "value") and type(value).__module__ != "builtins" and isinstance(getattr(value, "value"), (str, int)):
+        return value.value  # enums
+    return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
+
+
+def _capture_side(spark, config: Config, notes: list[str]) -> dict[str, Any] | None:
+    try:
+        from binlake.bronze.capture import capture_status
+    except ImportError as exc:
+        notes.append(f"source position, lag and purge risk unavailable: binlake.bronze.capture cannot be imported ({exc})")
+        return None
+    try:
+        return _plain(capture_status(spark, config))
+    except BinlakeError as exc:
+        notes.append(f"source position, lag and purge risk unavailable: {exc}")
+    except Exception as exc:  # noqa: BLE001 - status must still show the lakehouse side
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        notes.append(f"source position, lag and purge risk unavailable: {type(exc).__name__}: {first}")
+    return None
+
+
+def _captured(spark, lh: Lakehouse) -> dict[str, Any] | None:
+    """The last capture batch in the change log (its heartbeat), from the lakehouse alone."""
+    from pyspark.sql import functions as F
+
+    if not lh.changelog.exists(spark):
+        return None
+    r = lh.changelog.read(spark).agg(
+        F.max(F.when(F.col("op") == "heartbeat", F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias("hb"),
+        F.max("commit_ts").alias("last_commit_ts"),
+    ).first()
+    if r["hb"] is None and r["last_commit_ts"] is None:
+        return None
+    hb = r["hb"]
+    return {
+        "position": f"{hb['binlog_file']}:{hb['pos']}" if hb else None,
+        "captured_at": _plain(hb["captured_at"]) if hb else None,
+        "last_commit_ts": r["last_commit_ts"],
+    }
+
+
+def collect_status(spark, config: Config) -> dict[str, Any]:
+    """Everything ``binlake status`` shows, as a JSON-ready dict.
+
+    Keys: ``generated_at``, ``capture`` (what capture_status reports, or None), ``captured``
+    (the change log's last batch), ``lag`` (``bytes``, ``seconds``, ``seconds_basis``),
+    ``warnings``, ``notes``, ``last_publish`` and ``tables`` (one dict per table:
+    ``table``, ``silver_position``, ``silver_updated_at``, ``published_position``,
+    ``publish_id``, ``published_at``, ``source_time``, ``gold_version``,
+    ``last_attempt_status``).
+    """
+    from binlake.gold.publish import STATUS_PUBLISHED, _last_published, _silver_progress
+
+    if config is None or not hasattr(config, "lakehouse"):
+        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    lh = Lakehouse(config)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    notes: list[str] = []
+    warnings: list[str] = []
+    capture = _capture_side(spark, config, notes)
+    captured = _captured(spark, lh)
+
+    lag_bytes = capture.get("lag_bytes") if capture else None
+    lag_seconds = capture.get("lag_seconds") if capture else None
+    basis = "capture_status" if lag_seconds is not None else None
+    if lag_seconds is None and lag_bytes is not None:
+        if lag_bytes == 0:
+            lag_seconds, basis = 0.0, "caught up"
+        elif captured and captured["last_commit_ts"] is not None:
+            # Every uncaptured event committed after the last captured one: an upper bound.
+            lag_seconds = round((now - captured["last_commit_ts"]).total_seconds(), 1)
+            basis = "upper bound: now - commit time of the last captured change"
+    if capture:
+        purge = capture.get("purge_warning")
+        if purge:
+            warnings.append(purge if isinstance(purge, str) else "the resume position is close to being purged from the server")
+    if captured:
+        captured["last_commit_ts"] = _plain(captured["last_commit_ts"])
+
+    progress = {f"{s.db}.{s.table}": s for s in _silver_progress(spark, config, lh)}
+    published = _last_published(spark, lh)
+    attempts: dict[str, dict] = {}
+    if lh.publish_log.exists(spark):
+        from pyspark.sql import functions as F
+
+        for r in (lh.publish_log.read(spark).groupBy("db", "table")
+                  .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a")).collect()):
+            attempts[f"{r['db']}.{r['table']}"] = r["a"].asDict()
+
+    tables = []
+    for name in sorted(set(progress) | {n for n in published if config.source.captures(*n.split(".", 1))}):
+        db, table = name.split(".", 1)
+        s, p, a = progress.get(name), published.get(name), attempts.get(name)
+        gold_ref = lh.gold(db, table)
+        gold_version = None
+        if gold_ref.exists(spark):
+            from binlake.gold.publish import _latest_version
+
+            gold_version = _latest_version(spark, gold_ref)
+        tables.append({
+            "table": name,
+            "silver_position": str(s.position) if s else None,
+            "published_position": _position_text(p) if p else None,
+            "publish_id": p["publish_id"] if p else None,
+            "published_at": _plain(p["published_at"]) if p else None,
+            "source_time": _plain(p["source_time"]) if p else None,
+            "gold_version": gold_version,
+            "published_gold_version": p["gold_version"] if p else None,
+            "last_attempt_status": a["status"] if a else None,
+        })
+        if a and a["status"] != STATUS_PUBLISHED:
+            warnings.append(f"{name}: the last publish attempt {a['publish_id']} {a['status']}; gold still holds publish "
+                            f"{p['publish_id'] if p else '(none)'}")
+
+    last = _last_publish(spark, lh)
+    return {
+        "generated_at": _plain(now),
+        "capture": capture,
+        "captured": captured,
+        "lag": {"bytes": lag_bytes, "seconds": lag_seconds, "seconds_basis": basis},
+        "warnings": warnings,
+        "notes": notes,
+        "last_publish": last,
+        "tables": tables,
+    }
+
+
+def _last_publish(spark, lh: Lakehouse) -> dict[str, Any] | None:
+    from pyspark.sql import functions as F
+
+    if not lh.publish_log.exists(spark):
+        return None
+    r = (lh.publish_log.read(spark).where(F.col("status") == "published")
+         .orderBy(F.col("published_at").desc(), F.col("file_index").desc(), F.col("pos").desc()).limit(1).collect())
+    if not r:
+        return None
+    r = r[0]
+    return {
+        "publish_id": r["publish_id"],
+        "position": _position_text(r.asDict()),
+        "gtid": r["gtid"],
+        "source_time": _plain(r["source_time"]),
+        "published_at": _plain(r["published_at"]),
+    }
+
+
+def _position_text(row: Mapping[str, Any]) -> str:
+    return f"{row['binlog_file']}:{row['pos']}" if row.get("binlog_file") else f"#{row['file_index']}:{row['pos']}"
+
+
+def _fmt_seconds(value: Any) -> str:
+    if value is None:
+        return "? s"
+    return f"{float(value):,.0f} s"
+
+
+def format_status(status: Mapping[str, Any]) -> str:
+    """``collect_status`` as text for a terminal or a job log."""
+    lines = []
+    cap = status.get("capture")
+    lag = status.get("lag") or {}
+    captured = status.get("captured")
+    if cap:
+        resume = cap.get("resume_position") or (captured or {}).get("position") or "?"
+        server = cap.get("server_position") or "?"
+        lag_text = f"lag {lag.get('bytes'):,} bytes" if lag.get("bytes") is not None else "lag ? bytes"
+        secs = lag.get("seconds")
+        prefix = "<= " if (lag.get("seconds_basis") or "").startswith("upper bound") else ""
+        lines.append(f"capture: resume {resume}, server {server}, {lag_text}, {prefix}{_fmt_seconds(secs)}")
+        if cap.get("oldest_binlog"):
+            lines.append(f"oldest binlog on server: {cap['oldest_binlog']}")
+    elif captured:
+        lines.append(f"capture: last batch ends at {captured['position']} (captured {captured['captured_at']}); "
+                     "source position unknown")
+    else:
+        lines.append("capture: nothing captured yet")
+    for w in status.get("warnings") or []:
+        lines.append(f"WARNING: {w}")
+    for n in status.get("notes") or []:
+        lines.append(f"note: {n}")
+    last = status.get("last_publish")
+    if last:
+        lines.append(f"last publish: {last['publish_id']} at {last['position']}"
+                     + (f" (GTID {last['gtid']})" if last.get("gtid") else "")
+                     + f", source time {last['source_time'] or '?'}, published {last['published_at']}")
+    else:
+        lines.append("last publish: none yet")
+    tables = status.get("tables") or []
+    if tables:
+        header = ("table", "silver applied", "gold published at", "gold version", "last attempt")
+        rows = [(t["table"], t["silver_position"] or "-", t["published_position"] or "-",
+                 "-" if t["gold_version"] is None else str(t["gold_version"]), t["last_attempt_status"] or "-")
+                for t in tables]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        lines.append("")
+        for r in [header, *rows]:
+            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return "\n".join(lines)
+
+
+def status_json(status: Mapping[str, Any]) -> str:
+    return json.dumps(status, indent=2, default=str)

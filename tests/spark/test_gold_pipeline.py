@@ -1,0 +1,59 @@
+"""``binlake run`` runs snapshot, capture, silver and gold in that order and stops at the first
+failure with that failure's own error."""
+
+from __future__ import annotations
+
+import pytest
+
+from binlake.errors import NotReadyError
+from binlake.pipeline import STEPS, _steps, run_steps
+
+
+class Done:
+    def __init__(self, text):
+        self.text = text
+
+    def summary(self):
+        return self.text
+
+
+def test_the_scheduled_job_runs_the_four_layers_in_order():
+    assert [name for name, _ in _steps(None, None, None)] == list(STEPS) == ["snapshot", "capture", "silver", "gold"]
+
+
+def test_every_step_runs_and_the_summary_has_one_entry_per_step():
+    ran = []
+
+    def step(name):
+        return name, lambda: ran.append(name) or Done(f"{name} ok\nsecond line")
+
+    result = run_steps([step(n) for n in STEPS])
+
+    assert ran == list(STEPS)
+    assert result.ok and result.failed_step is None
+    lines = result.summary().splitlines()
+    assert [line.split(" ", 1)[0] for line in lines if not line.startswith(" ")] == list(STEPS)
+    assert lines[0].startswith("snapshot (") and lines[0].endswith("s): snapshot ok")
+    assert lines[1] == "  second line"
+
+
+def test_the_first_failure_stops_the_run_and_propagates_unchanged():
+    ran = []
+    blocked = NotReadyError("silver has not run")
+
+    def fail():
+        ran.append("silver")
+        raise blocked
+
+    steps = [("snapshot", lambda: ran.append("snapshot") or Done("ok")), ("capture", lambda: ran.append("capture") or Done("ok")),
+             ("silver", fail), ("gold", lambda: ran.append("gold") or Done("ok"))]
+
+    with pytest.raises(NotReadyError) as err:
+        run_steps(steps)
+
+    assert err.value is blocked and err.value.exit_code == 10
+    assert ran == ["snapshot", "capture", "silver"]
+    partial = err.value.pipeline_result
+    assert [s.name for s in partial.steps] == ["snapshot", "capture", "silver"]
+    assert partial.failed_step == "silver" and not partial.ok
+    assert partial.steps[-1].summary().endswith("FAILED: silver has not run")

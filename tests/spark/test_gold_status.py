@@ -1,0 +1,115 @@
+"""``binlake status``: capture position and lag, purge risk, and per table what silver applied
+and what gold last published; still useful when the source side cannot be asked."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from binlake.errors import QualityCheckFailed, SourceConnectionError
+from binlake.gold.publish import run_gold
+from binlake.status import collect_status, format_status
+
+try:  # tests/spark is a package in some layouts and a plain directory in others
+    from .gold_fixtures import Lake, col, table_schema
+except ImportError:
+    from gold_fixtures import Lake, col, table_schema
+
+ITEMS = table_schema("shop", "items", [col("id", "int", False), col("price", "double")], key=["id"])
+
+
+@pytest.fixture(scope="module")
+def lake(spark, tmp_path_factory) -> Lake:
+    """shop.items published at mysql-bin.000003:900, then a failed attempt at mysql-bin.000003:990."""
+    lake = Lake(spark, tmp_path_factory.mktemp("status"))
+    lake.add_table(ITEMS)
+    lake.silver("shop", "items", [{"id": 1, "price": 2.0, "seq": (3, 100, 0)}])
+    lake.heartbeats([(3, 900, "0-1-5", "2026-11-01 08:00:00")])
+    lake.progress("shop", "items", 3, 900)
+    run_gold(spark, lake.config)
+    lake.silver("shop", "items", [{"id": 1, "price": -2.0, "seq": (3, 950, 0)}])
+    lake.heartbeats([(3, 990, "0-1-6", "2026-11-01 08:01:00")])
+    lake.progress("shop", "items", 3, 990)
+    strict = lake.with_checks({"shop.items": [{"column": "price", "between": [0, None], "severity": "fail"}]})
+    with pytest.raises(QualityCheckFailed):
+        run_gold(spark, strict.config)
+    return lake
+
+
+def capture_module(monkeypatch, capture_status):
+    """Stand in for binlake.bronze.capture with capture_status(spark, config) as its contract says."""
+    module = types.ModuleType("binlake.bronze.capture")
+    module.capture_status = capture_status
+    monkeypatch.setitem(sys.modules, "binlake.bronze.capture", module)
+
+
+def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, monkeypatch):
+    capture_module(monkeypatch, lambda spark, config: {
+        "resume_position": "mysql-bin.000003:990", "server_position": "mysql-bin.000003:1490", "lag_bytes": 500,
+        "oldest_binlog": "mysql-bin.000002", "purge_warning": None,
+    })
+
+    status = collect_status(spark, lake.config)
+
+    [items] = status["tables"]
+    assert items["table"] == "shop.items"
+    assert items["silver_position"] == "mysql-bin.000003:990"
+    assert items["published_position"] == "mysql-bin.000003:900"
+    assert items["source_time"] == "2026-11-01 08:00:00"
+    assert items["last_attempt_status"] == "failed"
+    assert items["gold_version"] == lake.gold_version("shop", "items")
+    assert status["last_publish"]["gtid"] == "0-1-5"
+    assert status["lag"]["bytes"] == 500
+    assert status["lag"]["seconds_basis"].startswith("upper bound")
+    assert any("shop.items: the last publish attempt" in w and "failed" in w for w in status["warnings"])
+    json.dumps(status)  # --json needs nothing but plain values
+
+    text = format_status(status)
+    assert "capture: resume mysql-bin.000003:990, server mysql-bin.000003:1490, lag 500 bytes, <= " in text
+    assert "last publish: " in text and " at mysql-bin.000003:900 (GTID 0-1-5)" in text
+    table_line = next(line for line in text.splitlines() if line.startswith("shop.items"))
+    assert table_line.split() == ["shop.items", "mysql-bin.000003:990", "mysql-bin.000003:900",
+                                  str(items["gold_version"]), "failed"]
+
+
+def test_a_purge_warning_from_capture_is_shown_first(spark, lake, monkeypatch):
+    capture_module(monkeypatch, lambda spark, config: {
+        "resume_position": "mysql-bin.000003:990", "server_position": "mysql-bin.000009:4", "lag_bytes": 0,
+        "oldest_binlog": "mysql-bin.000003", "purge_warning": "resume file mysql-bin.000003 is the oldest on the server",
+    })
+
+    status = collect_status(spark, lake.config)
+
+    assert status["warnings"][0] == "resume file mysql-bin.000003 is the oldest on the server"
+    assert (status["lag"]["seconds"], status["lag"]["seconds_basis"]) == (0.0, "caught up")
+    assert "WARNING: resume file mysql-bin.000003 is the oldest on the server" in format_status(status)
+
+
+def test_status_degrades_with_a_note_when_the_source_side_is_unavailable(spark, lake, monkeypatch):
+    def unreachable(spark, config):
+        raise SourceConnectionError("cannot connect to 127.0.0.1:3306: connection refused")
+
+    capture_module(monkeypatch, unreachable)
+
+    status = collect_status(spark, lake.config)
+
+    assert status["capture"] is None
+    assert status["notes"] == ["source position, lag and purge risk unavailable: cannot connect to 127.0.0.1:3306: "
+                               "connection refused"]
+    assert status["captured"]["position"] == "mysql-bin.000003:990"
+    text = format_status(status)
+    assert "capture: last batch ends at mysql-bin.000003:990" in text
+    assert "note: source position, lag and purge risk unavailable" in text
+
+
+def test_status_degrades_when_capture_cannot_be_imported(spark, lake, monkeypatch):
+    monkeypatch.setitem(sys.modules, "binlake.bronze.capture", None)  # import raises ImportError
+
+    status = collect_status(spark, lake.config)
+
+    assert status["notes"][0].startswith("source position, lag and purge risk unavailable: "
+                                         "binlake.bronze.capture cannot be imported")
+    assert status["tables"][0]["published_position"] == "mysql-bin.000003:900"
