@@ -276,7 +276,6 @@ def read_range(source: SourceConfig, rng: ReadRange) -> Iterator[tuple]:
         GtidEvent,
         MariadbGtidEvent,
         QueryEvent,
-        XidEvent,
     )
     from pymysqlreplication.constants import FIELD_TYPE
     from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent

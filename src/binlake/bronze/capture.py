@@ -118,6 +118,7 @@ def run_capture(spark, config: Config, continuous: bool = False, progress=None) 
     except KeyboardInterrupt:
         if not continuous:
             raise
+        resume = capture_position(spark, lh) or resume
         log.info("capture interrupted; resume position %s is committed", resume)
     result.end = resume
     result.seconds = time.monotonic() - started
@@ -296,8 +297,13 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
             try:
                 with connect(config.source) as conn:
                     files = list_binlogs(conn)
-                check_not_purged(files, resume, [])
+                if not files or resume.file_index < files[0].index:
+                    # Purged while capturing (--continuous, or a slow batch): same policy as at start.
+                    with connect(config.source) as conn:
+                        resume = _ensure_not_purged(spark, config, conn, files, resume, result)
+                    continue
                 ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
+                changes_before = result.changes
                 if not ranges:
                     new = _commit(spark, lh, [], resume, target, _heartbeat_rows(target), result)
                 else:
@@ -325,7 +331,7 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
                 wait_for_server(config.source, timeout=120)
                 continue
             if task is not None:
-                task.advance(max(0, new.file_index - resume.file_index), items=0)
+                task.advance(max(0, new.file_index - resume.file_index), items=result.changes - changes_before)
             resume = new
     finally:
         if task_cm is not None:
