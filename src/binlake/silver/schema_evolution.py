@@ -215,6 +215,13 @@ def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool
     """
     if not replace and ref.exists(spark):
         return False
+    if replace and ref.path:
+        # Delta refuses CREATE OR REPLACE with a different schema at a path; the table is
+        # being rebuilt from a snapshot anyway, so start from an empty directory.
+        import shutil
+
+        shutil.rmtree(ref.path, ignore_errors=True)
+        replace = False
     cols = [_column_ddl(c) for c in schema.columns]
     cols += [f"{name} {typ} COMMENT {_s(comment)}" for name, typ, comment in SILVER_METADATA_COLUMNS]
     props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version()}
