@@ -342,10 +342,18 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
 def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition, ranges: list[ReadRange],
                      result: CaptureResult) -> BinlogPosition:
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
     df = read_dataframe(spark, config.source, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        side = df.where("op IN ('schema', 'heartbeat')").collect()
+        # One pass builds the cache and returns the per-op counts plus the few side rows.
+        agg = df.groupBy("op").agg(
+            F.count(F.lit(1)).alias("n"),
+            F.collect_list(F.when(F.col("op").isin("schema", "heartbeat"),
+                                  F.struct("op", "binlog_file", "file_index", "pos", "schema_json"))).alias("side"),
+        ).collect()
+        counts = {r["op"]: r["n"] for r in agg if r["op"] not in ("schema", "heartbeat")}
+        side = [s for r in agg for s in r["side"]]
         beats = [r for r in side if r["op"] == "heartbeat"]
         if len(beats) != 1:
             raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
@@ -353,7 +361,7 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition
         schemas = [(TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
                    for r in side if r["op"] == "schema"]
         changes = df.where("op != 'schema'").drop("schema_json")
-        return _commit(spark, lh, schemas, start, end, changes, result)
+        return _commit(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()
 
@@ -365,7 +373,7 @@ def _heartbeat_rows(pos: BinlogPosition, note: str | None = None):
 
 
 def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPosition, changes,
-            result: CaptureResult) -> BinlogPosition:
+            result: CaptureResult, counts: dict[str, int] | None = None) -> BinlogPosition:
     """One Delta commit: the batch's changes and its end heartbeat. Returns the resume position."""
     if schemas:
         # Before the change log commit: a crash in between re-reads the batch and records
@@ -374,7 +382,7 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPos
         result.schemas_recorded += record_schemas(spark, lh, schemas)
     if isinstance(changes, list):
         changes = spark.createDataFrame(changes, CHANGELOG_SCHEMA)
-    counts = {r["op"]: r["n"] for r in changes.groupBy("op").count().withColumnRenamed("count", "n").collect()}
+    counts = counts or {}
     tag = json.dumps({"capture_start": str(start), "capture_end": str(end), "id": uuid.uuid4().hex})
     # Two writers that read the same start get the same version: Delta keeps the first.
     # A batch that moves past ``start`` gets an odd version, a bare heartbeat at ``start`` an even one.

@@ -73,6 +73,8 @@ def open_stream(source: SourceConfig, server_id: int, start: BinlogPosition, **e
         log_pos=start.pos,
         resume_stream=True,
         blocking=False,
+        # Its INFO dump of every constructor argument is noise in binlake's logs.
+        enable_logging=False,
         **extra,
     )
 
