@@ -26,6 +26,7 @@ from binlake import faults
 
 import logging
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -539,43 +540,46 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     progress_rows = []
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     overall = (None, None, None)
-    try:
-        ctx = progress.task("silver", len(tables), "tables") if progress is not None else None
-        task = ctx.__enter__() if ctx is not None else None
-        for db, table in tables:
-            key = (db, table)
-            name = f"{db}.{table}"
-            res = TableResult(name=name)
-            results.append(res)
-            cl_start, ch_start = cl_starts[key], ch_starts[key]
-            new_chunks = [c for c in chunk_rows if ch_start is not None and c["_commit_version"] >= ch_start
-                          and c["db"] == db and c["table"] == table]
-            try:
-                batches[name] = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res)
-            except (SchemaChangeError, NotReadyError) as exc:
-                res.error = str(exc)
-                log.error("%s", exc)
-                if task:
-                    task.advance()
-                continue
-            prev = prog.get(key) or {}
-            hb = [h["hb"] for h in heartbeats if cl_start is not None and h["_commit_version"] >= cl_start]
-            top = max(hb, key=lambda h: (h["file_index"], h["pos"])) if hb else None
-            applied = ((top["binlog_file"], top["file_index"], top["pos"]) if top else
-                       (prev.get("applied_file"), prev.get("applied_file_index"), prev.get("applied_pos")))
-            if applied[1] is not None and (overall[1] is None or (applied[1], applied[2]) > (overall[1], overall[2])):
-                overall = applied
-            progress_rows.append((
-                db, table,
-                cl_end if cl_start is not None else prev.get("changelog_version"),
-                ch_end if ch_start is not None else prev.get("chunks_version"),
-                applied[0], applied[1], applied[2],
-                int(prev.get("zero_dates") or 0) + res.zero_dates, now,
-            ))
+
+    def _one_table(db, table, task):
+        nonlocal overall
+        key = (db, table)
+        name = f"{db}.{table}"
+        res = TableResult(name=name)
+        results.append(res)
+        cl_start, ch_start = cl_starts[key], ch_starts[key]
+        new_chunks = [c for c in chunk_rows if ch_start is not None and c["_commit_version"] >= ch_start
+                      and c["db"] == db and c["table"] == table]
+        try:
+            batches[name] = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res)
+        except (SchemaChangeError, NotReadyError) as exc:
+            res.error = str(exc)
+            log.error("%s", exc)
             if task:
                 task.advance()
-        if ctx is not None:
-            ctx.__exit__(None, None, None)
+            return
+        prev = prog.get(key) or {}
+        hb = [h["hb"] for h in heartbeats if cl_start is not None and h["_commit_version"] >= cl_start]
+        top = max(hb, key=lambda h: (h["file_index"], h["pos"])) if hb else None
+        applied = ((top["binlog_file"], top["file_index"], top["pos"]) if top else
+                   (prev.get("applied_file"), prev.get("applied_file_index"), prev.get("applied_pos")))
+        if applied[1] is not None and (overall[1] is None or (applied[1], applied[2]) > (overall[1], overall[2])):
+            overall = applied
+        progress_rows.append((
+            db, table,
+            cl_end if cl_start is not None else prev.get("changelog_version"),
+            ch_end if ch_start is not None else prev.get("chunks_version"),
+            applied[0], applied[1], applied[2],
+            int(prev.get("zero_dates") or 0) + res.zero_dates, now,
+        ))
+        if task:
+            task.advance()
+
+    try:
+        with ExitStack() as stack:
+            task = stack.enter_context(progress.task("silver", len(tables), "tables")) if progress is not None else None
+            for db, table in tables:
+                _one_table(db, table, task)
 
         cascaded = apply_cascades(spark, batches)
         for r in results:
