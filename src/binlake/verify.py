@@ -266,12 +266,14 @@ def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str
                 chunks = [(c.chunk_id, c.start_json, c.end_json)
                           for c in plan_table(conn, schema, config.snapshot.chunk_size)]
             check = _verify_table(spark, config, lh, schema, chunks)
-            if check.mismatches and _changed_since(spark, lh, schema, check._lw_min):  # type: ignore[attr-defined]
+            if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):  # type: ignore[attr-defined]
+                # A differing chunk that changed after the source read may just be newer in
+                # silver than in the read: read and compare the table once more.
                 log.info("verify: %s changed while it was read; checking it once more", schema.name)
                 second = _verify_table(spark, config, lh, schema, chunks)
                 second.rechecked = True
-                if second.mismatches and _changed_since(spark, lh, schema, second._lw_min):  # type: ignore[attr-defined]
-                    second.chunks = [c if c.ok else _with_status(c, "changing") for c in second.chunks]
+                busy = _changed_chunks(spark, lh, schema, second._lw_min, second.mismatches)  # type: ignore[attr-defined]
+                second.chunks = [_with_status(c, "changing") if c.chunk_id in busy else c for c in second.chunks]
                 check = second
             out.append(check)
             task.advance(1, items=check.source_rows)
@@ -448,16 +450,36 @@ def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tup
         )
 
 
-def _changed_since(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int]) -> bool:
-    """Did bronze record any change to the table after ``lw``?"""
+def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int],
+                    chunks: list[ChunkCheck]) -> set[int]:
+    """Ids of ``chunks`` that bronze recorded a change in after ``lw`` (by before or after
+    image, so a key moved by an UPDATE touches both chunks; a TRUNCATE touches all)."""
     from pyspark.sql import functions as F
 
+    from binlake.silver.ranges import key_range_predicate, sql_string
+    from binlake.source.types import spark_decode_sql
+
+    if not chunks:
+        return set()
     fi, pos = lw
     after = (F.col("file_index") > fi) | ((F.col("file_index") == fi) & (F.col("pos") > pos))
-    return bool(lh.changelog.read(spark)
-                .where((F.col("db") == schema.database) & (F.col("table") == schema.table)
-                       & F.col("op").isin("insert", "update", "delete", "truncate") & after)
-                .limit(1).count())
+    changes = (lh.changelog.read(spark)
+               .where((F.col("db") == schema.database) & (F.col("table") == schema.table) & after
+                      & F.col("op").isin("insert", "update", "delete", "truncate")))
+    if changes.where(F.col("op") == "truncate").limit(1).count():
+        return {c.chunk_id for c in chunks}
+    keyed = _key_schema(schema)
+    index = {c.name: i for i, c in enumerate(schema.columns)}
+    images = None
+    for image in ("before", "after"):
+        part = changes.select(*[
+            F.expr(spark_decode_sql(c, f"try_element_at({image}, {sql_string(c.name)})")).alias(f"_v{index[c.name]}")
+            for c in schema.key_columns])
+        images = part if images is None else images.unionByName(part)
+    flags = [F.max(F.when(key_range_predicate(keyed, c.start_key, c.end_key), 1).otherwise(0)).alias(f"c{c.chunk_id}")
+             for c in chunks]
+    row = images.agg(*flags).collect()[0]
+    return {c.chunk_id for c in chunks if row[f"c{c.chunk_id}"]}
 
 
 __all__ = ["ChunkCheck", "TableCheck", "VerifyResult", "run_verify"]

@@ -127,3 +127,33 @@ def test_the_command_exits_8_on_a_mismatch_with_one_line(mirrored, spark, databa
     assert errors == [f'error: verify: 1 chunk(s) differ between source and silver: {database}.accounts chunk 0 '
                       '[-inf, ["11"]): 10 row(s) on both sides, checksums differ: run binlake verify --repair to '
                       "re-read only these chunks"]
+
+
+def test_a_differing_chunk_that_keeps_changing_is_checked_twice_and_reported_as_changing(mirrored, mariadb, spark,
+                                                                                       database):
+    import threading
+
+    config, ref = mirrored
+    spark.sql(f"UPDATE {ref.sql} SET owner = 'tampered' WHERE id = 14")
+    stop = threading.Event()
+
+    def keep_writing():
+        with mariadb.root_connection(database) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                cur.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 15")
+                stop.wait(0.2)
+
+    writer = threading.Thread(target=keep_writing, daemon=True)
+    writer.start()
+    try:
+        with pytest.raises(VerifyMismatch) as info:
+            run_verify(spark, config)
+    finally:
+        stop.set()
+        writer.join()
+    [table] = info.value.result.tables
+    assert table.rechecked
+    assert [(c.chunk_id, c.status) for c in table.chunks] == [(0, "ok"), (1, "changing"), (2, "ok")]
+    assert "(the table kept changing during verify)" in str(info.value)
+    # Once the writes stop, repair settles it.
+    assert run_verify(spark, config, repair=True).ok
