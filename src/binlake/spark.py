@@ -60,4 +60,20 @@ def get_spark(
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    _quiet_known_noise(spark)
     return spark
+
+
+# Logged at ERROR on every read of a table with deletion vectors, yet harmless: the filter
+# is applied by Delta itself when the Parquet reader cannot take it.
+_NOISY_LOGGERS = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
+
+
+def _quiet_known_noise(spark) -> None:
+    jvm = spark.sparkContext._jvm
+    try:
+        level = jvm.org.apache.logging.log4j.Level.OFF
+        for name in _NOISY_LOGGERS:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
+    except Exception:  # noqa: BLE001 - only log levels; never worth failing a run for
+        pass
