@@ -61,9 +61,14 @@ def _latest_per_old(events, parent_cols):
     return events.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn")
 
 
-def _metrics(spark, ref) -> int:
-    row = ref.delta(spark).history(1).select("operation", "operationMetrics").first()
-    if row["operation"] != "MERGE":
+def _version(spark, ref) -> int:
+    return int(ref.delta(spark).history(1).select("version").first()[0])
+
+
+def _metrics(spark, ref, since: int) -> int:
+    row = ref.delta(spark).history(1).select("version", "operation", "operationMetrics").first()
+    # A MERGE that matched nothing commits nothing: the last commit is someone else's.
+    if row["version"] <= since or row["operation"] != "MERGE":
         return 0
     m = row["operationMetrics"] or {}
     return int(m.get("numTargetRowsUpdated", 0) or 0)
@@ -114,8 +119,9 @@ def _apply(spark, child, fk, events, action: str, on_update: bool):
         (child.ref.delta(spark).alias("t").merge(ev.alias("e"), on)
          .whenMatchedUpdate(condition=cond, set=assign).execute())
 
+    before = _version(spark, child.ref)
     with_retry(f"FK {fk.get('name')} action into {child.ref}", run)
-    return _metrics(spark, child.ref), derived
+    return _metrics(spark, child.ref, before), derived
 
 
 def apply_cascades(spark, batches: dict) -> dict[str, int]:

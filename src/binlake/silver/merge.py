@@ -166,9 +166,13 @@ def _parse_seq(text: str | None) -> tuple[int, int, int] | None:
     return (a, b, c)
 
 
-def _last_metrics(spark, ref: TableRef) -> dict[str, int]:
-    row = ref.delta(spark).history(1).select("operationMetrics").first()
-    metrics = row[0] or {}
+def _last_metrics(spark, ref: TableRef, since: int | None = None) -> dict[str, int]:
+    """Metrics of the last commit, or {} when no commit came after version ``since``
+    (Delta skips the commit of a MERGE or UPDATE that matched nothing)."""
+    row = ref.delta(spark).history(1).select("version", "operationMetrics").first()
+    if since is not None and row["version"] <= since:
+        return {}
+    metrics = row["operationMetrics"] or {}
     out = {}
     for k, v in metrics.items():
         try:
@@ -319,12 +323,13 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict
          .whenNotMatchedInsert(values=assign)
          .execute())
 
+    before = _latest_version(spark, ref)
     try:
         faults.point("silver.before_merge")
         with_retry(f"MERGE into {ref}", run)
     finally:
         source.unpersist()
-    return _last_metrics(spark, ref)
+    return _last_metrics(spark, ref, since=before)
 
 
 def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dict], group: int = 64) -> int:
@@ -358,8 +363,9 @@ def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dic
                 "_cdc_commit_ts": F.lit(None).cast("timestamp"),
             })
 
+        before = _latest_version(spark, ref)
         with_retry(f"chunk reconciliation of {ref}", run)
-        total += _last_metrics(spark, ref).get("numUpdatedRows", 0)
+        total += _last_metrics(spark, ref, since=before).get("numUpdatedRows", 0)
     return total
 
 
@@ -373,8 +379,9 @@ def apply_truncate(spark, ref: TableRef, seq: tuple[int, int, int]) -> int:
             "_cdc_seq": lit, "_cdc_deleted": F.lit(True), "_cdc_op": F.lit("truncate"),
         })
 
+    before = _latest_version(spark, ref)
     with_retry(f"TRUNCATE of {ref}", run)
-    n = _last_metrics(spark, ref).get("numUpdatedRows", 0)
+    n = _last_metrics(spark, ref, since=before).get("numUpdatedRows", 0)
     se.set_table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY, ",".join(str(x) for x in seq))
     return n
 
