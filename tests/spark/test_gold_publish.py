@@ -4,11 +4,12 @@ holds for every table, and records each publish in the publish log (DESIGN.md se
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
 
-from binlake.errors import NotReadyError
+from binlake.errors import LakehouseError, NotReadyError
 from binlake.gold.publish import gold_as_of, publish_as_of, run_gold
 
 try:  # tests/spark is a package in some layouts and a plain directory in others
@@ -245,3 +246,17 @@ def test_nothing_to_publish_or_read_before_silver_has_run(spark, tmp_path):
         run_gold(spark, lake.config)
     with pytest.raises(NotReadyError, match="gold has never been published: run binlake gold first"):
         gold_as_of(spark, lake.config, "shop", "orders")
+
+
+def test_an_unwritable_gold_location_is_one_clear_error_and_publishes_nothing(spark, lake):
+    blocked = Path(lake.lh.gold("shop", "orders").path)
+    blocked.parent.mkdir(parents=True, exist_ok=True)
+    blocked.write_text("not a directory")  # as good as a read-only mount, also for root
+    try:
+        with pytest.raises(LakehouseError, match=r"^cannot write .*/gold/shop/orders: .*; nothing was published \(the last "
+                                                 r"publish stays current\): fix the location's permissions or space"):
+            run_gold(spark, lake.config)
+    finally:
+        blocked.unlink()
+
+    assert not lake.lh.publish_log.exists(spark) or lake.publish_log().count() == 0

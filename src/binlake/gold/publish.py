@@ -29,13 +29,14 @@ import hashlib
 import json
 import logging
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from binlake import faults
 from binlake.config import Config
-from binlake.errors import NotReadyError, QualityCheckFailed
+from binlake.errors import BinlakeError, LakehouseError, NotReadyError, QualityCheckFailed
 from binlake.lakehouse import PUBLISH_LOG_SCHEMA, Lakehouse, TableRef
 
 log = logging.getLogger("binlake.gold")
@@ -410,6 +411,21 @@ def _append_log(spark, lh: Lakehouse, publish_id: str, p: Position, gtid: str | 
     lh.publish_log.save(df.write.format("delta").mode("append"))
 
 
+@contextmanager
+def _writing(ref: TableRef) -> Iterator[None]:
+    """Turn a failed Delta write into one line naming the table; nothing is published."""
+    try:
+        yield
+    except BinlakeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
+        raise LakehouseError(
+            f"cannot write {ref}: {first}; nothing was published (the last publish stays current): "
+            "fix the location's permissions or space and run binlake gold again"
+        ) from exc
+
+
 def _checks_json(rules_digest: str, results: Any) -> str:
     if isinstance(results, str):
         return results
@@ -502,7 +518,8 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     gtid, source_time = _position_extras(spark, lh, target)
     blocking = [(name, r) for name, o in results.items() for r in o.blocking]
     if blocking:
-        _append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
+        with _writing(lh.publish_log):
+            _append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
         described = "; ".join(
             f"{name} {r.name} ({r.severity.value})"
             + (f": {r.unexpected_count} unexpected rows" if r.unexpected_count else f": observed {r.observed_value}" if r.observed_value is not None else "")
@@ -519,15 +536,18 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         warnings += [f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
                      for r in outcome.warnings]
         dropping = outcome.dropping
-        if dropping:
-            t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(frame, dropping), publish_id)
+        with _writing(lh.quarantine(t.db, t.table) if dropping else lh.gold(t.db, t.table)):
+            if dropping:
+                t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(frame, dropping), publish_id)
         schema = schemas[t.name]
-        t.gold_version, t.row_count = _write_gold(spark, lh.gold(t.db, t.table), keep_frame(frame, dropping),
-                                                  schema.comment if schema else "")
+        with _writing(lh.gold(t.db, t.table)):
+            t.gold_version, t.row_count = _write_gold(spark, lh.gold(t.db, t.table), keep_frame(frame, dropping),
+                                                      schema.comment if schema else "")
         log.info("gold %s: version %s, %s rows", t.name, t.gold_version, t.row_count)
 
     faults.point("gold.before_publish_log")
-    _append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
+    with _writing(lh.publish_log):
+        _append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
     return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings)
 
 

@@ -242,7 +242,9 @@ def _ge_datasource():
                 ),
             )
             _ge_state["ctx"] = ctx
-            _ge_state["ds"] = ctx.data_sources.add_spark(name="binlake_gold")
+            # GE would persist() every batch and never unpersist it: memory held for the life of
+            # the job, and a cached plan can answer for a later read of the same table.
+            _ge_state["ds"] = ctx.data_sources.add_spark(name="binlake_gold", persist=False)
             _ge_state["n"] = 0
         _ge_state["n"] += 1
         return _ge_state["ctx"], _ge_state["ds"], _ge_state["n"]
