@@ -47,7 +47,12 @@ def _capture_side(spark, config: Config, notes: list[str]) -> dict[str, Any] | N
         notes.append(f"source position, lag and purge risk unavailable: binlake.bronze.capture cannot be imported ({exc})")
         return None
     try:
-        return _plain(capture_status(spark, config))
+        out = _plain(capture_status(spark, config))
+        # capture_status reports file and pos apart; status shows them as FILE:POS.
+        for side in ("resume", "server"):
+            if out.get(f"{side}_position") is None and out.get(f"{side}_file"):
+                out[f"{side}_position"] = f"{out[f'{side}_file']}:{out.get(f'{side}_pos')}"
+        return out
     except BinlakeError as exc:
         notes.append(f"source position, lag and purge risk unavailable: {exc}")
     except Exception as exc:  # noqa: BLE001 - status must still show the lakehouse side

@@ -40,7 +40,8 @@ def lake(spark, tmp_path_factory) -> Lake:
 
 
 def capture_module(monkeypatch, capture_status):
-    """Stand in for binlake.bronze.capture with capture_status(spark, config) as its contract says."""
+    """Stand in for binlake.bronze.capture: capture_status needs a live server, so the tests
+    give status the dict it returns (same keys as binlake.bronze.capture.capture_status)."""
     module = types.ModuleType("binlake.bronze.capture")
     module.capture_status = capture_status
     monkeypatch.setitem(sys.modules, "binlake.bronze.capture", module)
@@ -48,8 +49,9 @@ def capture_module(monkeypatch, capture_status):
 
 def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, monkeypatch):
     capture_module(monkeypatch, lambda spark, config: {
-        "resume_position": "mysql-bin.000003:990", "server_position": "mysql-bin.000003:1490", "lag_bytes": 500,
-        "oldest_binlog": "mysql-bin.000002", "purge_warning": None,
+        "resume_file": "mysql-bin.000003", "resume_pos": 990, "server_file": "mysql-bin.000003", "server_pos": 1490,
+        "lag_bytes": 500, "oldest_binlog": "mysql-bin.000002", "binlog_files": 2, "binlog_expire_seconds": 864000,
+        "purge_warning": None,
     })
 
     status = collect_status(spark, lake.config)
@@ -77,8 +79,9 @@ def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, mo
 
 def test_a_purge_warning_from_capture_is_shown_first(spark, lake, monkeypatch):
     capture_module(monkeypatch, lambda spark, config: {
-        "resume_position": "mysql-bin.000003:990", "server_position": "mysql-bin.000009:4", "lag_bytes": 0,
-        "oldest_binlog": "mysql-bin.000003", "purge_warning": "resume file mysql-bin.000003 is the oldest on the server",
+        "resume_file": "mysql-bin.000003", "resume_pos": 990, "server_file": "mysql-bin.000003", "server_pos": 990,
+        "lag_bytes": 0, "oldest_binlog": "mysql-bin.000003", "binlog_files": 1, "binlog_expire_seconds": 864000,
+        "purge_warning": "resume file mysql-bin.000003 is the oldest on the server",
     })
 
     status = collect_status(spark, lake.config)
