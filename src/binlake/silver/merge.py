@@ -599,6 +599,8 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     result = SilverResult(results, overall)
     failed = result.failed
     if failed:
+        # The CLI prints only the error line; the per-table summary goes to the log.
+        log.warning("%s", result.summary())
         exc = SchemaChangeError(
             f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed)
         )
