@@ -74,12 +74,18 @@ def test_a_resume_file_older_than_the_oldest_on_the_server_is_purged():
 
 def test_purge_warning_by_file_count_and_by_expiry_time():
     assert "has been purged" in purge_warning(FILES, pos(2, 4), 2)
-    assert "1 file(s) from the oldest binlog mysql-bin.000003" in purge_warning(FILES, pos(4, 4), 2)
-    assert purge_warning(FILES, pos(5, 4), 2) is None
+    assert "1 file(s) from the oldest binlog mysql-bin.000003" in purge_warning(FILES, pos(4, 4), 2, 86400)
+    assert purge_warning(FILES, pos(5, 4), 2, 86400) is None
     now = dt.datetime(2026, 11, 22, 12, tzinfo=dt.timezone.utc)
     closed = now - dt.timedelta(hours=20)
     assert "expired by the server in about 4.0 h" in purge_warning(FILES, pos(5, 4), 2, 86400, closed, now)
     assert purge_warning(FILES, pos(5, 4), 2, 86400, now - dt.timedelta(hours=2), now) is None
+
+
+def test_no_forecast_where_the_server_never_expires_binlogs():
+    # A fresh server's resume file is its oldest; only a manual PURGE could take it.
+    assert purge_warning(FILES, pos(3, 4), 2, expire_after=0) is None
+    assert "has been purged" in purge_warning(FILES, pos(2, 4), 2, expire_after=0)
 
 
 @pytest.mark.parametrize("decoded, stored", [

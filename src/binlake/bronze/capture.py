@@ -232,7 +232,7 @@ def _ensure_not_purged(spark, config: Config, conn, files, resume: BinlogPositio
 def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
     try:
         with connect(config.source) as conn:
-            return purge_warning(list_binlogs(conn), resume, config.capture.purge_warning_files)
+            return purge_warning(list_binlogs(conn), resume, config.capture.purge_warning_files, expire_seconds(conn))
     except BinlakeError:
         return None
 

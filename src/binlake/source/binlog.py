@@ -185,10 +185,13 @@ def purge_warning(
 ) -> str | None:
     """A warning text when the resume file is purged or close to being purged, else None.
 
-    Two independent forecasts: by count (the resume file is within ``warning_files`` of the
-    oldest file, so a few rotations plus a ``PURGE`` or size-based expiry take it), and by
-    time (the server expires a file ``expire_after`` seconds after it was closed; warn once
-    80% of that has passed).
+    Two independent forecasts, both only where the server expires binlogs by itself
+    (``expire_after``): by count (the resume file is within ``warning_files`` of the oldest
+    file, the next one expiry takes), and by time (the server expires a file
+    ``expire_after`` seconds after it was closed; warn once 80% of that has passed). A server
+    that never expires its binlogs loses files only to a manual ``PURGE``, which no forecast
+    sees coming; warning there would fire on every fresh server, whose resume file is the
+    oldest.
     """
     if not files:
         return f"the server lists no binlog files; capture cannot resume at {resume}"
@@ -196,11 +199,13 @@ def purge_warning(
     if resume.file_index < oldest.index:
         return (f"resume file {resume.file} has been purged (oldest on server: {oldest.name}); "
                 "run: binlake snapshot --reset-capture")
+    if not expire_after:
+        return None
     ahead = resume.file_index - oldest.index
     if ahead < warning_files:
         return (f"resume file {resume.file} is {ahead} file(s) from the oldest binlog {oldest.name} "
                 f"(capture.purge_warning_files={warning_files}): run capture now or raise the server's binlog retention")
-    if expire_after and resume_file_closed_at is not None:
+    if resume_file_closed_at is not None:
         now = now or dt.datetime.now(dt.timezone.utc)
         age = (now - resume_file_closed_at).total_seconds()
         if age >= 0.8 * expire_after:
