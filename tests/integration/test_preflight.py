@@ -104,7 +104,7 @@ def test_a_source_set_up_right_passes_with_an_ok_line_per_check(mariadb, databas
     for line in ("OK    log_bin: ON", "OK    binlog_format: ROW", "OK    binlog_row_image: FULL",
                  "OK    binlog_row_metadata: FULL",
                  "OK    privileges: 'cdc'@'127.0.0.1' has SELECT, REPLICATION CLIENT, REPLICATION SLAVE",
-                 "OK    server_id: 5401..5408 differ from the server's 1",
+                 "OK    server_id: 5401..5433 differ from the server's 1",
                  "OK    keys: all 2 table(s) have a primary key", "OK    types: every column type"):
         assert line in text, f"missing {line!r} in:\n{text}"
     assert text.splitlines()[-1].startswith("all ") and "checks passed" in text.splitlines()[-1]
@@ -233,7 +233,7 @@ def test_the_server_id_must_differ_from_the_servers_own(mariadb, database):
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
     # The session server runs with server_id 1; binlake's readers would use 1..8 (and -6 .. 1 overlap too).
     assert problems_of(config_for(mariadb, [f"{database}.*"], server_id=1)) == [
-        "source.server_id 1 collides (1 is the source server's own @@server_id; binlake's binlog readers use 1..8): "
+        "source.server_id 1 collides (1 is the source server's own @@server_id; binlake's binlog readers use 1..33): "
         "set source.server_id to an unused number, e.g. 5401 (the server drops one of two binlog readers that "
         "share a server id)"
     ]
@@ -263,7 +263,7 @@ def test_without_replica_listing_rights_preflight_says_what_it_could_not_check(m
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
     report = run_preflight(config_for(mariadb, [f"{database}.*"]))
     assert ("INFO  server_id: could not list registered replicas (SHOW SLAVE HOSTS needs REPLICATION MASTER ADMIN): "
-            "make sure no replica or other binlog reader of this server uses a server id in 5401..5408") in report.text()
+            "make sure no replica or other binlog reader of this server uses a server id in 5401..5433") in report.text()
 
 
 def test_no_matching_table_names_the_patterns(mariadb, database):
@@ -303,7 +303,7 @@ def test_every_problem_is_reported_together(broken_server):
         "binlog_format is MIXED",
         "binlog_row_image is MINIMAL",
         "binlog_row_metadata is MINIMAL",
-        "source.server_id 5401 collides (5401 is the source server's own @@server_id; binlake's binlog readers use 5401..5408)",
+        "source.server_id 5401 collides (5401 is the source server's own @@server_id; binlake's binlog readers use 5401..5433)",
         "table shop.devices has column type(s) binlake does not map",
         "table shop.events has no primary key",
     ], problems

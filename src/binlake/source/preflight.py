@@ -27,11 +27,12 @@ import pymysql
 from binlake.config import Config, SourceConfig
 from binlake.errors import PreflightError
 from binlake.source import catalog
+from binlake.bronze.binlog_source import MAX_PARALLEL_FILES
 from binlake.source.mysql import connect, query, quote_ident
 from binlake.source.types import UnsupportedTypeError, column_from_information_schema
 
-# binlake's parallel binlog readers use server_id .. server_id + READER_IDS - 1.
-READER_IDS = 8
+# The driver's probes use server_id and the parallel binlog readers server_id + 1 + i.
+READER_IDS = 1 + MAX_PARALLEL_FILES
 
 # Below a day, a capture that is stopped over a night or a weekend finds its binlog gone.
 SHORT_EXPIRY_SECONDS = 24 * 3600
