@@ -309,7 +309,7 @@ def test_every_problem_is_reported_together(broken_server):
     ], problems
     assert "put binlog_row_image=FULL in my.cnf" in problems[2]
     assert "decoded as UNKNOWN_COL0" in problems[3]
-    assert "e.g. 5409" in problems[4]
+    assert "e.g. 5434" in problems[4]  # the next free block of READER_IDS ids
 
 
 # ---------------------------------------------------------------------------------------
