@@ -1,0 +1,43 @@
+"""End-to-end full sync of TPC-H lineitem: snapshot -> bronze -> silver -> gold, rows/s.
+
+No peer runs on this machine for a whole sync, so the comparison is the published MatrixOne
+CDC figure from REFERENCES.md (SF10 lineitem, 60M rows in 17 minutes, about 59k rows/s), on
+other hardware: read the ratio as an order of magnitude, not a race.
+"""
+
+from __future__ import annotations
+
+import time
+
+from benchmarks.run import result
+from benchmarks.tpch import load_lineitem
+
+MATRIXONE_ROWS_PER_S = 59_000
+
+
+def run(ctx) -> list[dict]:
+    from binlake.bronze.capture import run_capture
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.config import load_config
+    from binlake.gold.publish import run_gold
+    from binlake.silver.merge import run_silver
+
+    scale = 0.01 if ctx.quick else 0.1
+    rows = load_lineitem(ctx.mariadb, "tpch_sync", scale, ctx.workdir)
+    cfg_path = ctx.workdir / "full_sync.yml"
+    cfg_path.write_text(ctx.mariadb.config_yaml(str(ctx.workdir / "full_sync_lake"), ["tpch_sync.*"], server_id=8100,
+                                                snapshot={"chunk_size": 50000, "parallelism": 2}))
+    config = load_config(cfg_path)
+    spark = ctx.spark
+    started = time.monotonic()
+    steps = {}
+    for name, step in (("snapshot", lambda: run_snapshot(spark, config)), ("capture", lambda: run_capture(spark, config)),
+                       ("silver", lambda: run_silver(spark, config)), ("gold", lambda: run_gold(spark, config))):
+        t0 = time.monotonic()
+        step()
+        steps[name] = time.monotonic() - t0
+    elapsed = time.monotonic() - started
+    print(f"   lineitem SF{scale}: {rows:,} rows in {elapsed:,.1f}s: "
+          + ", ".join(f"{k} {v:,.1f}s" for k, v in steps.items()), flush=True)
+    return [result("lineitem_full_sync_rows_per_s", rows / elapsed, "rows/s", "MatrixOne CDC, published (other hw)",
+                   MATRIXONE_ROWS_PER_S)]
