@@ -6,7 +6,7 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup venv mariadb-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-full clean
+.PHONY: setup venv mariadb-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-short clean
 
 setup: venv mariadb-package spark-jars
 
@@ -37,8 +37,9 @@ mysql-down:
 demo: setup mysql-up
 	$(PY) -m binlake.demo --mariadb-dir .local/mariadb --workdir .local/demo
 
+# The chaos short form is not in `make test` yet: see the README's Reliability section.
 test: setup
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not chaos" $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q
@@ -48,6 +49,9 @@ bench: setup
 
 chaos: setup
 	$(PY) tests/chaos/driver.py --full
+
+chaos-short: setup
+	$(PY) -m pytest -m chaos $(PYTEST_ARGS)
 
 clean: mysql-down
 	rm -rf .local .venv

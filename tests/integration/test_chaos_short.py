@@ -7,6 +7,7 @@ from chaos.driver import SHORT, run
 
 
 @pytest.mark.slow
+@pytest.mark.chaos
 def test_faults_lose_and_double_nothing(tmp_path):
     outcomes = run(list(SHORT), full=False, workdir=tmp_path / "chaos")
 
