@@ -246,3 +246,175 @@ def test_resnapshot_chunks_rereads_only_the_given_ranges(spark, mariadb, databas
         resnapshot_chunks(spark, config, db, "r", [('["1","2"]', None)])
     with pytest.raises(ValueError, match=r"chunks is empty: pass at least one \(start_key, end_key\) pair"):
         resnapshot_chunks(spark, config, db, "r", [])
+
+
+# --- the watermark window (DESIGN.md section 1) --------------------------------------------
+
+
+class BarrierController(threading.Thread):
+    """Releases every reader paused at a barrier; runs the given action first for one of them."""
+
+    def __init__(self, directory: Path, actions: dict[str, object], kill_after_lw: int | None = None, pgid=None):
+        super().__init__(daemon=True)
+        self.directory, self.actions = directory, actions
+        self.stop_event = threading.Event()
+        self.seen: list[str] = []
+        self.error: BaseException | None = None
+        self.kill_after_lw, self.pgid, self.killed = kill_after_lw, pgid, False
+
+    def run(self) -> None:
+        try:
+            while not self.stop_event.is_set():
+                for name in sorted(os.listdir(self.directory)):
+                    if name.endswith(".go") or name in self.seen:
+                        continue
+                    self.seen.append(name)
+                    lws = [s for s in self.seen if s.endswith(".lw")]
+                    if self.kill_after_lw is not None and len(lws) >= self.kill_after_lw:
+                        # A reader is between its watermarks right now: kill everything.
+                        os.killpg(self.pgid, signal.SIGKILL)
+                        self.killed = True
+                        return
+                    action = self.actions.get(name)
+                    if action is not None:
+                        action()
+                    (self.directory / f"{name}.go").touch()
+                time.sleep(0.02)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            self.error = exc
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=30)
+        if self.error is not None:
+            raise self.error
+
+
+def test_changes_inside_the_watermark_window_win_over_the_snapshot_row(spark, mariadb, database, make_config,
+                                                                       tmp_path, monkeypatch):
+    db = database
+    mariadb.execute("CREATE TABLE ww (id INT PRIMARY KEY, v VARCHAR(20))",
+                    "INSERT INTO ww VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31) if i not in (15, 16)),
+                    database=db)
+    config = make_config([f"{db}.*"], snapshot={"chunk_size": 10, "parallelism": 2})
+    changes = []  # (position before, position after, key, encoded after image or None)
+
+    def mutate(sql: str, key: int) -> None:
+        with connect(config.source) as conn:
+            before = master_status(conn)
+            mariadb.execute(sql, database=db)
+            after = master_status(conn)
+            image = source_rows(config, db, "ww").get((str(key),))
+            changes.append((before, after, (str(key),), image))
+
+    def before_select():  # after the low watermark, before the SELECT: the SELECT sees these
+        mutate("INSERT INTO ww VALUES (15, 'new15')", 15)
+        mutate("UPDATE ww SET v = 'upd12' WHERE id = 12", 12)
+        mutate("DELETE FROM ww WHERE id = 13", 13)
+
+    def after_select():  # after the SELECT, before the high watermark: it does not
+        mutate("INSERT INTO ww VALUES (16, 'new16')", 16)
+        mutate("UPDATE ww SET v = 'upd14' WHERE id = 14", 14)
+        mutate("DELETE FROM ww WHERE id = 17", 17)
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    monkeypatch.setenv(BARRIER_ENV, str(barrier))
+    ctl = BarrierController(barrier, {f"{db}.ww.1.lw": before_select, f"{db}.ww.1.select": after_select})
+    ctl.start()
+    try:
+        run_snapshot(spark, config)
+    finally:
+        ctl.stop()
+    assert len(changes) == 6, ctl.seen
+
+    lh = Lakehouse(config)
+    sid = latest_snapshot_id(spark, lh, db, "ww")
+    [chunk] = [c for c in manifest(spark, lh, db, "ww", sid) if c["chunk_id"] == 1]
+    assert (chunk["start_key"], chunk["end_key"]) == ('["11"]', '["21"]')
+    lw = (chunk["lw_file_index"], chunk["lw_pos"])
+    hw = (chunk["hw_file_index"], chunk["hw_pos"])
+    for before, after, _, _ in changes:
+        assert lw <= before.key() and after.key() <= hw  # every change is inside the window
+
+    rows = trusted_rows(spark, lh, sid)
+    in_chunk = {r["row"]["id"]: r["row"]["v"] for r in rows if r["chunk_id"] == 1}
+    # The SELECT ran between the two groups of changes.
+    assert in_chunk == {"11": "v11", "12": "upd12", "14": "v14", "15": "new15", "17": "v17", "18": "v18",
+                        "19": "v19", "20": "v20"}
+
+    # Silver's rule: latest _cdc_seq per key wins. Snapshot rows have (lw, -1); each change
+    # has (file_index, end position, 0) with its full after image, as the binlog carries it.
+    latest: dict[tuple, tuple] = {}
+    for r in rows:
+        k = (r["row"]["id"],)
+        latest[k] = max(latest.get(k, ((-1, -1, -2), None)), ((r["lw_file_index"], r["lw_pos"], -1), dict(r["row"])))
+    for _, after, k, image in changes:
+        seq = (after.file_index, after.pos, 0)
+        if seq > latest.get(k, ((-1, -1, -2), None))[0]:
+            latest[k] = (seq, image)
+    merged = {k: img for k, (seq, img) in latest.items() if img is not None}
+    assert merged == source_rows(config, db, "ww")
+
+
+# --- kill -9 anywhere, re-run converges (DESIGN.md section 6) ------------------------------
+
+
+def _cli(config_path: Path, env_extra: dict[str, str] | None = None, controller=None, barrier: Path | None = None):
+    env = {**os.environ, **(env_extra or {})}
+    if barrier is not None:
+        env[BARRIER_ENV] = str(barrier)
+    proc = subprocess.Popen([BINLAKE, "--config", str(config_path), "snapshot"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if controller is not None:
+        controller.pgid = proc.pid
+        controller.start()
+    out, err = proc.communicate(timeout=600)
+    if controller is not None:
+        controller.stop()
+    return proc.returncode, out, err
+
+
+def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(spark, mariadb, database, tmp_path):
+    from binlake.config import load_config
+
+    db = database
+    mariadb.execute("CREATE TABLE k (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO k VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31)), database=db)
+    config_path = tmp_path / "binlake.yml"
+    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lake"), [f"{db}.*"], server_id=5301,
+                                               snapshot={"chunk_size": 3, "parallelism": 1, "chunks_per_commit": 2}))
+    config = load_config(config_path)
+    lh = Lakehouse(config)
+
+    # 1. Killed right after the plan is committed: a plan, no manifest.
+    rc, _, err = _cli(config_path, {"BINLAKE_KILL_AT": "snapshot.after_plan"})
+    assert rc == -signal.SIGKILL, err
+    sid = latest_snapshot_id(spark, lh, db, "k")
+    assert lh.snapshot_plan.read(spark).where(f"snapshot_id = '{sid}'").count() == 10
+    assert manifest(spark, lh, db, "k") == []
+
+    # 2. Killed between a wave's rows and its manifest: that wave's rows are orphans.
+    rc, _, err = _cli(config_path, {"BINLAKE_KILL_AT": "snapshot.before_manifest@2"})
+    assert rc == -signal.SIGKILL, err
+    assert [c["chunk_id"] for c in manifest(spark, lh, db, "k")] == [0, 1]
+    assert lh.snapshot_rows.read(spark).where("chunk_id IN (2, 3) AND `row` IS NULL").count() == 2
+
+    # 3. Killed mid-read: a reader sits between its low and high watermark.
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    ctl = BarrierController(barrier, {}, kill_after_lw=3)
+    rc, _, err = _cli(config_path, controller=ctl, barrier=barrier)
+    assert ctl.killed and rc == -signal.SIGKILL, err
+    done_before = {c["chunk_id"] for c in manifest(spark, lh, db, "k")}
+    assert {0, 1, 2, 3} <= done_before and len(done_before) < 10
+
+    # 4. A plain re-run resumes the open snapshot and reads only what has no manifest row.
+    rc, out, err = _cli(config_path)
+    assert rc == 0, err
+    assert f"{db}.k: resumed snapshot {sid}, {10 - len(done_before)} chunks read of 10" in out
+    chunks = manifest(spark, lh, db, "k")
+    assert [c["chunk_id"] for c in chunks] == list(range(10))  # exactly one manifest row each
+    assert_snapshot_matches_source(spark, config, db, "k", chunk_size=3)
+    attempts = {r["attempt_id"] for r in lh.snapshot_rows.read(spark).select("attempt_id").distinct().collect()}
+    assert attempts - {c["attempt_id"] for c in chunks}, "the killed attempts left orphan rows, which were ignored"
