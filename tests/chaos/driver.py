@@ -431,7 +431,7 @@ def scenario_purge(h: Harness, out: Outcome) -> None:
     h.converge(config, out)
     h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 7 WHERE id < 50",
                       f"DELETE FROM `{db}`.ledger WHERE account_id < 20", "FLUSH BINARY LOGS")
-    _purge_all_but_current(h.mariadb)
+    h.mariadb.purge_binlogs()
     out.faults += 1
     rc, err = h.binlake(config, "run")
     line = _last_line(err)
@@ -450,17 +450,11 @@ def scenario_purge(h: Harness, out: Outcome) -> None:
     auto_db, auto_config = h.new_scenario("purge_auto", capture={"on_purge": "resnapshot"})
     h.converge(auto_config, out)
     h.mariadb.execute(f"UPDATE `{auto_db}`.accounts SET balance = balance + 7 WHERE id < 50", "FLUSH BINARY LOGS")
-    _purge_all_but_current(h.mariadb)
+    h.mariadb.purge_binlogs()
     out.faults += 1
     h.converge(auto_config, out, attempts=1)
     h.compare(auto_config, auto_db, out)
 
-
-def _purge_all_but_current(mariadb) -> None:
-    with mariadb.root_connection() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        current = cur.fetchone()[0]
-        cur.execute("PURGE BINARY LOGS TO %s", (current,))
 
 
 def scenario_ddl(h: Harness, out: Outcome) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -16,20 +15,6 @@ def _changes(spark, config, db):
     df = Lakehouse(config).changelog.read(spark)
     return df.where(f"db = '{db}' AND op IN ('insert','update','delete')").orderBy("file_index", "pos", "row").collect()
 
-
-def _purge_all_but_current(mariadb):
-    # MariaDB keeps a file until its binlog checkpoint has moved on: retry until it is gone.
-    deadline = time.monotonic() + 30
-    while True:
-        with mariadb.root_connection() as conn, conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            current = cur.fetchone()[0]
-            cur.execute("PURGE BINARY LOGS TO %s", (current,))
-            cur.execute("SHOW BINARY LOGS")
-            if [r[0] for r in cur.fetchall()] == [current]:
-                return
-        assert time.monotonic() < deadline, "the server kept old binlog files"
-        time.sleep(0.5)
 
 
 def _server_pos(mariadb):
@@ -138,7 +123,7 @@ def test_reset_capture_moves_to_the_current_position_and_status_reports_lag(spar
 def test_purged_resume_file_raises_naming_the_file_and_the_recovery(spark, mariadb, database, make_config):
     config = make_config([f"{database}.*"], capture={"startup": "position", "start_position": "mysql-bin.000001:4"})
     mariadb.execute("FLUSH BINARY LOGS")
-    _purge_all_but_current(mariadb)
+    mariadb.purge_binlogs()
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
     with pytest.raises(BinlogPurgedError) as err:
         run_capture(spark, config)

@@ -15,20 +15,6 @@ def _server_pos(mariadb):
         return master_status(conn)
 
 
-def _purge_all_but_current(mariadb):
-    # MariaDB keeps a file until its binlog checkpoint has moved on: retry until it is gone.
-    deadline = time.monotonic() + 30
-    while True:
-        with mariadb.root_connection() as conn, conn.cursor() as cur:
-            cur.execute("SHOW MASTER STATUS")
-            current = cur.fetchone()[0]
-            cur.execute("PURGE BINARY LOGS TO %s", (current,))
-            cur.execute("SHOW BINARY LOGS")
-            if [r[0] for r in cur.fetchall()] == [current]:
-                return
-        assert time.monotonic() < deadline, "the server kept old binlog files"
-        time.sleep(0.5)
-
 
 def _ids(spark, config, db):
     rows = Lakehouse(config).changelog.read(spark).where(f"db = '{db}' AND op = 'insert'").collect()
@@ -76,7 +62,7 @@ def test_on_purge_resnapshot_resets_capture_and_resnapshots_the_tables(spark, ma
     config = make_config([f"{database}.*"], capture={"startup": "latest", "on_purge": "resnapshot"})
     run_capture(spark, config)
     mariadb.execute(f"INSERT INTO `{database}`.t VALUES (2)", "FLUSH BINARY LOGS")
-    _purge_all_but_current(mariadb)
+    mariadb.purge_binlogs()
     result = run_capture(spark, config)
     assert result.resnapshot_tables == [f"{database}.t"]
     assert capture_position(spark, Lakehouse(config)) == _server_pos(mariadb)

@@ -229,6 +229,24 @@ class LocalMariaDB:
             for sql in statements:
                 cur.execute(sql)
 
+    def purge_binlogs(self, timeout: float = 30) -> str:
+        """PURGE every binlog file but the current one (fault tests); returns the current file.
+
+        MariaDB keeps a file until its binlog checkpoint has moved on, so retry until gone.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.root_connection() as conn, conn.cursor() as cur:
+                cur.execute("SHOW MASTER STATUS")
+                current = cur.fetchone()[0]
+                cur.execute("PURGE BINARY LOGS TO %s", (current,))
+                cur.execute("SHOW BINARY LOGS")
+                if [r[0] for r in cur.fetchall()] == [current]:
+                    return current
+            if time.monotonic() >= deadline:
+                raise LocalMariaDBError(f"the server kept binlog files older than {current} for {timeout}s")
+            time.sleep(0.5)
+
     def config_yaml(self, lakehouse: str, tables: list[str], server_id: int = 5401, **sections: dict) -> str:
         """A ``binlake.yml`` pointing at this server, with the password from ``$MYSQL_PASSWORD``."""
         import yaml
