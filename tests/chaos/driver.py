@@ -268,7 +268,7 @@ class Harness:
         from binlake.config import load_config
         from binlake.lakehouse import Lakehouse
         from binlake.source.catalog import captured_tables, table_schema
-        from binlake.source.mysql import connect, qualified, stream
+        from binlake.source.mysql import connect, exact_value_sql, qualified, stream
         from binlake.source.types import encode_value, spark_decode_sql
 
         config = load_config(config_path)
@@ -278,7 +278,7 @@ class Harness:
             for dbname, table in captured_tables(conn, config.source):
                 schema = table_schema(conn, config.source, dbname, table)
                 cols = schema.columns
-                names = ", ".join(f"`{c.name}`" for c in cols)
+                names = ", ".join(exact_value_sql(c) for c in cols)
                 rows = [
                     tuple(encode_value(c, v) for c, v in zip(cols, values))
                     for values in stream(conn, f"SELECT {names} FROM {qualified(dbname, table)}")

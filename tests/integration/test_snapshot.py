@@ -24,7 +24,7 @@ from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, chunk_che
 from binlake.errors import ConfigError
 from binlake.lakehouse import Lakehouse
 from binlake.source.catalog import table_schema
-from binlake.source.mysql import connect, master_status, qualified
+from binlake.source.mysql import connect, exact_value_sql, master_status, qualified
 
 ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
@@ -41,8 +41,8 @@ def source_rows(config, db: str, table: str) -> dict[tuple, dict]:
         from binlake.source.types import encode_value
 
         with conn.cursor() as cur:
-            cur.execute(f"SELECT * FROM {qualified(db, table)}")
-            names = [d[0] for d in cur.description]
+            cur.execute(f"SELECT {', '.join(exact_value_sql(c) for c in schema.columns)} FROM {qualified(db, table)}")
+            names = [c.name for c in schema.columns]
             out = {}
             for values in cur.fetchall():
                 row = {n: encode_value(schema.column(n), v) for n, v in zip(names, values)}

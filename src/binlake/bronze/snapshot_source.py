@@ -28,6 +28,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
+ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
+
 FORMAT = "binlake-snapshot"
 _MASK64 = (1 << 64) - 1
 # How long a reader waits on a test barrier before giving up (testing only).
@@ -160,14 +162,18 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[tuple]
 
     from binlake.bronze.chunking import key_from_json, range_condition
     from binlake.errors import SchemaChangeError
-    from binlake.source.mysql import connect, master_status, qualified
+    from binlake.source.mysql import connect, exact_value_sql, master_status, qualified, quote_ident
     from binlake.source.types import TableSchema, encode_value
 
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
     attempt_id = options["attempt_id"]
     where, params = range_condition(schema.key_columns, key_from_json(p.start_key), key_from_json(p.end_key))
-    sql = f"SELECT * FROM {qualified(p.db, p.table)} WHERE {where}"
     by_name = {c.name: c for c in schema.columns}
+    # Columns whose text form loses bits are selected again, exactly, ahead of ``*``;
+    # ``*`` itself stays so that a column added or dropped since planning is noticed.
+    exact = [c for c in schema.columns if exact_value_sql(c) != quote_ident(c.name)]
+    extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
+    sql = f"SELECT {extra}{qualified(p.db, p.table)}.* FROM {qualified(p.db, p.table)} WHERE {where}"
 
     conn = connect(_source_config(options))
     try:
@@ -177,8 +183,16 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[tuple]
         count = 0
         checksum = 0
         with conn.cursor(pymysql.cursors.SSCursor) as cur:
-            cur.execute(sql, params)
-            names = [d[0] for d in cur.description]
+            try:
+                cur.execute(sql, params)
+            except pymysql.err.OperationalError as exc:
+                if exc.args[0] != ER_BAD_FIELD_ERROR:
+                    raise
+                raise SchemaChangeError(
+                    f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
+                    "re-run binlake snapshot, which re-plans it with the new schema"
+                ) from exc
+            names = [d[0] for d in cur.description][len(exact):]
             if set(names) != set(by_name):
                 # Rows decoded with the planned schema would be silently wrong; the driver
                 # re-plans the table when its schema version moved.
@@ -187,8 +201,10 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[tuple]
                     "re-run binlake snapshot, which re-plans it with the new schema"
                 )
             cols = [by_name[n] for n in names]
+            exact_at = {c.name: i for i, c in enumerate(exact)}
+            picks = [exact_at.get(c.name, len(exact) + i) for i, c in enumerate(cols)]
             for values in cur:
-                row = {c.name: encode_value(c, v) for c, v in zip(cols, values)}
+                row = {c.name: encode_value(c, values[j]) for c, j in zip(cols, picks)}
                 checksum = (checksum + row_hash(row)) & _MASK64
                 count += 1
                 yield head + (row, None)

@@ -32,6 +32,19 @@ def qualified(database: str, table: str) -> str:
     return f"{quote_ident(database)}.{quote_ident(table)}"
 
 
+def exact_value_sql(column) -> str:
+    """The SELECT expression that returns a column's stored value exactly.
+
+    The text protocol prints FLOAT with 6 significant digits (``0.482375`` for the stored
+    float32 ``0.48237514...``), while the binlog carries the exact bits; widening to DOUBLE
+    in the server keeps every bit, so a snapshot and a binlog image give one value.
+    """
+    from binlake.source.types import Kind
+
+    name = quote_ident(column.name)
+    return f"CAST({name} AS DOUBLE)" if column.kind is Kind.FLOAT else name
+
+
 @total_ordering
 @dataclass(frozen=True)
 class BinlogPosition:
