@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pyspark.errors import AnalysisException
 
 from binlake import faults
-from binlake.bronze.binlog_source import HEARTBEAT_ROW, MAX_PARALLEL_FILES, ReadRange, read_dataframe
+from binlake.bronze.binlog_source import HEARTBEAT_ROW, MAX_PARALLEL_FILES, SIDE_OPS, ReadRange, read_dataframe
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
 from binlake.errors import BinlakeError, BinlogPurgedError, SourceConnectionError
@@ -346,21 +346,22 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition
 
     df = read_dataframe(spark, config.source, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        # One pass builds the cache and returns the per-op counts plus the few side rows.
-        agg = df.groupBy("op").agg(
-            F.count(F.lit(1)).alias("n"),
-            F.collect_list(F.when(F.col("op").isin("schema", "heartbeat"),
-                                  F.struct("op", "binlog_file", "file_index", "pos", "schema_json"))).alias("side"),
-        ).collect()
-        counts = {r["op"]: r["n"] for r in agg if r["op"] not in ("schema", "heartbeat")}
-        side = [s for r in agg for s in r["side"]]
+        # One pass builds the cache and returns the few side rows: schema versions, each
+        # partition's counts per op and the heartbeat. No aggregation, no shuffle.
+        side = (df.where(F.col("op").isin("heartbeat", *SIDE_OPS))
+                .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json").collect())
+        counts: dict[str, int] = {}
+        for r in side:
+            if r["op"] == "stats":
+                for op, n in json.loads(r["ddl"]).items():
+                    counts[op] = counts.get(op, 0) + n
         beats = [r for r in side if r["op"] == "heartbeat"]
         if len(beats) != 1:
             raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
         end = BinlogPosition(beats[0]["binlog_file"], int(beats[0]["pos"]))
         schemas = [(TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
                    for r in side if r["op"] == "schema"]
-        changes = df.where("op != 'schema'").drop("schema_json")
+        changes = df.where(~F.col("op").isin(*SIDE_OPS)).drop("schema_json")
         return _commit(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()
