@@ -6,9 +6,9 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup venv mariadb-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-short clean
+.PHONY: setup venv mariadb-package sysbench-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-short clean
 
-setup: venv mariadb-package spark-jars
+setup: venv mariadb-package sysbench-package spark-jars
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -21,6 +21,13 @@ mariadb-package:
 	@if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then \
 	  echo "installing mariadb-server (Debian package)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq mariadb-server mariadb-client >/dev/null; \
+	fi
+
+# The OLTP write load of tests/integration/test_oltp_load.py.
+sysbench-package:
+	@if ! command -v sysbench >/dev/null; then \
+	  echo "installing sysbench (Debian package)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq sysbench >/dev/null; \
 	fi
 
 # The first Spark start resolves the Delta jars from Maven Central into ~/.ivy2*; do it
@@ -37,9 +44,9 @@ mysql-down:
 demo: setup mysql-up
 	$(PY) -m binlake.demo --mariadb-dir .local/mariadb --workdir .local/demo
 
-# The chaos short form is not in `make test` yet: see the README's Reliability section.
+# The whole suite, including the chaos short form (tests/integration/test_chaos_short.py).
 test: setup
-	$(PY) -m pytest -m "not chaos" $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q

@@ -1,5 +1,5 @@
-"""The short form of `make chaos`: kill -9 in every phase, a rotation burst and a purge,
-under a concurrent write load; gold must equal the source with nothing missing or doubled."""
+"""The short form of `make chaos`: kill -9 in each layer and a binlog rotation burst under a
+concurrent write load; gold must equal the source with nothing missing, extra or different."""
 
 import pytest
 
