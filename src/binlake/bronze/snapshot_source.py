@@ -4,7 +4,8 @@ Each partition reads one chunk on an executor: low watermark (``SHOW MASTER STAT
 autocommit SELECT of the key range (a consistent read, no locks), high watermark. It
 yields the chunk's data rows and then one marker row (``row`` NULL) whose ``chunk_stats``
 hold ``lw_file``, ``hw_file``, ``hw_pos``, ``row_count`` and ``checksum`` (see
-:func:`row_hash`). The schema is :data:`binlake.lakehouse.SNAPSHOT_ROWS_SCHEMA`.
+:func:`row_hashes`). The schema is :data:`binlake.lakehouse.SNAPSHOT_ROWS_SCHEMA`; rows go to
+Spark as Arrow record batches (:func:`arrow_schema`), never one Python tuple per row.
 
 The reader keeps no state between partitions and pickles: everything a partition needs is
 in the partition object or in the (string) options. The password travels only under the
@@ -18,7 +19,6 @@ Example (the driver code in :mod:`binlake.bronze.snapshot` does this per wave)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -32,18 +32,62 @@ ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
 
 FORMAT = "binlake-snapshot"
 _MASK64 = (1 << 64) - 1
+# Rows fetched from the server and shipped to Spark per Arrow batch: big enough that the
+# per-batch work (Arrow arrays, hashing) is noise, small enough to keep memory flat.
+BATCH_ROWS = 10_000
 # How long a reader waits on a test barrier before giving up (testing only).
 _BARRIER_TIMEOUT_S = 60.0
 
 
-def row_hash(row: Mapping[str, str | None]) -> int:
-    """A stable 64-bit hash of one encoded row (column name -> canonical text or None).
+def row_bytes(row: Mapping[str, str | None]) -> bytes:
+    """The bytes a row's hash is taken over: its values in column-name order, each as a
+    4-byte little-endian length (-1 for NULL) and its UTF-8 bytes. Unambiguous, and the
+    same whatever order the columns come in."""
+    out = bytearray()
+    for name in sorted(row):
+        value = row[name]
+        data = b"" if value is None else value.encode("utf-8", "surrogateescape")
+        out += (-1 if value is None else len(data)).to_bytes(4, "little", signed=True) + data
+    return bytes(out)
 
-    Independent of column order. ``verify`` hashes the source's rows the same way, so a
-    chunk's checksum compares across the source, bronze and silver.
-    """
-    data = json.dumps(sorted(row.items()), separators=(",", ":"), ensure_ascii=True)
-    return int.from_bytes(hashlib.blake2b(data.encode("ascii"), digest_size=8).digest(), "big")
+
+def row_hash(row: Mapping[str, str | None]) -> int:
+    """A stable 64-bit hash of one encoded row (column name -> canonical text or None):
+    SipHash-2-4 (pandas' ``hash_array``, fixed key) of :func:`row_bytes`."""
+    import numpy as np
+    import pandas as pd
+
+    return int(pd.util.hash_array(np.array([row_bytes(row)], dtype=object), categorize=False)[0])
+
+
+def row_hashes(names: Sequence[str], items) -> "np.ndarray":
+    """:func:`row_hash` of every row of a batch, vectorised: ``items`` is an Arrow string
+    array holding the rows one after the other, ``len(names)`` values each, in ``names``
+    order. Returns a uint64 array. Python touches each row once (one bytes object), never
+    each value: the reader hashes every row it reads, so this must cost little."""
+    import numpy as np
+    import pandas as pd
+    import pyarrow as pa
+
+    n = len(names)
+    m = len(items) // n
+    order = np.argsort(np.array(names, dtype=object), kind="stable")
+    items = items.take(pa.array((np.arange(m)[:, None] * n + order[None, :]).ravel()))  # name order
+    offsets = np.frombuffer(items.buffers()[1], dtype=np.int32)[items.offset:items.offset + len(items) + 1]
+    data = np.frombuffer(items.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]] if items.buffers()[2] else np.zeros(0, np.uint8)
+    size = np.diff(offsets).astype(np.int64)
+    # Output: per value a 4-byte length, then its bytes. Value i's bytes start after i+1 lengths.
+    at = offsets[:-1].astype(np.int64) - offsets[0] + 4 * np.arange(1, len(size) + 1)
+    out = np.empty(len(data) + 4 * len(size), dtype=np.uint8)
+    is_value = np.ones(len(out), dtype=bool)
+    lengths = np.where(items.is_null().to_numpy(zero_copy_only=False), -1, size).astype("<i4").view(np.uint8)
+    for k in range(4):
+        out[at - 4 + k] = lengths[k::4]
+        is_value[at - 4 + k] = False
+    out[is_value] = data
+    row_offsets = np.append(at[::n] - 4, len(out)).astype(np.int64)
+    rows = pa.Array.from_buffers(pa.large_binary(), m, [None, pa.py_buffer(row_offsets), pa.py_buffer(out)])
+    return pd.util.hash_array(rows.to_numpy(zero_copy_only=False), categorize=False)
 
 
 def combine_checksum(total: int, row: Mapping[str, str | None]) -> int:
@@ -124,7 +168,7 @@ class SnapshotReader(DataSourceReader):
             for c in json.loads(self.options["chunks"])
         ]
 
-    def read(self, partition: ChunkPartition) -> Iterator[tuple]:
+    def read(self, partition: ChunkPartition) -> Iterator["pa.RecordBatch"]:
         yield from read_chunk(self.options, partition)
 
 
@@ -156,14 +200,75 @@ def _barrier(options: Mapping[str, str], p: ChunkPartition, stage: str) -> None:
         time.sleep(0.02)
 
 
-def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[tuple]:
-    """Read one chunk: data rows, then the marker row. Runs on an executor."""
+def arrow_schema():
+    """:data:`SNAPSHOT_ROWS_SCHEMA` as Arrow: the reader yields ``RecordBatch`` es of it."""
+    import pyarrow as pa
+
+    texts = pa.map_(pa.string(), pa.string())
+    return pa.schema([("snapshot_id", pa.string()), ("db", pa.string()), ("table", pa.string()),
+                      ("chunk_id", pa.int32()), ("attempt_id", pa.string()), ("lw_file_index", pa.int64()),
+                      ("lw_pos", pa.int64()), ("schema_version", pa.string()), ("row", texts),
+                      ("chunk_stats", texts)])
+
+
+def raw_is_canonical(col) -> bool:
+    """True when the text protocol's value is already the column's canonical text.
+
+    Those values go from the socket into Arrow untouched; every other column goes through
+    pymysql's decoder and :func:`binlake.source.types.encode_value`, exactly as a plain
+    pymysql cursor plus ``encode_value`` would (``test_capture_types`` holds both to the
+    binlog's texts). ZEROFILL pads (``0042``) where the canonical text has no padding.
+    """
+    from binlake.source.types import Kind
+
+    if col.kind in (Kind.INT, Kind.UINT, Kind.DECIMAL):
+        return "zerofill" not in col.mysql_type.lower()
+    return col.kind in (Kind.STRING, Kind.ENUM, Kind.JSON)
+
+
+class _Memo(dict):
+    """raw text -> canonical text, encoded once per distinct value: DATEs, ENUMs, SETs repeat
+    a lot, so most rows cost a dict lookup. One per column per chunk, so it stays bounded."""
+
+    def __init__(self, encode):
+        super().__init__({None: None})
+        self.encode = encode
+
+    def __missing__(self, raw):
+        text = self[raw] = self.encode(raw)
+        return text
+
+
+def _encoder(col, type_code: int):
+    import pymysql.converters
+
+    from binlake.source.types import encode_value
+
+    decode = pymysql.converters.decoders.get(type_code) or pymysql.converters.through
+    return _Memo(lambda raw: encode_value(col, decode(raw)))
+
+
+def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.RecordBatch"]:
+    """Read one chunk as Arrow batches: data rows, then the marker row. Runs on an executor.
+
+    Why this shape: a snapshot reads every row of the source, and per-row Python (pymysql
+    decoding each value to an object, encoding it back to text, a dict and a tuple per row,
+    Spark's per-row conversion) was most of its cost. Here the rows come off the socket in
+    blocks (:mod:`binlake.source.textrows`), columns whose protocol text is already
+    canonical go to Arrow as they are, and only the others are decoded, once per distinct
+    value, through pymysql's converters and ``encode_value``, as a plain pymysql cursor
+    would have done.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pymysql.converters
     import pymysql.cursors
 
     from binlake.bronze.chunking import key_from_json, range_condition
     from binlake.errors import SchemaChangeError
+    from binlake.source import textrows
     from binlake.source.mysql import connect, exact_value_sql, master_status, qualified, quote_ident
-    from binlake.source.types import TableSchema, encode_value
+    from binlake.source.types import TableSchema
 
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
     attempt_id = options["attempt_id"]
@@ -175,11 +280,20 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[tuple]
     extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
     sql = f"SELECT {extra}{qualified(p.db, p.table)}.* FROM {qualified(p.db, p.table)} WHERE {where}"
 
+    out_schema = arrow_schema()
+    texts_type = out_schema.field("row").type
+    head = {"snapshot_id": p.snapshot_id, "db": p.db, "table": p.table, "chunk_id": p.chunk_id,
+            "attempt_id": attempt_id, "schema_version": p.schema_version}
+
+    def batch(n: int, lw, rows, stats):
+        values = {**head, "lw_file_index": lw.file_index, "lw_pos": lw.pos}
+        consts = [pa.repeat(pa.scalar(values[f.name], f.type), n) for f in out_schema if f.name in values]
+        return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=out_schema)
+
     conn = connect(_source_config(options))
     try:
         lw = master_status(conn)
         _barrier(options, p, "lw")
-        head = (p.snapshot_id, p.db, p.table, p.chunk_id, attempt_id, lw.file_index, lw.pos, p.schema_version)
         count = 0
         checksum = 0
         with conn.cursor(pymysql.cursors.SSCursor) as cur:
@@ -200,19 +314,44 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[tuple]
                     f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(names)}): "
                     "re-run binlake snapshot, which re-plans it with the new schema"
                 )
-            cols = [by_name[n] for n in names]
-            exact_at = {c.name: i for i, c in enumerate(exact)}
-            picks = [exact_at.get(c.name, len(exact) + i) for i, c in enumerate(cols)]
-            for values in cur:
-                row = {c.name: encode_value(c, values[j]) for c, j in zip(cols, picks)}
-                checksum = (checksum + row_hash(row)) & _MASK64
-                count += 1
-                yield head + (row, None)
+            n = len(names)
+            # Output column i: either the protocol text of result column len(exact) + i as it
+            # is, or an encoder applied to result column ``src`` (its exact re-select, if any).
+            binary = [enc is None for enc, _ in cur._result.converters]
+            exact_at = {c.name: k for k, c in enumerate(exact)}
+            as_is, encoded = [], []
+            for i, name in enumerate(names):
+                c, src = by_name[name], exact_at.get(name, len(exact) + i)
+                if src == len(exact) + i and not binary[src] and raw_is_canonical(c):
+                    as_is.append(i)
+                else:
+                    encoded.append((i, src, _encoder(c, cur.description[src][1])))
+            keys = pa.array(names, pa.string())
+            for block in textrows.blocks(cur, BATCH_ROWS):
+                m = block.rows
+                if encoded:
+                    # Rows x columns positions into [as-is texts, then each encoded column].
+                    index = np.empty((m, n), dtype=np.int64)
+                    index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
+                    parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
+                    base = m * len(as_is)
+                    for i, src, encode in encoded:
+                        raw = block.column(src).to_pylist()
+                        parts.append(pa.array([encode[v] for v in raw], pa.string()))
+                        index[:, i] = base + np.arange(m)
+                        base += m
+                    items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
+                else:
+                    items = block.items([len(exact) + i for i in as_is])
+                offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
+                texts = pa.MapArray.from_arrays(offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items)
+                checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
+                count += m
+                yield batch(m, lw, texts, pa.nulls(m, texts_type))
         _barrier(options, p, "select")
         hw = master_status(conn)
     finally:
         conn.close()
     stats = {"lw_file": lw.file, "hw_file": hw.file, "hw_pos": str(hw.pos), "row_count": str(count),
              "checksum": str(checksum)}
-    yield head + (None, stats)
-
+    yield batch(1, lw, pa.nulls(1, texts_type), pa.array([list(stats.items())], out_schema.field("chunk_stats").type))
