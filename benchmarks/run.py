@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# The snapshot benchmark's peer, Spark's JDBC reader, needs MariaDB Connector/J: resolved from
+# Maven Central into the Ivy cache when the bench session starts (downloaded on the first run).
+JDBC_PACKAGES = ["org.mariadb.jdbc:mariadb-java-client:3.5.6"]
 
 
 @dataclass
@@ -56,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     os.environ["MYSQL_PASSWORD"] = db.cdc_password
-    spark = get_spark("binlake-bench")
+    spark = get_spark("binlake-bench", extra_packages=JDBC_PACKAGES)
     ctx = BenchContext(mariadb=db, spark=spark, workdir=workdir, quick=ns.quick)
     results: list[dict] = []
     try:
