@@ -197,14 +197,44 @@ def _startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[Bi
     if mode is StartupMode.TIMESTAMP:
         when = dt.datetime.fromisoformat((config.capture.start_timestamp or "").replace("Z", "+00:00"))
         return position_for_timestamp(config.source, config.source.server_id, files, when)
-    if mode is StartupMode.INITIAL and lh.snapshot_chunks.exists(spark):
-        # Capture must start at or before the smallest low watermark it replays against.
+    if mode is StartupMode.INITIAL:
+        return _initial_position(spark, lh, conn)
+    return master_status(conn)
+
+
+def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
+    """At or before the low watermark of every snapshot chunk, even of chunks being read now.
+
+    A snapshot may run right now: its readers have taken low watermarks whose manifest rows
+    are not committed yet. So the server is asked first: a chunk whose plan is not visible
+    below takes its low watermark later, at or after ``current``. A visible plan with chunks
+    still lacking a manifest row is covered by schema_history: ``_plan`` records its schema
+    version (or finds it recorded) before committing the plan, so every position recorded
+    for that version lies at or before each low watermark of its chunks. Completed chunks
+    are covered by their own low watermarks, read after the open plans, so a chunk that
+    completes in between is seen by one query or the other.
+    """
+    current = master_status(conn)
+    candidates = [current]
+    if lh.snapshot_plan.exists(spark) and lh.snapshot_chunks.exists(spark) and lh.schema_history.exists(spark):
+        rows = spark.sql(
+            f"SELECT h.file_index, h.pos FROM {lh.schema_history.sql} h JOIN ("
+            f"SELECT DISTINCT p.db, p.`table`, p.schema_version FROM {lh.snapshot_plan.sql} p "
+            f"LEFT ANTI JOIN {lh.snapshot_chunks.sql} c ON p.snapshot_id = c.snapshot_id AND p.chunk_id = c.chunk_id"
+            ") o ON h.db = o.db AND h.`table` = o.`table` AND h.schema_version = o.schema_version "
+            "ORDER BY h.file_index, h.pos LIMIT 1"
+        ).collect()
+        if rows:
+            base, _, suffix = current.file.rpartition(".")
+            index = int(rows[0]["file_index"])
+            candidates.append(BinlogPosition(f"{base}.{index:0{len(suffix)}d}", int(rows[0]["pos"])))
+    if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
             f"SELECT lw_file, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
         ).collect()
         if rows:
-            return BinlogPosition(rows[0]["lw_file"], int(rows[0]["lw_pos"]))
-    return master_status(conn)
+            candidates.append(BinlogPosition(rows[0]["lw_file"], int(rows[0]["lw_pos"])))
+    return min(candidates)
 
 
 def _captured_table_names(config: Config, conn) -> list[str]:
