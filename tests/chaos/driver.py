@@ -262,45 +262,17 @@ class Harness:
 
     # -- comparing -------------------------------------------------------------------------
     def compare(self, config_path: Path, db: str, outcome: Outcome) -> None:
-        """Every source table against its gold table, value for value."""
-        from pyspark.sql import functions as F
-
+        """Every source table against its gold table, value for value (tests/source_diff.py)."""
         from binlake.config import load_config
-        from binlake.lakehouse import Lakehouse
-        from binlake.source.catalog import captured_tables, table_schema
-        from binlake.source.mysql import connect, exact_value_sql, qualified, stream
-        from binlake.source.types import encode_value, spark_decode_sql
+        from source_diff import diff_with_source
 
-        config = load_config(config_path)
-        lh = Lakehouse(config)
-        spark = self.spark
-        with connect(config.source) as conn:
-            for dbname, table in captured_tables(conn, config.source):
-                schema = table_schema(conn, config.source, dbname, table)
-                cols = schema.columns
-                names = ", ".join(exact_value_sql(c) for c in cols)
-                rows = [
-                    tuple(encode_value(c, v) for c, v in zip(cols, values))
-                    for values in stream(conn, f"SELECT {names} FROM {qualified(dbname, table)}")
-                ]
-                raw = spark.createDataFrame(rows, ", ".join(f"_t{i} STRING" for i in range(len(cols))))
-                src = raw.selectExpr(*[f"{spark_decode_sql(c, f'_t{i}')} AS `{c.name}`" for i, c in enumerate(cols)])
-                ref = lh.gold(dbname, table)
-                if not ref.exists(spark):
-                    outcome.rows_missing += len(rows)
-                    outcome.notes.append(f"{table}: no gold table")
-                    continue
-                gold = ref.read(spark).select(*[F.col(f"`{c.name}`") for c in cols])
-                key = list(schema.key)
-                missing = src.join(gold, key, "left_anti").count()
-                extra = gold.join(src, key, "left_anti").count()
-                changed = src.exceptAll(gold).join(gold.select(*key), key, "left_semi").count()
-                outcome.rows_compared += len(rows)
-                outcome.rows_missing += missing
-                outcome.rows_extra += extra
-                outcome.rows_different += changed
-                if missing or extra or changed:
-                    outcome.notes.append(f"{table}: {missing} missing, {extra} extra, {changed} different")
+        for d in diff_with_source(self.spark, load_config(config_path)):
+            outcome.rows_compared += d.source_rows
+            outcome.rows_missing += d.missing
+            outcome.rows_extra += d.extra
+            outcome.rows_different += d.different
+            if not d.ok:
+                outcome.notes.append(d.describe())
 
 
 def _reap_group(pgid: int) -> None:
@@ -636,4 +608,5 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "src"))
+    sys.path.insert(0, str(ROOT / "tests"))  # source_diff
     sys.exit(main())

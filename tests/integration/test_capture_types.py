@@ -13,41 +13,7 @@ from binlake.lakehouse import Lakehouse
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, qualified, query
 from binlake.source.types import TableSchema, encode_value
-
-COLUMNS = """
-  id INT PRIMARY KEY,
-  ti TINYINT, si SMALLINT, mi MEDIUMINT, i INT, bi BIGINT,
-  tiu TINYINT UNSIGNED, siu SMALLINT UNSIGNED, miu MEDIUMINT UNSIGNED, iu INT UNSIGNED, biu BIGINT UNSIGNED,
-  d DECIMAL(10,2), d38 DECIMAL(38,10), d65 DECIMAL(65,30),
-  f FLOAT, db DOUBLE,
-  dt DATE, dtm DATETIME, dtm6 DATETIME(6), ts3 TIMESTAMP(3) NULL, ts0 TIMESTAMP NULL,
-  tm TIME, tm6 TIME(6), y YEAR,
-  c CHAR(5), vc VARCHAR(100), tx TEXT, e ENUM('a','b c','it''s'), st SET('x','y','z'),
-  j JSON, bn BINARY(4), vb VARBINARY(10), bl BLOB, g GEOMETRY, b1 BIT(1), b64 BIT(64)
-"""
-
-EDGE_ROW = """(1,
-  -128, -32768, -8388608, -2147483648, -9223372036854775808,
-  255, 65535, 16777215, 4294967295, 18446744073709551615,
-  -99999999.99, 1234567890123456789012345678.0123456789,
-  -12345678901234567890123456789012345.123456789012345678901234567890,
-  3.14159, 2.718281828459045,
-  '0000-00-00', '0000-00-00 00:00:00', '2024-02-29 23:59:59.999999', '2024-03-31 01:30:00.123', '0000-00-00 00:00:00',
-  '-838:59:59', '-12:34:56.000001', 2155,
-  'ab', 'emoji \U0001F600 \u00fc \u4e2d', 'text\\nline', 'it''s', 'z,x',
-  '{"a": [1, 2.5, "x"], "b": null}', x'00ff0001', x'', x'deadbeef', ST_GeomFromText('POINT(1 2)'), b'1',
-  b'1111111111111111111111111111111111111111111111111111111111111111')"""
-
-NULL_ROW = "(2" + ", NULL" * 35 + ")"
-
-ODD_ROW = """(3,
-  0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-  0.00, 0, 0.000000000000000000000000000001,
-  0.48237514495849609375, 1e308,
-  '2020-00-15', '1000-01-01 00:00:00', '9999-12-31 23:59:59.000001', '2038-01-19 03:14:07.999', '1970-01-01 05:30:01',
-  '838:59:59', '-00:00:01.25', 0,
-  '', '', '', '', '',
-  '"str"', x'00000000', x'ff', x'', ST_GeomFromText('LINESTRING(0 0, 1 1)'), b'0', b'0')"""
+from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW  # tests/mysql_types.py
 
 
 def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_config):

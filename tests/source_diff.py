@@ -1,0 +1,105 @@
+"""The check every end-to-end test ends with: a lakehouse table equals its source table,
+value for value.
+
+The source is read with the exact select expressions
+(:func:`binlake.source.mysql.exact_value_sql`; the text protocol prints FLOAT with 6 digits),
+encoded with :func:`binlake.source.types.encode_value` and typed in Spark with
+:func:`binlake.source.types.spark_decode_sql`, the path silver types bronze texts with, so
+the two sides can only differ where the data differs. Read the source while it is quiet
+(after the last run), or the comparison races the writers.
+
+    >>> diffs = diff_with_source(spark, config)                  # doctest: +SKIP
+    >>> assert all(d.ok for d in diffs), "\\n".join(d.describe() for d in diffs)  # doctest: +SKIP
+
+Used by tests/spark/test_randomized_end_to_end.py and the chaos driver (tests/chaos/driver.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class TableDiff:
+    """One table: source rows, and lakehouse rows missing, extra (or with a doubled key) and different."""
+
+    name: str
+    source_rows: int
+    missing: int = 0
+    extra: int = 0
+    different: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.missing == self.extra == self.different == 0
+
+    def describe(self) -> str:
+        head = (f"{self.name}: {self.source_rows} source rows, {self.missing} missing, "
+                f"{self.extra} extra, {self.different} different")
+        return "\n".join([head, *("    " + e for e in self.examples)])
+
+
+def diff_with_source(spark, config, layer: str = "gold", examples: int = 3) -> list[TableDiff]:
+    """Every captured source table against its ``layer`` table (gold, or silver's live rows)."""
+    from binlake.source.catalog import captured_tables
+    from binlake.source.mysql import connect
+
+    with connect(config.source) as conn:
+        return [diff_table(spark, config, conn, db, table, layer, examples)
+                for db, table in captured_tables(conn, config.source)]
+
+
+def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", examples: int = 3) -> TableDiff:
+    from pyspark.sql import functions as F
+
+    from binlake.lakehouse import Lakehouse
+    from binlake.source.catalog import table_schema
+    from binlake.source.mysql import exact_value_sql, qualified, stream
+    from binlake.source.types import encode_value, spark_decode_sql
+
+    if layer not in ("gold", "silver"):
+        raise ValueError(f"layer must be 'gold' or 'silver', got {layer!r}")
+    schema = table_schema(conn, config.source, db, table)
+    cols = schema.columns
+    names = [c.name for c in cols]
+    key = list(schema.key)
+    select = ", ".join(exact_value_sql(c) for c in cols)
+    texts = [tuple(encode_value(c, v) for c, v in zip(cols, values))
+             for values in stream(conn, f"SELECT {select} FROM {qualified(db, table)}")]
+    raw = spark.createDataFrame(texts, ", ".join(f"_t{i} STRING" for i in range(len(cols))))
+    src = raw.selectExpr(*[f"{spark_decode_sql(c, f'_t{i}')} AS `{c.name}`" for i, c in enumerate(cols)])
+    diff = TableDiff(f"{db}.{table}", len(texts))
+
+    lh = Lakehouse(config)
+    ref = lh.gold(db, table) if layer == "gold" else lh.silver(db, table)
+    if not ref.exists(spark):
+        diff.missing = len(texts)
+        diff.examples.append(f"no {layer} table at {ref}")
+        return diff
+    lake = ref.read(spark)
+    if layer == "silver":
+        lake = lake.where("NOT _cdc_deleted")
+    lake = lake.select(*[F.col(f"`{n}`") for n in names])
+
+    def show(row) -> str:
+        return ", ".join(f"{n}={row[n]!r}" for n in names)
+
+    missing = src.join(lake, key, "left_anti")
+    extra = lake.join(src, key, "left_anti")
+    doubled = lake.groupBy(*key).count().where("count > 1")
+    changed = src.exceptAll(lake).join(lake.select(*key), key, "left_semi")
+    diff.missing, diff.different = missing.count(), changed.count()
+    diff.extra = extra.count() + sum(r["count"] - 1 for r in doubled.collect())
+
+    diff.examples += [f"missing: {show(r)}" for r in missing.limit(examples).collect()]
+    diff.examples += [f"extra: {show(r)}" for r in extra.limit(examples).collect()]
+    diff.examples += [f"key {[r[k] for k in key]} in {layer} {r['count']} times" for r in doubled.limit(examples).collect()]
+    for s in changed.limit(examples).collect():
+        match = lake
+        for k in key:
+            match = match.where(F.col(f"`{k}`") == s[k])
+        for g in match.collect():
+            cells = [f"{n}: source {s[n]!r}, {layer} {g[n]!r}" for n in names if s[n] != g[n]]
+            diff.examples.append(f"different at key {[s[k] for k in key]}: " + "; ".join(cells))
+    return diff
