@@ -54,7 +54,7 @@ def test_a_minimal_config_loads_with_documented_defaults():
     cfg = load(doc())
     assert cfg.source.port == 3306 and cfg.source.server_id == 5401
     assert cfg.source.password == Secret("pw-from-env")
-    assert cfg.snapshot.chunk_size == 50000 and cfg.snapshot.parallelism == 2 and cfg.snapshot.wave_size == 8
+    assert cfg.snapshot.chunk_size == 50000 and cfg.snapshot.parallelism == 2 and cfg.snapshot.wave_size == 32
     assert cfg.capture.startup is StartupMode.INITIAL and cfg.capture.on_purge is PurgePolicy.FAIL
     assert cfg.source.captures("shop", "orders") and not cfg.source.captures("crm", "orders")
 

@@ -143,6 +143,7 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, res
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
+    _tune_rows_table(spark, lh)
     if reset_capture:
         try:
             from binlake.bronze.capture import reset_capture as _reset_capture
@@ -161,7 +162,8 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, res
                 )
         force = bool(wanted) or reset_capture
         targets = wanted or captured
-        state = _open_state(spark, lh, targets)
+        # A forced run plans every target anew: what is open does not matter then.
+        state = {} if force else _open_state(spark, lh, targets)
         to_plan: list[tuple[TableSchema, str]] = []
         pending: list[_Pending] = []
         for db, t in targets:
@@ -207,6 +209,7 @@ def resnapshot_chunks(spark, config: Config, db: str, table: str,
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
+    _tune_rows_table(spark, lh)
     result = SnapshotResult()
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, table)
@@ -258,6 +261,32 @@ def plan_table(conn, schema: TableSchema, chunk_size: int) -> list[Chunk]:
     return plan_by_boundaries(next_boundary)
 
 
+# Table properties of snapshot_rows that make writing it cheaper, set by every snapshot
+# run (so existing lakehouses get them too):
+# - Delta computes min/max/null-count statistics for the first 32 columns of every file it
+#   writes, a good part of the write's CPU; readers only ever filter snapshot_rows on
+#   snapshot_id (silver) and attempt_id (the marker read-back), so only those get them.
+# - Parquet tries a dictionary for the row images' values, which are mostly distinct (ids,
+#   texts) and overflow it after a few thousand rows, then rewrites them as plain values;
+#   plain from the start is cheaper and barely bigger (pages are compressed either way).
+#   Delta hands table properties to the Parquet writer, so a column-scoped key works.
+_ROWS_TABLE_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
+    "parquet.enable.dictionary#row.key_value.value": "false",
+}
+
+
+def _tune_rows_table(spark, lh: Lakehouse) -> None:
+    """Set :data:`_ROWS_TABLE_PROPERTIES` on snapshot_rows where they are missing."""
+    ref = lh.snapshot_rows
+    table = ref.name if ref.name else f"delta.`{ref.path}`"
+    current = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    missing = {k: v for k, v in _ROWS_TABLE_PROPERTIES.items() if current.get(k) != v}
+    if missing:
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({props})")
+
+
 def _require_key(schema: TableSchema) -> None:
     if not schema.key:
         raise PreflightError([
@@ -304,20 +333,29 @@ def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dic
     if not targets:
         return {}
     names = [f"{db}.{t}" for db, t in targets]
-    plan = (lh.snapshot_plan.read(spark).where(F.concat_ws(".", "db", "table").isin(names))
-            .groupBy("db", "table", "snapshot_id")
-            .agg(F.max("planned_at").alias("planned_at"), F.countDistinct("chunk_id").alias("planned"),
-                 F.first("schema_version").alias("schema_version")))
-    done = (lh.snapshot_chunks.read(spark).where(F.concat_ws(".", "db", "table").isin(names))
-            .groupBy("snapshot_id").agg(F.countDistinct("chunk_id").alias("done")))
-    rows = plan.join(done, "snapshot_id", "left").collect()
+    # The latest plan per table first, then the manifest counts of just those snapshots:
+    # no shuffle join, and a first snapshot (no plan rows yet) costs one quick job.
+    plans = (lh.snapshot_plan.read(spark).where(F.concat_ws(".", "db", "table").isin(names))
+             .groupBy("db", "table", "snapshot_id")
+             # One plan row per chunk (a plan is one append), so count() needs no distinct.
+             .agg(F.max("planned_at").alias("planned_at"), F.count(F.lit(1)).alias("planned"),
+                  F.first("schema_version").alias("schema_version"))
+             .collect())
     latest: dict[tuple[str, str], dict] = {}
-    for r in rows:
+    for r in plans:
         key = (r["db"], r["table"])
         if key in latest and (latest[key]["planned_at"], latest[key]["snapshot_id"]) >= (r["planned_at"], r["snapshot_id"]):
             continue
         latest[key] = {"snapshot_id": r["snapshot_id"], "planned_at": r["planned_at"], "planned": r["planned"],
-                       "complete": (r["done"] or 0) >= r["planned"], "schema_version": r["schema_version"]}
+                       "schema_version": r["schema_version"]}
+    if latest:
+        ids = sorted(v["snapshot_id"] for v in latest.values())
+        done = {r["snapshot_id"]: r["done"] for r in
+                lh.snapshot_chunks.read(spark).where(F.col("snapshot_id").isin(ids))
+                # Runs racing on one snapshot may both commit a chunk: count chunk ids once.
+                .groupBy("snapshot_id").agg(F.size(F.collect_set("chunk_id")).alias("done")).collect()}
+        for v in latest.values():
+            v["complete"] = done.get(v["snapshot_id"], 0) >= v["planned"]
     return latest
 
 
@@ -369,8 +407,10 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
             except Exception as exc:  # noqa: BLE001 - re-raised as one line without the options
                 raise _wave_error(exc, wave) from None
             faults.point("snapshot.before_manifest")
+            # Marker rows are the ones with chunk_stats; testing that column (not ``row``)
+            # keeps the wave's row images unread, and attempt_id skips every other file.
             markers = (lh.snapshot_rows.read(spark)
-                       .where((F.col("attempt_id") == attempt_id) & F.col("row").isNull())
+                       .where((F.col("attempt_id") == attempt_id) & F.col("chunk_stats").isNotNull())
                        .select("snapshot_id", "chunk_id", "lw_file_index", "lw_pos", "chunk_stats").collect())
             by_chunk = {(m["snapshot_id"], m["chunk_id"]): m for m in markers}
             now = datetime.now(timezone.utc).replace(tzinfo=None)
