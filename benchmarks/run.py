@@ -72,11 +72,16 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   ({time.monotonic() - started:,.0f}s)", flush=True)
     finally:
         db.destroy()
-    (out_dir / "results.json").write_text(json.dumps(results, indent=2))
+    path = out_dir / "results.json"
+    if ns.only and path.exists():
+        # A partial run (--only) updates its own figures and keeps the others'.
+        ran = {r["name"] for r in results}
+        results = [r for r in json.loads(path.read_text()) if r["name"] not in ran] + results
+    path.write_text(json.dumps(results, indent=2))
     print(f"\n{'name':34} {'value':>14} {'unit':22} {'peer':28} {'peer_value':>14} {'ratio':>7}")
     for r in results:
         print(f"{r['name']:34} {r['value']:>14,.2f} {r['unit']:22} {r['peer']:28} {r['peer_value']:>14,.2f} {r['ratio'] or 0:>7.2f}")
-    print(f"\nwritten to {out_dir / 'results.json'}")
+    print(f"\nwritten to {path}")
     return 0
 
 

@@ -66,6 +66,9 @@ class CaptureResult:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     resnapshot_tables: list[str] = field(default_factory=list)
+    # (db, table, schema_version) known to be in schema_history: later batches of the run
+    # skip the lookup (schema_history only grows, so the set can only be incomplete).
+    schemas_known: set = field(default_factory=set, repr=False)
 
     def summary(self) -> str:
         rate = self.changes / self.seconds if self.seconds > 0 else 0.0
@@ -132,11 +135,26 @@ def capture_position(spark, lh: Lakehouse) -> BinlogPosition | None:
     """The stored resume position: the largest heartbeat in the change log (None if none)."""
     if not lh.changelog.exists(spark):
         return None
+    # The latest commit is normally capture's own, and its tag names the end it committed:
+    # the heartbeat of that same commit, the largest one (commits are ordered by their start,
+    # see _commit). Reading one commit from the Delta log spares a scan of the whole table.
+    # Any other latest commit (OPTIMIZE, a foreign writer) falls back to the scan.
+    tagged = _tag_end(lh.changelog.delta(spark).history(1).select("userMetadata").collect())
+    if tagged is not None:
+        return tagged
     rows = spark.sql(
         f"SELECT binlog_file, pos FROM {lh.changelog.sql} WHERE op = 'heartbeat' "
         "ORDER BY file_index DESC, pos DESC LIMIT 1"
     ).collect()
     return BinlogPosition(rows[0]["binlog_file"], int(rows[0]["pos"])) if rows else None
+
+
+def _tag_end(history_rows) -> BinlogPosition | None:
+    try:
+        tag = json.loads(history_rows[0]["userMetadata"])
+        return BinlogPosition.parse(tag["capture_end"])
+    except (IndexError, TypeError, ValueError, KeyError):
+        return None
 
 
 def reset_capture(spark, config: Config) -> BinlogPosition:
@@ -406,11 +424,13 @@ def _heartbeat_rows(pos: BinlogPosition, note: str | None = None):
 def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPosition, changes,
             result: CaptureResult, counts: dict[str, int] | None = None) -> BinlogPosition:
     """One Delta commit: the batch's changes and its end heartbeat. Returns the resume position."""
+    schemas = [s for s in schemas if (s[0].database, s[0].table, s[0].version()) not in result.schemas_known]
     if schemas:
         # Before the change log commit: a crash in between re-reads the batch and records
         # nothing twice (record_schemas skips known versions), while the reverse order could
         # lose a schema version for good.
         result.schemas_recorded += record_schemas(spark, lh, schemas)
+        result.schemas_known.update((s[0].database, s[0].table, s[0].version()) for s in schemas)
     if isinstance(changes, list):
         changes = spark.createDataFrame(changes, CHANGELOG_SCHEMA)
     counts = counts or {}

@@ -30,7 +30,8 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> None:
 
 def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:
     """(db, table, schema_version) already in schema_history."""
-    rows = lh.schema_history.read(spark).select("db", "table", "schema_version").distinct().collect()
+    # A few rows per table: deduplicated here rather than by a shuffle stage.
+    rows = lh.schema_history.read(spark).select("db", "table", "schema_version").collect()
     return {(r["db"], r["table"], r["schema_version"]) for r in rows}
 
 
