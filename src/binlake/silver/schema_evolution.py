@@ -62,16 +62,54 @@ def load_history(spark, lh, db: str, table: str) -> list[HistoryEntry]:
         .orderBy(F.col("file_index").asc_nulls_first(), F.col("pos").asc_nulls_first(), F.col("recorded_at").asc())
         .collect()
     )
-    return [
+    entries = [
         HistoryEntry(TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"], r["ddl"])
         for r in rows
     ]
+    return _with_ddl_texts(spark, lh, db, table, entries)
+
+
+def _with_ddl_texts(spark, lh, db: str, table: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
+    """Attach the change log's DDL statements to the versions they produced.
+
+    A version is recorded where it is first seen (a TABLE_MAP, or a snapshot's plan), not at
+    its DDL, so the statement text lives in the change log's ``op='ddl'`` rows between the
+    previous version and this one. Only a RENAME tells a renamed column from a dropped one
+    plus an added one, and getting that wrong would empty the column; so only steps that
+    both lose and gain column names pay for the lookup.
+    """
+    from dataclasses import replace
+
+    from pyspark.sql import functions as F
+
+    gaps = [i for i in range(1, len(entries)) if entries[i].ddl is None
+            and {c.name for c in entries[i - 1].schema.columns} - {c.name for c in entries[i].schema.columns}
+            and {c.name for c in entries[i].schema.columns} - {c.name for c in entries[i - 1].schema.columns}]
+    if not gaps or not lh.changelog.exists(spark):
+        return entries
+    lo = min((entries[i - 1].file_index or 0, entries[i - 1].pos or 0) for i in gaps)
+    hi = max((entries[i].file_index or 0, entries[i].pos or 0) for i in gaps)
+    after_lo = (F.col("file_index") > lo[0]) | ((F.col("file_index") == lo[0]) & (F.col("pos") > lo[1]))
+    upto_hi = (F.col("file_index") < hi[0]) | ((F.col("file_index") == hi[0]) & (F.col("pos") <= hi[1]))
+    statements = sorted(
+        ((r["file_index"], r["pos"], r["row"]), r["ddl"])
+        for r in lh.changelog.read(spark)
+        .where((F.col("db") == db) & (F.col("table") == table) & (F.col("op") == "ddl") & after_lo & upto_hi)
+        .select("file_index", "pos", "row", "ddl").collect()
+    )
+    out = list(entries)
+    for i in gaps:
+        prev, cur = out[i - 1].seq[:2], out[i].seq[:2]
+        texts = [text for (fi, pos, _), text in statements if prev < (fi, pos) <= cur and text]
+        if texts:
+            out[i] = replace(out[i], ddl=";\n".join(texts))
+    return out
 
 
 # ---------------------------------------------------------------------------------------
 # DDL steps
 
-_IDENT = r"(`(?:[^`]|``)+`|[^\s`,()]+)"
+_IDENT = r"(`(?:[^`]|``)+`|[^\s`,();]+)"
 _RENAME = re.compile(r"\bRENAME\s+COLUMN\s+" + _IDENT + r"\s+TO\s+" + _IDENT, re.IGNORECASE)
 _CHANGE = re.compile(r"\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?" + _IDENT + r"\s+" + _IDENT, re.IGNORECASE)
 
