@@ -456,6 +456,7 @@ def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, in
     image, so a key moved by an UPDATE touches both chunks; a TRUNCATE touches all)."""
     from pyspark.sql import functions as F
 
+    from binlake.bronze.binlog_source import EMPTYING_OPS
     from binlake.silver.ranges import key_range_predicate, sql_string
     from binlake.source.types import spark_decode_sql
 
@@ -465,8 +466,8 @@ def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, in
     after = (F.col("file_index") > fi) | ((F.col("file_index") == fi) & (F.col("pos") > pos))
     changes = (lh.changelog.read(spark)
                .where((F.col("db") == schema.database) & (F.col("table") == schema.table) & after
-                      & F.col("op").isin("insert", "update", "delete", "truncate")))
-    if changes.where(F.col("op") == "truncate").limit(1).count():
+                      & F.col("op").isin("insert", "update", "delete", *EMPTYING_OPS)))
+    if changes.where(F.col("op").isin(*EMPTYING_OPS)).limit(1).count():
         return {c.chunk_id for c in chunks}
     keyed = _key_schema(schema)
     index = {c.name: i for i, c in enumerate(schema.columns)}

@@ -208,16 +208,30 @@ def _fix_negative_time(value: dt.timedelta) -> dt.timedelta:
 
 
 _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
 _DDL_TABLE = re.compile(
-    r"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?"
-    r"|ALTER\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE(?:\s+IF\s+EXISTS)?"
-    r"|DROP\s+(?:TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?"
-    r"|RENAME\s+TABLE"
+    r"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?P<temporary>TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?"
+    r"|(?P<alter>ALTER)\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE(?:\s+IF\s+EXISTS)?"
+    r"|(?P<drop>DROP)\s+(?P<drop_temporary>TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?"
+    r"|(?P<rename>RENAME)\s+TABLES?"
     r"|(?P<truncate>TRUNCATE)(?:\s+TABLE)?)"
-    rf"\s+(?P<name>{_NAME}(?:\s*\.\s*{_NAME})?)",
+    rf"\s+(?P<name>{_QUALIFIED})",
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|#[^\n]*\n\s*|--[^\n]*\n\s*)*", re.DOTALL)
+_MORE_NAMES = re.compile(rf"\s*,\s*(?P<name>{_QUALIFIED})")
+_RENAME_PAIR = re.compile(rf"\s*(?P<old>{_QUALIFIED})\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+(?P<new>{_QUALIFIED})\s*,?", re.IGNORECASE)
+# ALTER TABLE a ... RENAME [TO|AS] b; not RENAME COLUMN/INDEX/KEY, which keep the table.
+_ALTER_RENAME = re.compile(rf"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)(?P<new>{_QUALIFIED})", re.IGNORECASE)
+
+# What a DDL statement does to a table's rows, as recorded in bronze's ``op``:
+DDL_OP = "ddl"  # the schema (or nothing about the rows) changed
+TRUNCATE_OP = "truncate"  # every row is gone, the table stays
+DROP_OP = "drop"  # the table is gone under this name (DROP TABLE, or renamed away)
+RENAMED_INTO_OP = "renamed_into"  # another table's rows now live under this name
+DDL_OPS = (DDL_OP, TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
+# Ops after which none of the table's older rows exist any more under its name.
+EMPTYING_OPS = (TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
 
 
 def _unquote(part: str) -> str:
@@ -225,18 +239,43 @@ def _unquote(part: str) -> str:
     return part[1:-1].replace("``", "`") if part.startswith("`") else part
 
 
-def parse_ddl(query: str, default_db: str | None) -> tuple[str | None, str | None, bool]:
-    """(db, table, is_truncate) of a DDL statement; table None when it names no single table."""
+def _qualified(text: str, default_db: str | None) -> tuple[str | None, str]:
+    parts = re.findall(_NAME, text)
+    return (_unquote(parts[0]), _unquote(parts[1])) if len(parts) == 2 else (default_db, _unquote(parts[0]))
+
+
+def ddl_effects(query: str, default_db: str | None) -> list[tuple[str | None, str | None, str]]:
+    """``(db, table, op)`` for each table a DDL statement changes, ``op`` one of the ``*_OP``
+    constants; ``[(default_db, None, 'ddl')]`` when it names no table (CREATE DATABASE ...).
+
+    Multi-table forms (``DROP TABLE a, b``, ``RENAME TABLE a TO b, c TO d`` as gh-ost and
+    pt-online-schema-change swap tables) give one entry per table; temporary tables give none.
+    """
     text = _COMMENT.sub("", query, count=1)
     m = _DDL_TABLE.match(text)
     if not m:
-        return default_db, None, False
-    parts = re.findall(_NAME, m.group("name"))
-    if len(parts) == 2:
-        db, table = _unquote(parts[0]), _unquote(parts[1])
-    else:
-        db, table = default_db, _unquote(parts[0])
-    return db, table, m.group("truncate") is not None
+        return [(default_db, None, DDL_OP)]
+    if m.group("temporary") or m.group("drop_temporary"):
+        return []
+    first = _qualified(m.group("name"), default_db)
+    if m.group("truncate"):
+        return [(*first, TRUNCATE_OP)]
+    if m.group("drop"):
+        names, rest = [first], text[m.end():]
+        while (more := _MORE_NAMES.match(rest)):
+            names.append(_qualified(more.group("name"), default_db))
+            rest = rest[more.end():]
+        return [(db, t, DROP_OP) for db, t in names]
+    if m.group("rename"):
+        out, rest = [], text[m.start("name"):]
+        while (pair := _RENAME_PAIR.match(rest)):
+            out += [(*_qualified(pair.group("old"), default_db), DROP_OP),
+                    (*_qualified(pair.group("new"), default_db), RENAMED_INTO_OP)]
+            rest = rest[pair.end():]
+        return out or [(*first, DDL_OP)]
+    if m.group("alter") and (renamed := _ALTER_RENAME.search(text, m.end())):
+        return [(*first, DDL_OP), (*first, DROP_OP), (*_qualified(renamed.group("new"), first[0]), RENAMED_INTO_OP)]
+    return [(*first, DDL_OP)]
 
 
 def _db_captured(source: SourceConfig, db: str | None) -> bool:
@@ -501,13 +540,12 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                 upper = text.strip().upper()
                 if upper not in ("BEGIN", "COMMIT") and not upper.startswith("XA ") and not upper.startswith("SAVEPOINT"):
                     default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
-                    db, table, truncate = parse_ddl(text, default_db or None)
-                    keep = source.captures(db, table) if (db and table) else _db_captured(source, db)
-                    if keep:
-                        op = "truncate" if truncate else "ddl"
-                        out.add(db, table, op, pos, 0, commit_ts=event.timestamp * 1_000_000, gtid=gtid,
-                                server_id=event.packet.server_id, ddl=text)
-                        counts[op] = counts.get(op, 0) + 1
+                    for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
+                        keep = source.captures(db, table) if (db and table) else _db_captured(source, db)
+                        if keep:
+                            out.add(db, table, op, pos, row, commit_ts=event.timestamp * 1_000_000, gtid=gtid,
+                                    server_id=event.packet.server_id, ddl=text)
+                            counts[op] = counts.get(op, 0) + 1
             if is_transaction_end(event):
                 gtid = None
                 if rng.last and rng.max_rows is not None and emitted >= rng.max_rows and (

@@ -26,11 +26,19 @@ from dataclasses import dataclass, field
 from pyspark.errors import AnalysisException
 
 from binlake import faults
-from binlake.bronze.binlog_source import HEARTBEAT_ROW, MAX_PARALLEL_FILES, SIDE_OPS, ReadRange, read_dataframe
+from binlake.bronze.binlog_source import (
+    DDL_OPS,
+    HEARTBEAT_ROW,
+    MAX_PARALLEL_FILES,
+    RENAMED_INTO_OP,
+    SIDE_OPS,
+    ReadRange,
+    read_dataframe,
+)
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
 from binlake.errors import BinlakeError, BinlogPurgedError, SourceConnectionError
-from binlake.lakehouse import CHANGELOG_SCHEMA, Lakehouse
+from binlake.lakehouse import CHANGELOG_SCHEMA, Lakehouse, storage_error
 from binlake.source.binlog import (
     BinlogFile,
     check_not_purged,
@@ -66,16 +74,19 @@ class CaptureResult:
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
     resnapshot_tables: list[str] = field(default_factory=list)
+    renamed_into: list[str] = field(default_factory=list)
     # (db, table, schema_version) known to be in schema_history: later batches of the run
     # skip the lookup (schema_history only grows, so the set can only be incomplete).
     schemas_known: set = field(default_factory=set, repr=False)
 
     def summary(self) -> str:
         rate = self.changes / self.seconds if self.seconds > 0 else 0.0
-        text = (f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE, "
+        text = (f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE/DROP/RENAME, "
                 f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)")
         if self.resnapshot_tables:
             text += f"; binlog was purged: capture reset and re-snapshotted {', '.join(self.resnapshot_tables)}"
+        if self.renamed_into:
+            text += f"; snapshotted {', '.join(self.renamed_into)} (another table was renamed into it)"
         for w in self.warnings:
             text += f"\nwarning: {w}"
         return text
@@ -369,6 +380,8 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
             except AnalysisException:
                 raise  # a planning error, not a transient one: retrying cannot help
             except Exception as exc:  # noqa: BLE001 - server restarts and dropped dumps are retried
+                if (refused := storage_error(exc)) is not None:
+                    raise refused from exc  # retrying cannot make the lakehouse writable
                 attempts += 1
                 if attempts >= MAX_ATTEMPTS:
                     raise
@@ -410,9 +423,33 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition
         schemas = [(TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
                    for r in side if r["op"] == "schema"]
         changes = df.where(~F.col("op").isin(*SIDE_OPS)).drop("schema_json")
+        if counts.get(RENAMED_INTO_OP):
+            renamed = changes.where(F.col("op") == RENAMED_INTO_OP).select("db", "table").distinct().collect()
+            _snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
         return _commit(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()
+
+
+def _snapshot_renamed_into(spark, config: Config, names: list[str], result: CaptureResult) -> None:
+    """Snapshot the tables another table was renamed into (gh-ost and pt-osc cut-overs).
+
+    The binlog carries no rows for a rename, so the rows now under that name come from a
+    snapshot whose chunks start after the rename; silver drops everything older (the
+    ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
+    re-reads the batch and plans again, so the need for it can never be lost.
+    """
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.source.catalog import captured_tables
+
+    with connect(config.source) as conn:
+        present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
+    # A name renamed away again later has a DROP after this point, which empties it.
+    targets = [n for n in names if n in present]
+    if targets:
+        log.info("capture: %s received another table's rows by RENAME: snapshotting", ", ".join(targets))
+        run_snapshot(spark, config, tables=targets)
+        result.renamed_into = sorted(set(result.renamed_into) | set(targets))
 
 
 def _heartbeat_rows(pos: BinlogPosition, note: str | None = None):
@@ -451,7 +488,7 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPos
         return stored or end
     result.batches += 1
     result.changes += sum(n for op, n in counts.items() if op in ("insert", "update", "delete"))
-    result.ddl += sum(n for op, n in counts.items() if op in ("ddl", "truncate"))
+    result.ddl += sum(n for op, n in counts.items() if op in DDL_OPS)
     return end
 
 

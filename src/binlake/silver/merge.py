@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 from binlake import faults
+from binlake.bronze.binlog_source import EMPTYING_OPS
 
 import logging
 import time
@@ -435,9 +436,11 @@ def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: Table
     stats = {"n": 0, "t": None, "z": 0}
     if records is not None:
         changes = records.where(F.col("op").isin(*DATA_OPS))
-        agg = records.where(F.col("op").isin(*DATA_OPS, "truncate")).selectExpr(
+        # TRUNCATE, DROP TABLE and a RENAME away or into this name all end every older row.
+        emptying = ", ".join(f"'{op}'" for op in EMPTYING_OPS)
+        agg = records.where(F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)).selectExpr(
             f"coalesce(sum(CASE WHEN op IN ('insert', 'update', 'delete') THEN 1 ELSE 0 END), 0) AS n",
-            f"max(CASE WHEN op = 'truncate' THEN {_seq_sql('file_index', 'pos', '`row`')} END) AS t",
+            f"max(CASE WHEN op IN ({emptying}) THEN {_seq_sql('file_index', 'pos', '`row`')} END) AS t",
             f"coalesce(sum(CASE WHEN op IN ('insert', 'update') THEN {decoder.zero_dates_sql('after')} ELSE 0 END), 0) AS z",
         ).first()
         stats = {"n": agg["n"], "t": agg["t"], "z": agg["z"]}
