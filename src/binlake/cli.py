@@ -70,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
         if args.debug:
             raise
+        from binlake.lakehouse import storage_error
+
+        if (refused := storage_error(exc)) is not None:
+            print(f"error: {refused}", file=sys.stderr)
+            return refused.exit_code
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
         print(f"error: unexpected {type(exc).__name__}: {first} (re-run with --debug for the traceback)", file=sys.stderr)
         return 1

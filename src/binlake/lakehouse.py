@@ -20,10 +20,12 @@ On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<nam
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from binlake.config import Config
+from binlake.errors import LakehouseError
 
 # The change sequence as SQL users see it: sortable, unique, totally ordered.
 CDC_SEQ_TYPE = "STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>"
@@ -201,3 +203,36 @@ class Lakehouse:
 
     def checkpoint(self, name: str) -> str:
         return str(Path(self.system_path, "checkpoints", name))
+
+
+# What the JVM's file systems say when the lakehouse refuses a write (java.io, Hadoop, the
+# cloud connectors); the path, when present, sits just before the reason.
+_STORAGE_FAILURE = re.compile(
+    r"(?:(?P<path>(?:[a-z0-9]+:)?/[^\s():]+)[: ]*\(?)?"
+    r"(?P<reason>Operation not permitted|Permission denied|Access ?Denied|No space left on device|"
+    r"Read-only file system|Disk quota exceeded)",
+    re.IGNORECASE,
+)
+
+
+def storage_error(exc: BaseException) -> LakehouseError | None:
+    """A :class:`LakehouseError` when ``exc`` is a refused write to the lakehouse (permissions,
+    a read-only mount, a full disk), else None. Spark aborts such a job before Delta commits,
+    so the step that raised it committed nothing."""
+    if isinstance(exc, LakehouseError):
+        return exc
+    refused = storage_refusal(exc)
+    if refused is None:
+        return None
+    return LakehouseError(
+        f"cannot write {refused}; nothing of this step was committed: "
+        "fix the location's permissions or free space, then run the same command again"
+    )
+
+
+def storage_refusal(exc: BaseException) -> str | None:
+    """``"<path>: <reason>"`` of a refused lakehouse write in ``exc``'s text, else None."""
+    m = _STORAGE_FAILURE.search(str(exc))
+    if m is None:
+        return None
+    return f"{m.group('path') or 'the lakehouse location'}: {m.group('reason')}"

@@ -450,13 +450,25 @@ def scenario_ddl(h: Harness, out: Outcome) -> None:
             "TRUNCATE TABLE tags",
             "CREATE TABLE late_arrival (id INT PRIMARY KEY, v VARCHAR(10))",
             "INSERT INTO late_arrival VALUES (1, 'a'), (2, 'b')",
+            "RENAME TABLE tags TO tags_renamed",
+            "CREATE TABLE doomed (id INT PRIMARY KEY)",
+            "INSERT INTO doomed VALUES (1), (2)",
+            "DROP TABLE doomed",
+            # A gh-ost / pt-online-schema-change cut-over: copy, alter the copy, swap, drop.
+            "CREATE TABLE _ledger_gho LIKE ledger",
+            "INSERT INTO _ledger_gho SELECT * FROM ledger",
+            "ALTER TABLE _ledger_gho ADD COLUMN note2 VARCHAR(5) NULL",
+            "RENAME TABLE ledger TO _ledger_del, _ledger_gho TO ledger",
+            "DROP TABLE _ledger_del",
         ):
             if "ledger" in ddl:
                 writer.paused.set()  # the writer's INSERT names memo
                 time.sleep(0.5)
             h.mariadb.execute(ddl, database=db)
-            if ddl.startswith(("ALTER", "TRUNCATE", "CREATE")):
+            if ddl.startswith(("ALTER", "TRUNCATE", "CREATE", "RENAME", "DROP")):
                 out.faults += 1
+            if ddl.startswith(("CREATE TABLE _ledger_gho", "INSERT INTO _ledger_gho")):
+                continue  # the cut-over's steps land in one run, as they would in production
             rc, err = h.binlake(config, "run")
             if rc != 0:
                 out.notes.append(f"after `{ddl}`: exit {rc}: {_last_line(err)}")
@@ -464,6 +476,18 @@ def scenario_ddl(h: Harness, out: Outcome) -> None:
         writer.stop()
     h.converge(config, out)
     h.compare(config, db, out)
+    # Names that are gone from the source must be gone from gold too (published empty).
+    from binlake.config import load_config
+    from binlake.lakehouse import Lakehouse
+
+    lh = Lakehouse(load_config(config))
+    for gone in ("tags", "doomed", "_ledger_gho", "_ledger_del"):
+        ref = lh.gold(db, gone)
+        rows = ref.read(h.spark).count() if ref.exists(h.spark) else 0
+        out.rows_compared += 1
+        if rows:
+            out.rows_extra += rows
+            out.notes.append(f"gold {db}.{gone} still has {rows} rows after the table was dropped or renamed away")
 
 
 def scenario_big_transactions(h: Harness, out: Outcome) -> None:
@@ -495,29 +519,63 @@ def scenario_big_transactions(h: Harness, out: Outcome) -> None:
 
 
 def scenario_unwritable(h: Harness, out: Outcome) -> None:
-    """The lakehouse becomes unwritable (a read-only mount): a clear error, nothing half
-    published, and the next run after the fix catches up."""
+    """The lakehouse refuses writes (EPERM from the kernel: ``chattr +i``, which binds root
+    too): each run fails with one clear line, gold is never half published, and the first
+    run after the fix catches up."""
     db, config = h.new_scenario("unwritable")
     h.converge(config, out)
-    gold_dir = config.parent / "lakehouse" / "gold"
-    h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 3 WHERE id < 30")
-    mounted = subprocess.run(["mount", "--bind", "-o", "ro", str(gold_dir), str(gold_dir)], capture_output=True)
-    if mounted.returncode != 0:
-        out.notes.append("read-only bind mount not permitted here: fault skipped")
-    else:
-        subprocess.run(["mount", "-o", "remount,ro,bind", str(gold_dir)], capture_output=True)
+    lakehouse = config.parent / "lakehouse"
+    from binlake.config import load_config
+    from binlake.lakehouse import Lakehouse
+
+    lh = Lakehouse(load_config(config))
+    published = _published_versions(h, lh)
+    # 1. bronze's change log: capture cannot commit.  2. the last gold table of the group:
+    # the tables before it are written, then the publish must be undone.
+    for label, locked in (("bronze change log", lakehouse / "bronze" / "changelog"),
+                          ("gold tags", lakehouse / "gold" / db / "tags")):
+        h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 3 WHERE id < 30",
+                          f"INSERT INTO `{db}`.tags (tag, weight) VALUES (UUID(), 1)")
+        if subprocess.run(["chattr", "-R", "+i", str(locked)], capture_output=True).returncode != 0:
+            out.notes.append(f"{label}: chattr +i not permitted here: fault not injected")
+            out.rows_different += 1  # an uninjected fault proves nothing: count it as a failure
+            continue
         try:
             rc, err = h.binlake(config, "run")
             out.faults += 1
-            if rc == 0:
-                out.notes.append("run succeeded on a read-only gold directory")
+            line = _last_line(err)
+            out.notes.append(f"{label} read-only: exit {rc}: {line}")
+            if rc == 0 or "Traceback" in err or "cannot write" not in line:
+                out.notes.append(f"{label}: expected a one-line 'cannot write' error")
                 out.rows_different += 1
-            else:
-                out.notes.append(f"unwritable: exit {rc}: {_last_line(err)}")
+            if _published_versions(h, lh) != published:
+                out.notes.append(f"{label}: the publish log moved although the run failed")
+                out.rows_different += 1
+            for name, version in published.items():
+                if not _same_as_version(h, lh, db, name, version):
+                    out.notes.append(f"{label}: gold {name} latest differs from its published version {version}")
+                    out.rows_different += 1
         finally:
-            subprocess.run(["umount", str(gold_dir)], capture_output=True)
+            subprocess.run(["chattr", "-R", "-i", str(locked)], capture_output=True)
     h.converge(config, out)
     h.compare(config, db, out)
+
+
+def _published_versions(h: Harness, lh) -> dict[str, int]:
+    """The gold version of each table named by the latest published entry of the publish log."""
+    from pyspark.sql import functions as F
+
+    log = lh.publish_log.read(h.spark).where(F.col("status") == "published")
+    last = log.agg(F.max("published_at")).first()[0]
+    return {r["table"]: int(r["gold_version"])
+            for r in log.where(F.col("published_at") == last).select("table", "gold_version").collect()}
+
+
+def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
+    ref = lh.gold(db, table)
+    latest = h.spark.read.format("delta").load(ref.path)
+    then = h.spark.read.format("delta").option("versionAsOf", version).load(ref.path)
+    return latest.exceptAll(then).isEmpty() and then.exceptAll(latest).isEmpty()
 
 
 def scenario_ci(h: Harness, out: Outcome) -> None:

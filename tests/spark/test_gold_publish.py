@@ -4,6 +4,7 @@ holds for every table, and records each publish in the publish log (DESIGN.md se
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,32 @@ def test_an_unwritable_gold_location_is_one_clear_error_and_publishes_nothing(sp
         blocked.unlink()
 
     assert not lake.lh.publish_log.exists(spark) or lake.publish_log().count() == 0
+
+
+def test_a_refused_write_mid_group_puts_the_tables_already_written_back(spark, tmp_path):
+    """items is written before orders; when orders' location refuses the write (EPERM from
+    ``chattr +i``, which binds root too), items goes back to the version the last publish
+    names, so even readers of the latest versions never see half a publish."""
+    lake = ready_lake(spark, tmp_path)
+    first = run_gold(spark, lake.config)
+    published_items = lake.gold_version("shop", "items")
+    lake.silver("shop", "items", [item(1, "pen", 3.0, (4, 10, 0))])
+    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 9, "seq": (4, 20, 0)}])
+    lake.progress("shop", "items", 4, 50, also=[("shop", "orders")])
+    orders_dir = lake.lh.gold("shop", "orders").path
+    if subprocess.run(["chattr", "-R", "+i", orders_dir], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not permitted on this file system")
+    try:
+        with pytest.raises(LakehouseError, match=r"^cannot write .*/gold/shop/orders: .*Operation not permitted; "
+                                                 r"nothing was published"):
+            run_gold(spark, lake.config)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", orders_dir], capture_output=True)
+
+    latest = lake.gold("shop", "items")
+    at_publish = spark.read.format("delta").option("versionAsOf", published_items).load(lake.lh.gold("shop", "items").path)
+    assert_df_equality(latest, at_publish, ignore_row_order=True)
+    assert {r["publish_id"] for r in lake.publish_log().collect()} == {first.publish_id}
+
+    again = run_gold(spark, lake.config)  # fixed: the next run publishes
+    assert again.status == "published" and lake.gold("shop", "orders").first()["qty"] == 9

@@ -37,7 +37,7 @@ from typing import Any, Iterator
 from binlake import faults
 from binlake.config import Config
 from binlake.errors import BinlakeError, LakehouseError, NotReadyError, QualityCheckFailed
-from binlake.lakehouse import PUBLISH_LOG_SCHEMA, Lakehouse, TableRef
+from binlake.lakehouse import PUBLISH_LOG_SCHEMA, Lakehouse, TableRef, storage_refusal
 
 log = logging.getLogger("binlake.gold")
 
@@ -421,7 +421,7 @@ def _writing(ref: TableRef) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise LakehouseError(
-            f"cannot write {ref}: {first}; nothing was published (the last publish stays current): "
+            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays current): "
             "fix the location's permissions or space and run binlake gold again"
         ) from exc
 
@@ -529,26 +529,49 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: failed checks: {described}")
 
     warnings: list[str] = []
-    for t in tables:
-        if t.reused:
-            continue
-        outcome, frame = results[t.name], frames[t.name]
-        warnings += [f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
-                     for r in outcome.warnings]
-        dropping = outcome.dropping
-        with _writing(lh.quarantine(t.db, t.table) if dropping else lh.gold(t.db, t.table)):
-            if dropping:
-                t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(frame, dropping), publish_id)
-        schema = schemas[t.name]
-        with _writing(lh.gold(t.db, t.table)):
-            t.gold_version, t.row_count = _write_gold(spark, lh.gold(t.db, t.table), keep_frame(frame, dropping),
-                                                      schema.comment if schema else "")
-        log.info("gold %s: version %s, %s rows", t.name, t.gold_version, t.row_count)
+    written: list[tuple[TableRef, int | None]] = []  # (gold table, its version before this publish)
+    try:
+        for t in tables:
+            if t.reused:
+                continue
+            outcome, frame = results[t.name], frames[t.name]
+            warnings += [f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
+                         for r in outcome.warnings]
+            dropping = outcome.dropping
+            with _writing(lh.quarantine(t.db, t.table) if dropping else lh.gold(t.db, t.table)):
+                if dropping:
+                    t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(frame, dropping), publish_id)
+            schema = schemas[t.name]
+            gold_ref = lh.gold(t.db, t.table)
+            written.append((gold_ref, _latest_version(spark, gold_ref) if gold_ref.exists(spark) else None))
+            with _writing(gold_ref):
+                t.gold_version, t.row_count = _write_gold(spark, gold_ref, keep_frame(frame, dropping),
+                                                          schema.comment if schema else "")
+            log.info("gold %s: version %s, %s rows", t.name, t.gold_version, t.row_count)
 
-    faults.point("gold.before_publish_log")
-    with _writing(lh.publish_log):
-        _append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
+        faults.point("gold.before_publish_log")
+        with _writing(lh.publish_log):
+            _append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
+    except LakehouseError:
+        _roll_back(spark, written)
+        raise
     return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings)
+
+
+def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
+    """After a failed write, put the group's already-written gold tables back at the versions
+    the last publish recorded, so readers of the latest versions never see half a publish
+    (readers through the publish log never do). Best effort: the location may still refuse."""
+    for ref, before in written:
+        if before is None:
+            continue  # created by this attempt: no publish names it yet
+        try:
+            if _latest_version(spark, ref) != before:
+                spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
+                log.warning("gold %s: restored version %s after the failed publish", ref, before)
+        except Exception as exc:  # noqa: BLE001 - the original write error is the one to report
+            log.warning("gold %s: could not restore version %s (%s); the publish log still names it",
+                        ref, before, (str(exc).strip().splitlines() or [""])[0][:200])
 
 
 def _digest_of(checks_json: str | None) -> str | None:
