@@ -67,8 +67,10 @@ def _float_text(x: str, *, mysql: bool) -> str:
     integer = "SIGNED" if mysql else "BIGINT"
     text = "CHAR" if mysql else "STRING"
     sign = f"CASE WHEN {x} < 0 THEN '-' ELSE '' END"
+    # MySQL's FLOOR of a DOUBLE is a DOUBLE: both numbers go through an integer type before
+    # becoming text, so no engine prints them in a floating-point format.
     return (f"CASE WHEN {x} = 0 THEN '0' ELSE CONCAT({sign}, CAST(CAST({m} AS {integer}) AS {text}), 'p', "
-            f"CAST({e} AS {text})) END")
+            f"CAST(CAST({e} AS {integer}) AS {text})) END")
 
 
 def _zero_date_null(c: str, formatted: str) -> str:
