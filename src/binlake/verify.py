@@ -1,26 +1,28 @@
 """``binlake verify [--repair] [--table db.t]``: source and silver compared chunk by chunk.
 
 Per table, the key space is cut into chunks as the snapshot cuts it
-(:func:`binlake.bronze.snapshot.plan_table`). The source side is read through the snapshot
-data source (``binlake-snapshot``, one Spark task per chunk, nothing written), each row's
-canonical texts decoded to typed values with
-:func:`~binlake.source.types.spark_decode_sql`, exactly as silver decodes them. Silver's
-live rows (``_cdc_deleted = false``) are taken as they are. Both sides then go through the
-same two steps, so they can only differ where the data differs:
+(:func:`binlake.bronze.snapshot.plan_table`). Per chunk, both sides compute the row count and
+an order-independent checksum: the sum, as an exact DECIMAL, of each row's hash (the first 15
+hex digits of the MD5 of the row's canonical "verify text", as an integer). The texts are
+defined twice over one encoding (:mod:`binlake.verify_sql`): once in MySQL/MariaDB SQL over
+the source columns, once in Spark SQL over silver's typed columns, byte-identical for
+identical values (FLOAT/DOUBLE included: they are compared through their exact IEEE
+significand and exponent, not a decimal rendering).
 
-- chunk assignment: the typed key against each chunk's ``[start, end)``
-  (:func:`binlake.silver.ranges.key_range_predicate`). Using one Spark predicate on both
-  sides means a key that MySQL's collation orders differently still lands in the same
-  chunk on both sides;
-- per chunk, the row count and an order-independent checksum: the sum, as
-  ``DECIMAL(38,0)`` so it never overflows, of ``xxhash64`` over every typed column and its
-  NULL flag (the flag keeps ``(NULL, 1)`` and ``(1, NULL)`` apart).
+- the source side is one aggregate query run by the server (``SELECT chunk, COUNT(*),
+  SUM(hash) ... GROUP BY chunk``): only one small row per chunk comes back, between two
+  ``SHOW MASTER STATUS`` positions (the read's low and high watermark);
+- silver's live rows (``_cdc_deleted = false``) are hashed by Spark, and assigned to chunks
+  with :func:`binlake.silver.ranges.key_range_predicate`. The server assigns with the same
+  order: numbers and dates by value, strings (and everything silver holds as STRING or
+  BINARY) by bytes, never by the column's collation, so a key that the collation orders
+  differently still lands in the same chunk on both sides.
 
 A comparison is only meaningful once silver has applied the binlog past the moment the
 source was read: verify compares only after silver's applied position (``silver/_progress``)
-has reached the highest chunk high watermark, running capture and silver first if it has
+has reached the read's high watermark, running capture and silver first if it has
 not. Rows changed after the source was read can still differ legitimately; a table with
-mismatching chunks and bronze changes after its earliest low watermark is verified once
+mismatching chunks and bronze changes after the read's low watermark is verified once
 more, and a chunk that differs again while the table keeps changing is reported as
 "changing" (still a mismatch: re-run when the table is quieter).
 
@@ -44,7 +46,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Sequence
@@ -288,7 +289,7 @@ def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:
 
 def _verify_table(spark, config: Config, lh: Lakehouse, schema: TableSchema,
                   chunks: list[tuple[int, str | None, str | None]]) -> TableCheck:
-    source_stats, lw_min, hw_max = _source_side(spark, config, schema, chunks)
+    source_stats, lw_min, hw_max = _source_side(config, schema, chunks)
     _catch_up(spark, config, lh, schema, hw_max)
     silver_stats = _silver_side(spark, lh, schema, chunks)
     check = TableCheck(schema.database, schema.table)
@@ -337,68 +338,34 @@ def _chunk_of(schema: TableSchema, chunks: list[tuple[int, str | None, str | Non
     return expr.otherwise(F.lit(-1)) if expr is not None else F.lit(-1)
 
 
-def _row_hash(schema: TableSchema):
-    from pyspark.sql import functions as F
+def _source_side(config: Config, schema: TableSchema, chunks):
+    """Per chunk (rows, checksum) computed by the source server in one aggregate scan, and
+    the binlog positions just before and just after it (the read's low and high watermark).
 
-    parts = []
-    for v in _typed_columns(schema):
-        parts += [F.col(v), F.col(v).isNull()]
-    return F.xxhash64(*parts).cast("DECIMAL(38,0)")
+    The statement reads one consistent snapshot (autocommit InnoDB), taken after the first
+    position, so everything committed before it is in the read and nothing after the second.
+    """
+    from binlake.source.mysql import connect, master_status
+    from binlake.verify_sql import chunk_stats_sql
 
-
-def _source_side(spark, config: Config, schema: TableSchema, chunks):
-    """Per chunk (rows, checksum) of the source, the earliest low and the latest high watermark."""
-    from pyspark.sql import functions as F
-
-    from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_options
-    from binlake.silver.ranges import sql_string
-    from binlake.source.mysql import file_index
-    from binlake.source.types import spark_decode_sql
-
-    spark.dataSource.register(SnapshotDataSource)
-    verify_id = "verify-" + uuid.uuid4().hex[:12]
-    options = reader_options(
-        config.source,
-        [{"snapshot_id": verify_id, "db": schema.database, "table": schema.table, "chunk_id": cid,
-          "start_key": start, "end_key": end, "schema_version": schema.version()} for cid, start, end in chunks],
-        {schema.name: schema.to_json()},
-        attempt_id=verify_id,
-    )
-    df = spark.read.format(FORMAT).options(**options).load()
-    typed = df.select(
-        "chunk_id", "lw_file_index", "lw_pos", "chunk_stats", F.col("row").isNull().alias("_marker"),
-        *[F.expr(spark_decode_sql(c, f"try_element_at(`row`, {sql_string(c.name)})")).alias(v)
-          for c, v in zip(schema.columns, _typed_columns(schema))],
-    )
-    # One pass over the source: data rows are grouped by the chunk their typed key falls in
-    # (-1: none), marker rows (one per chunk read, carrying the watermarks) by -2 - the chunk read.
-    group = F.when(F.col("_marker"), -2 - F.col("chunk_id")).otherwise(_chunk_of(schema, chunks))
-    data = ~F.col("_marker")
-    rows = (typed.groupBy(group.alias("g"))
-            .agg(F.sum(F.when(data, 1).otherwise(0)).alias("n"),
-                 F.sum(F.when(data, _row_hash(schema))).alias("h"),
-                 F.max("lw_file_index").alias("lw_fi"), F.max("lw_pos").alias("lw_pos"),
-                 F.first(F.col("chunk_stats")["hw_file"], ignorenulls=True).alias("hw_file"),
-                 F.max(F.col("chunk_stats")["hw_pos"].cast("BIGINT")).alias("hw_pos"))
-            .collect())
-    stats: dict[int, tuple[int, Decimal]] = {}
-    lws, hws = [], []
-    for r in rows:
-        if r["g"] >= -1:
-            stats[r["g"]] = (int(r["n"]), Decimal(r["h"] or 0))
-        else:
-            lws.append((int(r["lw_fi"]), int(r["lw_pos"])))
-            hws.append((file_index(r["hw_file"]), int(r["hw_pos"])))
+    sql, params = chunk_stats_sql(schema, chunks)
+    with connect(config.source) as conn:  # connect() pins time_zone '+00:00': TIMESTAMP texts are UTC
+        lw = master_status(conn)
+        with conn.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            rows = cur.fetchall()
+        hw = master_status(conn)
+    stats = {int(g): (int(n), Decimal(h or 0)) for g, n, h in rows}
     if -1 in stats:
         # Cannot happen with a plan that covers the whole key space; never hide it if it does.
         raise AssertionError(f"{stats[-1][0]} source row(s) of {schema.name} fell outside every chunk")
-    if len(hws) != len(chunks):
-        raise NotReadyError(f"verify read {len(hws)} of {len(chunks)} chunk(s) of {schema.name}: re-run binlake verify")
-    return stats, min(lws), max(hws)
+    return stats, lw.key(), hw.key()
 
 
 def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
     from pyspark.sql import functions as F
+
+    from binlake.verify_sql import spark_row_hash_sql
 
     silver = lh.silver(schema.database, schema.table).read(spark)
     missing = [c.name for c in schema.columns if c.name not in silver.columns]
@@ -407,8 +374,9 @@ def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int,
                             "run binlake capture and binlake silver, then verify again")
     typed = silver.where(~F.col("_cdc_deleted")).select(
         *[F.col(_q(c.name)).cast(c.spark_type).alias(v) for c, v in zip(schema.columns, _typed_columns(schema))])
+    row_hash = F.expr(spark_row_hash_sql(schema, _typed_columns(schema)))
     rows = (typed.groupBy(_chunk_of(schema, chunks).alias("g"))
-            .agg(F.count(F.lit(1)).alias("n"), F.sum(_row_hash(schema)).alias("h")).collect())
+            .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h")).collect())
     return {int(r["g"]): (int(r["n"]), Decimal(r["h"] or 0)) for r in rows}
 
 

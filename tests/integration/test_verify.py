@@ -157,3 +157,115 @@ def test_a_differing_chunk_that_keeps_changing_is_checked_twice_and_reported_as_
     assert "(the table kept changing during verify)" in str(info.value)
     # Once the writes stop, repair settles it.
     assert run_verify(spark, config, repair=True).ok
+
+
+# Spark SQL values that differ from what silver holds for the row named, one per type group.
+# Odd rows (id % 10 == 3) hold zeros, empties and zero dates; edge rows (id % 10 == 1) extremes.
+CORRUPTIONS = {
+    "ti": (3, "CAST(5 AS TINYINT)"),
+    "bi": (1, "CAST(-9223372036854775807 AS BIGINT)"),
+    "biu": (13, "CAST(1 AS DECIMAL(20,0))"),
+    "d": (23, "CAST(0.01 AS DECIMAL(10,2))"),
+    "d38": (33, "CAST(0.0000000001 AS DECIMAL(38,10))"),
+    "d65": (43, "'0.000000000000000000000000000002'"),  # wider than Spark's DECIMAL: silver holds text
+    "f": (53, "CAST(0.48237517 AS FLOAT)"),  # the next float32 up
+    "db": (63, "CAST(1e307 AS DOUBLE)"),
+    "dt": (73, "DATE'2020-01-15'"),  # the source has an invalid date: NULL in silver
+    "dtm6": (83, "TIMESTAMP_NTZ'9999-12-31 23:59:59.000002'"),
+    "ts3": (11, "ts3 + INTERVAL 1 MILLISECOND"),
+    "ts0": (21, "TIMESTAMP'2000-01-01 00:00:00'"),  # a zero TIMESTAMP: NULL in silver
+    "tm": (31, "'-838:59:58'"),
+    "tm6": (93, "'-00:00:01.250001'"),
+    "y": (103, "CAST(1901 AS SMALLINT)"),
+    "vc": (113, "' '"),
+    "e": (123, "'a'"),
+    "st": (133, "'x'"),
+    "j": (143, "'\"Str\"'"),
+    "bn": (153, "X'00000001'"),
+    "bl": (41, "X'DEADBEEE'"),
+    "g": (163, "X'00'"),
+    "b64": (51, "CAST(-2 AS BIGINT)"),
+    "vb": (61, "CAST(NULL AS BINARY)"),  # a value that became NULL
+}
+
+
+def _chunk_holding(chunks, key: int):
+    import json
+
+    def inside(c):
+        lo = json.loads(c.start_key)[0] if c.start_key else None
+        hi = json.loads(c.end_key)[0] if c.end_key else None
+        return (lo is None or int(lo) <= key) and (hi is None or key < int(hi))
+
+    [chunk] = [c for c in chunks if inside(c)]
+    return chunk.chunk_id
+
+
+def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mariadb, database, make_config, spark):
+    from binlake.bronze.capture import run_capture
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.silver.merge import run_silver
+    from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW, TYPES
+
+    names = ", ".join(f"`{name}`" for name, _, _ in TYPES)
+    # Zero dates need a permissive sql_mode; a non-UTC session writes the TIMESTAMPs.
+    mariadb.execute(f"CREATE TABLE `{database}`.types ({COLUMNS})", "SET SESSION sql_mode = ''",
+                    "SET SESSION time_zone = '+05:30'",
+                    f"INSERT INTO `{database}`.types VALUES {EDGE_ROW}, {NULL_ROW}, {ODD_ROW}",
+                    # Copies of the edge and odd rows, so every corruption below gets a row of its own.
+                    f"INSERT INTO `{database}`.types SELECT id + 10 * seq, {names} FROM `{database}`.types "
+                    f"JOIN seq_1_to_16 WHERE id IN (1, 3)",
+                    database=database)
+    config = make_config([f"{database}.*"], snapshot={"chunk_size": 1})
+    run_snapshot(spark, config)
+    run_capture(spark, config)
+    run_silver(spark, config)
+
+    result = run_verify(spark, config)
+    assert result.ok, result.summary()
+    [table] = result.tables
+    assert table.source_rows == 35
+
+    ref = Lakehouse(config).silver(database, "types")
+    sets = ", ".join(f"`{col}` = CASE WHEN id = {key} THEN {value} ELSE `{col}` END"
+                     for col, (key, value) in CORRUPTIONS.items())
+    spark.sql(f"UPDATE {ref.sql} SET {sets}")
+
+    with pytest.raises(VerifyMismatch) as info:
+        run_verify(spark, config)
+    [table] = info.value.result.tables
+    found = {c.chunk_id for c in table.mismatches}
+    expected = {col: _chunk_holding(table.chunks, key) for col, (key, _) in CORRUPTIONS.items()}
+    assert {col for col, chunk in expected.items() if chunk not in found} == set(), "every changed value is found"
+    assert found == set(expected.values()), "and nothing else"
+    assert all(c.source_rows == c.silver_rows == 1 for c in table.mismatches)
+
+
+@pytest.mark.parametrize("chunk_size", [1, 2])
+def test_a_case_insensitive_string_key_is_chunked_by_bytes_on_both_sides(mariadb, database, make_config, spark,
+                                                                        chunk_size):
+    from binlake.bronze.capture import run_capture
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.silver.merge import run_silver
+
+    # Collation order a < B < c < É; byte order B < a < c < É: the snapshot's chunk bounds
+    # follow the collation, verify must put each key in the same chunk on both sides.
+    mariadb.execute(f"CREATE TABLE `{database}`.words (word VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, "
+                    "n INT) DEFAULT CHARSET = utf8mb4",
+                    f"INSERT INTO `{database}`.words VALUES ('a', 1), ('B', 2), ('c', 3), ('É', 4)")
+    config = make_config([f"{database}.*"], snapshot={"chunk_size": chunk_size})
+    run_snapshot(spark, config)
+    run_capture(spark, config)
+    run_silver(spark, config)
+
+    result = run_verify(spark, config)
+    assert result.ok, result.summary()
+    [table] = result.tables
+    assert table.source_rows == 4 and len(table.chunks) > 1
+
+    ref = Lakehouse(config).silver(database, "words")
+    spark.sql(f"UPDATE {ref.sql} SET n = 5 WHERE word = 'a'")
+    with pytest.raises(VerifyMismatch) as info:
+        run_verify(spark, config)
+    [(_, bad)] = info.value.result.mismatches
+    assert bad.source_rows == bad.silver_rows, "the same key in the same chunk on both sides"

@@ -1,0 +1,270 @@
+"""The canonical "verify text" of a row, defined twice: in MySQL/MariaDB SQL over the source
+columns and in Spark SQL over silver's typed columns (:mod:`binlake.verify`).
+
+Both definitions must give byte-identical text for identical values, so that the row hash
+(first 15 hex digits of the MD5 of the row's UTF-8 text, as an integer) and the per-chunk
+sum of it can be computed by the server on one side and by Spark on the other. Per kind
+(silver types: DESIGN.md section 5, :attr:`binlake.source.types.Column.spark_type`):
+
+======================  =============================================================
+INT / UINT / YEAR       decimal digits
+BIT                     the signed 64-bit integer silver holds (two's complement)
+DECIMAL                 fixed-point with every scale digit (``1.50``); > 38 digits: as stored
+FLOAT / DOUBLE          the exact IEEE value as ``[-]MpE``: the 53-bit integer significand
+                        ``M`` (``2^52 <= M < 2^53``) and the exponent ``E`` with value
+                        ``M * 2^(E-52)``; ``0`` for zero. Powers of two scale exactly in
+                        both engines, so no decimal rendering has to agree. FLOAT is
+                        compared through its exact DOUBLE widening
+DATE                    ``YYYY-MM-DD``; a zero year, month or day is NULL (as in silver)
+DATETIME                ``YYYY-MM-DD HH:MM:SS.ffffff``, zero dates NULL
+TIMESTAMP               the same, the UTC wall clock (MySQL session ``time_zone`` ``+00:00``)
+TIME                    the text silver holds (``-838:59:59``, ``-00:00:01.250000``)
+STRING / ENUM / SET     the UTF-8 text (MySQL: ``CONVERT(... USING utf8mb4)``); SET as its
+/ JSON                  comma-joined labels, JSON as the server prints it
+BINARY                  upper-case hex (BLOB, BINARY, VARBINARY, GEOMETRY)
+======================  =============================================================
+
+A column contributes ``N`` when NULL, else ``<byte length>:<text>``; the row text joins the
+columns with ``,``. The NULL marker keeps ``(NULL, '1')`` and ``('1', NULL)`` apart and the
+length keeps ``'a,b'`` splits apart.
+
+Chunk assignment on the source side compares keys the way
+:func:`binlake.silver.ranges.key_range_predicate` compares silver's typed keys: numbers and
+dates by value, everything silver holds as STRING or BINARY by bytes (``CAST(... AS
+BINARY)`` against a ``_binary`` parameter), never by the column's collation.
+
+Every identifier goes through :func:`binlake.source.mysql.quote_ident`; bound values are
+parameters (pymysql ``%s``, so literal ``%`` is written ``%%``).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from decimal import Decimal
+from typing import Any, Callable, Sequence
+
+from binlake.source.mysql import qualified, quote_ident
+from binlake.source.types import Column, Kind, TableSchema
+
+# ---------------------------------------------------------------------------------------
+# Column texts
+
+
+def _float_text(x: str, *, mysql: bool) -> str:
+    """``[-]MpE`` of the double ``x`` (an SQL expression), see the module docstring.
+
+    ``E0 = FLOOR(LOG2(|x|))`` may be one off near powers of two; scaling ``|x|`` by
+    ``2^(52-E0)`` (in two halves, so no factor overflows) is exact, and one doubling or
+    halving brings the significand into ``[2^52, 2^53)``.
+    """
+    a = f"ABS({x})"
+    e0 = f"FLOOR(LOG2({a}))"
+    k = f"(52 - {e0})"
+    y = f"({a} * POW(2, {k} DIV 2) * POW(2, {k} - {k} DIV 2))"
+    m = f"(CASE WHEN {y} >= POW(2, 53) THEN {y} / 2 WHEN {y} < POW(2, 52) THEN {y} * 2 ELSE {y} END)"
+    e = f"({e0} + CASE WHEN {y} >= POW(2, 53) THEN 1 WHEN {y} < POW(2, 52) THEN -1 ELSE 0 END)"
+    integer = "SIGNED" if mysql else "BIGINT"
+    text = "CHAR" if mysql else "STRING"
+    sign = f"CASE WHEN {x} < 0 THEN '-' ELSE '' END"
+    # MySQL's FLOOR of a DOUBLE is a DOUBLE: both numbers go through an integer type before
+    # becoming text, so no engine prints them in a floating-point format.
+    return (f"CASE WHEN {x} = 0 THEN '0' ELSE CONCAT({sign}, CAST(CAST({m} AS {integer}) AS {text}), 'p', "
+            f"CAST(CAST({e} AS {integer}) AS {text})) END")
+
+
+def _zero_date_null(c: str, formatted: str) -> str:
+    return f"CASE WHEN YEAR({c}) = 0 OR MONTH({c}) = 0 OR DAYOFMONTH({c}) = 0 THEN NULL ELSE {formatted} END"
+
+
+def mysql_text_sql(col: Column) -> str:
+    """The MySQL/MariaDB expression for ``col``'s verify text (NULL where silver has NULL)."""
+    c = quote_ident(col.name)
+    k = col.kind
+    if k in (Kind.INT, Kind.UINT, Kind.DECIMAL):
+        return f"CAST({c} AS CHAR)"
+    if k is Kind.YEAR:
+        return f"CAST({c} + 0 AS CHAR)"
+    if k is Kind.BIT:
+        return f"CAST(CAST({c} + 0 AS SIGNED) AS CHAR)"
+    if k in (Kind.FLOAT, Kind.DOUBLE):
+        return _float_text(f"CAST({c} AS DOUBLE)", mysql=True)
+    if k is Kind.DATE:
+        return _zero_date_null(c, f"DATE_FORMAT({c}, '%%Y-%%m-%%d')")
+    if k in (Kind.DATETIME, Kind.TIMESTAMP):
+        return _zero_date_null(c, f"DATE_FORMAT({c}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')")
+    if k is Kind.TIME:
+        return f"CAST({c} AS CHAR)"
+    if k in (Kind.STRING, Kind.ENUM, Kind.SET, Kind.JSON):
+        return f"CONVERT({c} USING utf8mb4)"
+    if k is Kind.BINARY:
+        return f"HEX({c})"
+    raise ValueError(f"no verify text for kind {k}")
+
+
+def spark_text_sql(col: Column, v: str) -> str:
+    """The Spark SQL expression for the verify text of silver's typed column ``v``."""
+    k = col.kind
+    if k in (Kind.INT, Kind.UINT, Kind.YEAR, Kind.BIT, Kind.DECIMAL):
+        return f"CAST({v} AS STRING)"
+    if k in (Kind.FLOAT, Kind.DOUBLE):
+        return _float_text(f"CAST({v} AS DOUBLE)", mysql=False)
+    if k is Kind.DATE:
+        return f"date_format({v}, 'yyyy-MM-dd')"
+    if k is Kind.DATETIME:
+        return f"date_format({v}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
+    if k is Kind.TIMESTAMP:
+        # By arithmetic on the instant: date_format would render in the session time zone.
+        us = f"unix_micros({v})"
+        day = 86_400_000_000
+        r = f"pmod({us}, {day})"
+
+        def two(expr: str) -> str:
+            return f"lpad(CAST({expr} AS STRING), 2, '0')"
+
+        return (f"concat(date_format(date_from_unix_date(CAST(({us} - {r}) div {day} AS INT)), 'yyyy-MM-dd'), ' ', "
+                f"{two(f'{r} div 3600000000')}, ':', {two(f'({r} div 60000000) % 60')}, ':', "
+                f"{two(f'({r} div 1000000) % 60')}, '.', lpad(CAST({r} % 1000000 AS STRING), 6, '0'))")
+    if k in (Kind.TIME, Kind.STRING, Kind.ENUM, Kind.SET, Kind.JSON):
+        return f"CAST({v} AS STRING)"
+    if k is Kind.BINARY:
+        return f"hex({v})"
+    raise ValueError(f"no verify text for kind {k}")
+
+
+def mysql_row_hash_sql(schema: TableSchema) -> str:
+    """The row hash as a BIGINT UNSIGNED expression (sum it for the chunk checksum)."""
+    parts = []
+    for col in schema.columns:
+        t = mysql_text_sql(col)
+        parts.append(f"CASE WHEN ({t}) IS NULL THEN 'N' ELSE CONCAT(LENGTH({t}), ':', {t}) END")
+    row = f"CONVERT(CONCAT_WS(',', {', '.join(parts)}) USING utf8mb4)"
+    return f"CAST(CONV(SUBSTRING(MD5({row}), 1, 15), 16, 10) AS UNSIGNED)"
+
+
+def spark_row_hash_sql(schema: TableSchema, aliases: Sequence[str]) -> str:
+    """The same row hash in Spark as ``DECIMAL(38,0)``, over silver's typed columns."""
+    parts = []
+    for col, v in zip(schema.columns, aliases):
+        t = spark_text_sql(col, v)
+        parts.append(f"CASE WHEN ({t}) IS NULL THEN 'N' ELSE concat(CAST(octet_length({t}) AS STRING), ':', {t}) END")
+    row = f"concat_ws(',', {', '.join(parts)})"
+    return f"CAST(conv(substr(md5(CAST({row} AS BINARY)), 1, 15), 16, 10) AS DECIMAL(38,0))"
+
+
+# ---------------------------------------------------------------------------------------
+# Chunk assignment on the source, ordered as silver's typed keys are
+
+
+def _key_operand(col: Column) -> tuple[str, str, Callable[[str], Any], Callable[[str], Any]]:
+    """(column expression, placeholder, bound text -> parameter, bound text -> Python sort key)."""
+    c = quote_ident(col.name)
+    k = col.kind
+    as_bytes = (lambda t: t.encode("utf-8"))
+    if k in (Kind.INT, Kind.UINT, Kind.YEAR):
+        return c, "%s", int, int
+    if k is Kind.BIT:
+        return f"CAST({c} + 0 AS SIGNED)", "%s", int, int
+    if k is Kind.DECIMAL and col.spark_type != "STRING":
+        return c, "%s", Decimal, Decimal
+    if k in (Kind.FLOAT, Kind.DOUBLE):
+        return f"CAST({c} AS DOUBLE)", "%s", float, float
+    if k is Kind.DATE:
+        return c, "CAST(%s AS DATE)", str, str
+    if k is Kind.DATETIME:
+        return c, "CAST(%s AS DATETIME(6))", str, str
+    if k is Kind.TIMESTAMP:
+        def utc(t: str) -> str:
+            return t.replace("T", " ").rstrip("Z")
+        return c, "CAST(%s AS DATETIME(6))", utc, utc
+    if k is Kind.BINARY:
+        return c, "%s", base64.b64decode, base64.b64decode
+    # Everything silver holds as STRING (and DECIMAL wider than 38 digits): by UTF-8 bytes.
+    return f"CAST({mysql_text_sql(col)} AS BINARY)", "%s", as_bytes, as_bytes
+
+
+def _bound(schema: TableSchema, bound) -> list[str] | None:
+    if bound is None:
+        return None
+    values = json.loads(bound) if isinstance(bound, str) else list(bound)
+    return [str(v) for v in values]
+
+
+def _at_least(schema: TableSchema, texts: list[str], params: list) -> str:
+    """``key >= bound`` lexicographically over the bound's prefix (as key_range_predicate)."""
+    ops = [_key_operand(c) for c in schema.key_columns[: len(texts)]]
+
+    def lex(i: int) -> str:
+        expr, ph, conv, _ = ops[i]
+        if i == len(texts) - 1:
+            params.append(conv(texts[i]))
+            return f"{expr} >= {ph}"
+        params.append(conv(texts[i]))
+        gt = f"{expr} > {ph}"
+        params.append(conv(texts[i]))
+        return f"({gt} OR ({expr} = {ph} AND ({lex(i + 1)})))"
+
+    return lex(0)
+
+
+def _sorted_contiguous(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) -> bool:
+    """True when the chunks tile the key space in the order silver compares keys, so a
+    binary search over the bounds assigns exactly as the first-match CASE does."""
+    if not chunks or chunks[0][1] is not None or chunks[-1][2] is not None:
+        return False
+    keys = [_key_operand(c)[3] for c in schema.key_columns]
+    previous = None
+    for (_, _, end), (_, start, _) in zip(chunks, chunks[1:]):
+        e, s = _bound(schema, end), _bound(schema, start)
+        if e is None or e != s or len(e) != len(keys):
+            return False
+        try:
+            sort_key = tuple(f(t) for f, t in zip(keys, e))
+        except (ValueError, ArithmeticError):
+            return False
+        if previous is not None and not previous < sort_key:
+            return False
+        previous = sort_key
+    return True
+
+
+def chunk_of_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) -> tuple[str, list]:
+    """SQL (and its parameters) for the id of the chunk whose ``[start, end)`` holds the
+    row's key, ``-1`` for none (a NULL key). A binary search over the bounds when they are
+    sorted as silver orders keys; otherwise the first matching chunk, as Spark's CASE."""
+    params: list = []
+    if not chunks:
+        return "-1", params
+    null_key = " OR ".join(f"{quote_ident(c.name)} IS NULL" for c in schema.key_columns)
+    if _sorted_contiguous(schema, chunks):
+        def search(lo: int, hi: int) -> str:
+            if lo == hi:
+                return str(int(chunks[lo][0]))
+            mid = (lo + hi + 1) // 2
+            cond = _at_least(schema, _bound(schema, chunks[mid][1]), params)  # type: ignore[arg-type]
+            return f"CASE WHEN {cond} THEN {search(mid, hi)} ELSE {search(lo, mid - 1)} END"
+
+        body = search(0, len(chunks) - 1)
+    else:
+        whens = []
+        for chunk_id, start, end in chunks:
+            conds = []
+            if (s := _bound(schema, start)) is not None:
+                conds.append(_at_least(schema, s, params))
+            if (e := _bound(schema, end)) is not None:
+                conds.append(f"NOT ({_at_least(schema, e, params)})")
+            whens.append(f"WHEN {' AND '.join(conds) or 'TRUE'} THEN {int(chunk_id)}")
+        body = f"CASE {' '.join(whens)} ELSE -1 END"
+    return f"CASE WHEN {null_key} THEN -1 ELSE {body} END", params
+
+
+def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) -> tuple[str, list]:
+    """One scan of the table: per chunk id ``g``, the row count ``n`` and checksum ``h``."""
+    chunk, params = chunk_of_sql(schema, chunks)
+    sql = (f"SELECT {chunk} AS g, COUNT(*) AS n, SUM({mysql_row_hash_sql(schema)}) AS h "
+           f"FROM {qualified(schema.database, schema.table)} GROUP BY 1")
+    return sql, params
+
+
+__all__ = ["chunk_of_sql", "chunk_stats_sql", "mysql_row_hash_sql", "mysql_text_sql", "spark_row_hash_sql",
+           "spark_text_sql"]

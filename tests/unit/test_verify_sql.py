@@ -1,0 +1,46 @@
+"""The source side of verify as SQL text: chunk assignment and quoting, without a server."""
+
+from __future__ import annotations
+
+import json
+
+from binlake.source.types import Column, Kind, TableSchema
+from binlake.verify_sql import chunk_of_sql, chunk_stats_sql
+
+
+def _schema(key_kind: Kind, name: str = "id") -> TableSchema:
+    return TableSchema("shop", "or`ders", (Column(name, key_kind, bits=32), Column("note", Kind.STRING)), (name,))
+
+
+def _chunks(*bounds):
+    edges = [None, *[json.dumps([b]) for b in bounds], None]
+    return [(i, edges[i], edges[i + 1]) for i in range(len(edges) - 1)]
+
+
+def test_sorted_integer_bounds_are_searched_with_each_bound_compared_once():
+    sql, params = chunk_of_sql(_schema(Kind.INT), _chunks("10", "20", "30"))
+    # Three bounds, one comparison each: a binary search, not a CASE per chunk.
+    assert sorted(params) == [10, 20, 30]
+    assert sql.count(">= %s") == 3
+
+
+def test_string_bounds_out_of_byte_order_fall_back_to_the_first_matching_chunk():
+    # A case-insensitive collation planned 'a' before 'B'; by bytes 'B' sorts first, so
+    # only the first-match CASE (what Spark evaluates on silver) assigns keys the same way.
+    sql, params = chunk_of_sql(_schema(Kind.STRING, "word"), _chunks("a", "B"))
+    assert sql.count("WHEN") == 4  # the NULL-key guard and one per chunk
+    assert params == [b"a", b"a", b"B", b"B"]
+    assert "CAST(CONVERT(`word` USING utf8mb4) AS BINARY)" in sql
+
+
+def test_string_bounds_in_byte_order_are_compared_as_bytes():
+    sql, params = chunk_of_sql(_schema(Kind.STRING, "word"), _chunks("B", "a", "\u00c9"))
+    # Each bound once: the binary search, comparing UTF-8 bytes.
+    assert sorted(params) == [b"B", b"a", "\u00c9".encode()]
+    assert "CAST(CONVERT(`word` USING utf8mb4) AS BINARY)" in sql
+
+
+def test_names_are_quoted_and_values_are_parameters():
+    sql, params = chunk_stats_sql(_schema(Kind.INT, "i`d"), _chunks("7"))
+    assert "FROM `shop`.`or``ders`" in sql and "`i``d` >= %s" in sql
+    assert params == [7]
