@@ -529,7 +529,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: failed checks: {described}")
 
     warnings: list[str] = []
-    written: list[tuple[TableRef, int | None]] = []  # (gold table, its version before this publish)
+    written: list[tuple[TableRef, int | None]] = []  # (gold table, the version the last publish names)
     try:
         for t in tables:
             if t.reused:
@@ -543,7 +543,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
                     t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(frame, dropping), publish_id)
             schema = schemas[t.name]
             gold_ref = lh.gold(t.db, t.table)
-            written.append((gold_ref, _latest_version(spark, gold_ref) if gold_ref.exists(spark) else None))
+            written.append((gold_ref, (previous.get(t.name) or {}).get("gold_version")))
             with _writing(gold_ref):
                 t.gold_version, t.row_count = _write_gold(spark, gold_ref, keep_frame(frame, dropping),
                                                           schema.comment if schema else "")
@@ -564,7 +564,7 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
     (readers through the publish log never do). Best effort: the location may still refuse."""
     for ref, before in written:
         if before is None:
-            continue  # created by this attempt: no publish names it yet
+            continue  # no publish names this table yet: nothing to go back to
         try:
             if _latest_version(spark, ref) != before:
                 spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
