@@ -49,7 +49,7 @@ demo: setup mysql-up
 # a JVM or a server, so two overlap well even on 2 cores.
 PYTEST_WORKERS ?= 2
 test: setup
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q

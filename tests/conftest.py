@@ -7,6 +7,7 @@ Markers follow the directory, so `pytest -m unit` runs the fast ones.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 import os
 import uuid
 from pathlib import Path
@@ -21,6 +22,13 @@ def pytest_collection_modifyitems(config, items):
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "spark", "integration"):
             item.add_marker(getattr(pytest.mark, parts[0]))
+    # `make test` hands whole files to two xdist workers in collection order
+    # (--no-loadscope-reorder). Files holding a `slow` test go first, the single long
+    # end-to-end tests before them all, so the two longest start at once on different
+    # workers instead of one of them starting last and running alone.
+    per_file = Counter(item.fspath for item in items)
+    slow = {item.fspath for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: (item.fspath not in slow, per_file[item.fspath] if item.fspath in slow else 0))
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from binlake.lakehouse import Lakehouse
 from binlake.verify import run_verify
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
 ROWS = 30
 CHUNK = 10  # ids 1..30 -> chunks (-inf,11) [11,21) [21,+inf)
 

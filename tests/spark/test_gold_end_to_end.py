@@ -4,13 +4,9 @@ what the source held then."""
 
 from __future__ import annotations
 
-import pytest
-
 from binlake.gold.publish import gold_as_of
 from binlake.pipeline import run_pipeline
 from binlake.status import collect_status, format_status
-
-pytestmark = pytest.mark.slow
 
 
 def source_rows(mariadb, db):

@@ -13,6 +13,8 @@ from chispa import assert_df_equality
 from binlake.errors import LakehouseError, NotReadyError
 from binlake.gold.publish import gold_as_of, publish_as_of, run_gold
 
+pytestmark = pytest.mark.slow
+
 try:  # tests/spark is a package in some layouts and a plain directory in others
     from .gold_fixtures import Lake, col, table_schema
 except ImportError:
