@@ -192,3 +192,13 @@ def test_each_rule_kind_agrees_with_its_quarantine_predicate(spark):
     for check, result in zip(checks, outcome.results):
         assert result.unexpected_count == df.where(check.failing_rows).count(), check.name
     assert [r.unexpected_count for r in outcome.results] == [1, 1, 1, 1, 2]
+
+
+def test_checks_read_the_frame_once_and_leave_nothing_cached(spark):
+    df = spark.createDataFrame([(1, 5), (2, 50)], "id INT, n INT")
+    checks = [rule_check(CheckRule(Severity.WARN, column="n", between=(0, 10)))]
+
+    outcome = run_checks(df, checks, table="cache")
+
+    assert [r.unexpected_count for r in outcome.results] == [1]
+    assert not df.is_cached
