@@ -351,8 +351,10 @@ def scenario_kill_connection(h: Harness, out: Outcome) -> None:
     try:
         for args, wait in ((("run",), 12), (("capture", "--continuous"), 25)):
             proc = h.start_background(config, *args)
-            # From `wait` seconds on, kill binlake's connections the moment any exists. A fixed
-            # window missed them on a loaded box, where a JVM can take a minute to connect.
+            # From `wait` seconds on, kill binlake's connections as soon as the phase's own are
+            # open: the binlog stream for capture; for run, the snapshot readers (a query in
+            # flight, or the parallel readers' connections). A fixed time window missed them
+            # on a loaded box, where a JVM can take a minute to connect.
             time.sleep(wait)
             deadline = time.monotonic() + 600
             killed = False
@@ -360,7 +362,12 @@ def scenario_kill_connection(h: Harness, out: Outcome) -> None:
                 with h.mariadb.root_connection() as conn, conn.cursor() as cur:
                     cur.execute("SELECT ID, COMMAND, LEFT(COALESCE(INFO, ''), 60) FROM information_schema.PROCESSLIST "
                                 "WHERE USER = 'cdc'")
-                    for pid, command, info in cur.fetchall():
+                    rows = cur.fetchall()
+                    if args[0] == "capture":
+                        in_phase = any(command.startswith("Binlog Dump") for _, command, _ in rows)
+                    else:
+                        in_phase = any(command == "Query" for _, command, _ in rows) or len(rows) >= 2
+                    for pid, command, info in rows if in_phase else ():
                         try:
                             cur.execute(f"KILL {int(pid)}")
                             killed = True
@@ -368,7 +375,7 @@ def scenario_kill_connection(h: Harness, out: Outcome) -> None:
                         except pymysql.err.Error:
                             pass
                 if not killed:
-                    time.sleep(0.5)
+                    time.sleep(0.2)
             out.faults += int(killed)
             if args[0] == "capture":
                 time.sleep(5)
