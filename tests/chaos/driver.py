@@ -630,6 +630,9 @@ SHORT = ("ci",)
 
 
 def run(names: list[str], full: bool, workdir: Path) -> list[Outcome]:
+    # Absolute: binlake resolves a relative lakehouse path against the config's directory,
+    # while the unwritable scenario locks the path as given.
+    workdir = Path(workdir).resolve()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
     h = Harness(workdir, full=full)
