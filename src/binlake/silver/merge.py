@@ -445,7 +445,10 @@ def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: Table
         ).first()
         stats = {"n": agg["n"], "t": agg["t"], "z": agg["z"]}
         if stats["t"] is not None:
-            batch_truncate = (stats["t"]["file_index"], stats["t"]["pos"], stats["t"]["row"])
+            # pos is where the statement's event ends: a snapshot whose low watermark is that
+            # same position was read after it, and its rows, at (lw, -1), must outlive it. So the
+            # boundary sorts just below them; no row event ends at a DDL statement's position.
+            batch_truncate = (stats["t"]["file_index"], stats["t"]["pos"], -2)
             truncated = max(truncated or batch_truncate, batch_truncate)
 
     snaps = _snapshot_records(spark, lh, new_chunks) if new_chunks else None
