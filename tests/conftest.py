@@ -7,9 +7,9 @@ Markers follow the directory, so `pytest -m unit` runs the fast ones.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 import os
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest

@@ -358,8 +358,8 @@ def scenario_kill_connection(h: Harness, out: Outcome) -> None:
             time.sleep(wait)
             deadline = time.monotonic() + 600
             killed = False
-            while time.monotonic() < deadline and proc.poll() is None and not killed:
-                with h.mariadb.root_connection() as conn, conn.cursor() as cur:
+            with h.mariadb.root_connection() as conn, conn.cursor() as cur:
+                while time.monotonic() < deadline and proc.poll() is None and not killed:
                     cur.execute("SELECT ID, COMMAND, LEFT(COALESCE(INFO, ''), 60) FROM information_schema.PROCESSLIST "
                                 "WHERE USER = 'cdc'")
                     rows = cur.fetchall()
@@ -374,8 +374,8 @@ def scenario_kill_connection(h: Harness, out: Outcome) -> None:
                             out.notes.append(f"{args[0]}: killed {command} {info}".strip())
                         except pymysql.err.Error:
                             pass
-                if not killed:
-                    time.sleep(0.2)
+                    if not killed:
+                        time.sleep(0.2)
             out.faults += int(killed)
             if args[0] == "capture":
                 time.sleep(5)

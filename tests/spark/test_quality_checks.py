@@ -194,7 +194,7 @@ def test_each_rule_kind_agrees_with_its_quarantine_predicate(spark):
     assert [r.unexpected_count for r in outcome.results] == [1, 1, 1, 1, 2]
 
 
-def test_checks_read_the_frame_once_and_leave_nothing_cached(spark):
+def test_checks_leave_the_checked_frame_uncached(spark):
     df = spark.createDataFrame([(1, 5), (2, 50)], "id INT, n INT")
     checks = [rule_check(CheckRule(Severity.WARN, column="n", between=(0, 10)))]
 

@@ -32,7 +32,10 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> None:
     # Creating a Delta table is driver-side latency (commit, log listing), not cluster work:
     # the five at once took 5-6 s where one after another took 11-15 s.
     with ThreadPoolExecutor(len(tables)) as pool:
-        list(pool.map(lambda t: t[0].create_if_missing(spark, t[1], t[2], comment=t[3]), tables))
+        created = [pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment)
+                   for ref, schema, properties, comment in tables]
+        for future in created:
+            future.result()  # re-raises the first failure here
 
 
 def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:
