@@ -50,6 +50,15 @@ def test_reconciliation_range_is_also_case_folded_for_string_keys(spark):
     assert sorted(r[0] for r in df.where(reconcile_range_predicate(t, '["A"]', '["c"]')).collect()) == ["B", "b"]
 
 
+def test_reconciliation_range_also_agrees_with_upper_case_order(spark):
+    t = table("shop.s", [col("k", Kind.STRING)], key=("k",))
+    df = spark.createDataFrame([("Ab",), ("__",), ("a_",)], "k STRING")
+    # utf8mb4_general_ci weighs by upper case: "__" sorts after every letter, so MySQL puts it
+    # in [b, ...); binary and lower-case order both put it before "b".
+    assert sorted(r[0] for r in df.where(key_range_predicate(t, None, '["b"]')).collect()) == ["Ab", "__", "a_"]
+    assert sorted(r[0] for r in df.where(reconcile_range_predicate(t, None, '["b"]')).collect()) == ["Ab", "a_"]
+
+
 def test_argument_checks_have_exact_messages():
     with pytest.raises(ValueError, match=r"start_key has 3 values but shop.c has 2 key column\(s\) \['a', 'b'\]"):
         key_range_predicate(COMPOSITE, '["1", "a", "x"]', None)

@@ -333,40 +333,46 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict
     return _last_metrics(spark, ref, since=before)
 
 
-def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dict], group: int = 64) -> int:
-    """Tombstone keys a completed chunk proves gone: inside [start, end), older than its lw.
+def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dict],
+                     floors: dict[str, tuple[int, int]] | None = None, group: int = 64) -> int:
+    """Tombstone keys a completed chunk proves gone: inside [start, end) and older than the
+    *snapshot's* first low watermark ``T`` (``floors[snapshot_id]``; default: the smallest lw
+    among ``chunks`` of that snapshot).
 
-    Runs after the MERGE, when every key the chunk returned already carries a sequence
-    >= the chunk's low watermark, so "older than lw" means "not returned".
+    Runs after the MERGE. Every key any chunk of the snapshot returned carries a sequence
+    >= ``(T, -1)``, so a row that only sorts into this chunk's range in Spark (a string key
+    under a case- or accent-insensitive collation; MySQL put it in a neighbouring chunk) is
+    never tombstoned once its own chunk is in. The tombstone sits at ``(T, -2)``: the row was
+    gone at T (absent at this chunk's lw, and no binlog event since T), and a neighbouring
+    chunk of the same snapshot committed later (lw >= T) still wins over it.
     """
     from pyspark.sql import functions as F
 
     if not chunks:
         return 0
+    floors = floors or {}
+    by_snapshot: dict[str, list[dict]] = {}
+    for c in chunks:
+        by_snapshot.setdefault(c["snapshot_id"], []).append(c)
     total = 0
-    ordered = sorted(chunks, key=lambda c: (c["lw_file_index"], c["lw_pos"]), reverse=True)
-    for i in range(0, len(ordered), group):
-        part = ordered[i : i + group]
-        conds = []
-        for c in part:
-            lw = F.expr(_seq_lit((c["lw_file_index"], c["lw_pos"], -1)))
-            conds.append((reconcile_range_predicate(schema, c["start_key"], c["end_key"]) & (F.col("_cdc_seq") < lw), lw))
-        new_seq = F.when(conds[0][0], conds[0][1])
-        any_cond = conds[0][0]
-        for cond, lw in conds[1:]:
-            new_seq = new_seq.when(cond, lw)
-            any_cond = any_cond | cond
-        condition = (~F.col("_cdc_deleted")) & any_cond
+    for snapshot_id, members in sorted(by_snapshot.items()):
+        floor = floors.get(snapshot_id) or min((c["lw_file_index"], c["lw_pos"]) for c in members)
+        older = F.col("_cdc_seq") < F.expr(_seq_lit((*floor, -1)))
+        for i in range(0, len(members), group):
+            inside = F.lit(False)
+            for c in members[i : i + group]:
+                inside = inside | reconcile_range_predicate(schema, c["start_key"], c["end_key"])
+            condition = (~F.col("_cdc_deleted")) & older & inside
 
-        def run(condition=condition, new_seq=new_seq):
-            ref.delta(spark).update(condition, {
-                "_cdc_seq": new_seq, "_cdc_deleted": F.lit(True), "_cdc_op": F.lit("delete"),
-                "_cdc_commit_ts": F.lit(None).cast("timestamp"),
-            })
+            def run(condition=condition, floor=floor):
+                ref.delta(spark).update(condition, {
+                    "_cdc_seq": F.expr(_seq_lit((*floor, -2))), "_cdc_deleted": F.lit(True),
+                    "_cdc_op": F.lit("delete"), "_cdc_commit_ts": F.lit(None).cast("timestamp"),
+                })
 
-        before = _latest_version(spark, ref)
-        with_retry(f"chunk reconciliation of {ref}", run)
-        total += _last_metrics(spark, ref, since=before).get("numUpdatedRows", 0)
+            before = _latest_version(spark, ref)
+            with_retry(f"chunk reconciliation of {ref}", run)
+            total += _last_metrics(spark, ref, since=before).get("numUpdatedRows", 0)
     return total
 
 
@@ -410,7 +416,7 @@ def _prepare_table(spark, lh, ref, history, new_chunks, result: TableResult):
         return target.seq
 
 
-def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: TableResult):
+def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: TableResult, floors=None):
     from pyspark.sql import functions as F
 
     ref = lh.silver(db, table)
@@ -471,12 +477,24 @@ def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: Table
         result.merged = m.get("numTargetRowsInserted", 0) + m.get("numTargetRowsUpdated", 0)
     if batch_truncate is not None:
         result.truncated = apply_truncate(spark, ref, truncated)
-    result.reconciled = reconcile_chunks(spark, ref, schema, new_chunks)
+    result.reconciled = reconcile_chunks(spark, ref, schema, new_chunks, floors)
     return TableBatch(schema=schema, decoder=decoder, changes=empty_changes, ref=ref)
 
 
 # ---------------------------------------------------------------------------------------
 # The run
+
+
+def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, tuple[int, int]]:
+    """Per snapshot: the smallest low watermark among all its committed chunks, this run's
+    and earlier ones. Waves commit in order, so a chunk committed later has a later lw."""
+    from pyspark.sql import functions as F
+
+    if not snapshot_ids:
+        return {}
+    rows = (lh.snapshot_chunks.read(spark).where(F.col("snapshot_id").isin(sorted(snapshot_ids)))
+            .groupBy("snapshot_id").agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect())
+    return {r["snapshot_id"]: (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) for r in rows}
 
 
 def _captured_tables(spark, lh: Lakehouse, config: Config) -> list[tuple[str, str]]:
@@ -547,6 +565,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     ch_min = [s for s in ch_starts.values() if s is not None]
     if ch_min:
         chunk_rows = [r.asDict() for r in read_cdf(spark, lh.snapshot_chunks, min(ch_min), ch_end).collect()]
+    floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in chunk_rows})
 
     results: list[TableResult] = []
     batches: dict[str, TableBatch] = {}
@@ -564,7 +583,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         new_chunks = [c for c in chunk_rows if ch_start is not None and c["_commit_version"] >= ch_start
                       and c["db"] == db and c["table"] == table]
         try:
-            batches[name] = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res)
+            batches[name] = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res, floors)
         except (SchemaChangeError, NotReadyError) as exc:
             res.error = str(exc)
             log.error("%s", exc)

@@ -105,18 +105,27 @@ def key_range_predicate(schema: TableSchema, start_key, end_key):
     return _range(schema, start_key, end_key)
 
 
-def _fold(c, col: SourceColumn):
+def _lower(c, col: SourceColumn):
     from pyspark.sql import functions as F
 
     return F.lower(c) if col.kind in (Kind.STRING, Kind.ENUM, Kind.SET) else c
 
 
+def _upper(c, col: SourceColumn):
+    from pyspark.sql import functions as F
+
+    return F.upper(c) if col.kind in (Kind.STRING, Kind.ENUM, Kind.SET) else c
+
+
 def reconcile_range_predicate(schema: TableSchema, start_key, end_key):
-    """The range as silver trusts it for tombstoning: inside by binary order AND by
-    case-folded order. Under a case-insensitive collation a key near a chunk bound can sort
-    into a neighbouring chunk in MySQL; requiring both orders to agree means reconciliation
-    never tombstones a row the chunk could not have returned (it may, rarely, leave a missed
-    delete near a bound for ``verify`` to find)."""
+    """The range as silver trusts it for tombstoning: inside by binary order, by lower-cased
+    and by upper-cased order. Case-insensitive collations order letters against ``_``,
+    ``[``, ``^`` like one of the folded orders (``utf8mb4_general_ci`` weighs by upper case,
+    so ``'a' < '_'``, where binary and lower case put ``'_'`` first); a key all three place
+    inside is rarely outside in MySQL. Silver does not depend on it for a whole snapshot (see
+    :func:`binlake.silver.merge.reconcile_chunks`); for a partial re-snapshot a stricter test
+    only means a missed delete near a bound stays for ``verify`` to find."""
     if not any(c.kind in (Kind.STRING, Kind.ENUM, Kind.SET) for c in schema.key_columns):
         return _range(schema, start_key, end_key)
-    return _range(schema, start_key, end_key) & _range(schema, start_key, end_key, transform=_fold)
+    return (_range(schema, start_key, end_key) & _range(schema, start_key, end_key, transform=_lower)
+            & _range(schema, start_key, end_key, transform=_upper))
