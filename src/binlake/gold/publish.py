@@ -29,6 +29,7 @@ import hashlib
 import json
 import logging
 import re
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -46,6 +47,8 @@ STATUS_FAILED = "failed"
 
 # Metadata columns gold keeps from silver; _cdc_deleted is always false in gold, _cdc_op adds nothing.
 GOLD_METADATA_COLUMNS = ("_cdc_seq", "_cdc_commit_ts")
+# Silver tables pinned at the same time by one publish (see run_gold).
+PIN_THREADS = 4
 _BINLOG_SUFFIX = re.compile(r"\.(\d+)$")
 
 
@@ -448,26 +451,37 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     target, states = check_ready(spark, config)
 
     # Pin each silver table's version now; everything below reads exactly these versions.
-    tables: list[TablePublish] = []
-    schemas = {}
-    live_rows: dict[str, int] = {}
-    blockers: dict[str, list[str]] = {}
-    for s in states:
+    # Each pin is a few small reads (Delta log, one aggregate, schema_history): latency, not
+    # work, so the tables are pinned at once.
+    def pin(s):
         ref = lh.silver(s.db, s.table)
-        name = f"{s.db}.{s.table}"
         if not ref.exists(spark):
-            blockers.setdefault(name, []).append("silver progress exists but the silver table does not: run binlake silver")
-            continue
+            return None, None, None, ["silver progress exists but the silver table does not: run binlake silver"]
         tp = TablePublish(s.db, s.table, silver_version=_latest_version(spark, ref))
         live, top = _silver_stats(spark, ref, tp.silver_version)
+        problems = []
         if top is not None and top > (target.file_index, target.pos):
-            blockers.setdefault(name, []).append(
+            problems.append(
                 f"silver holds changes up to {Position(*top)} beyond its recorded progress {target} "
                 "(a silver run is in flight or was interrupted): run binlake silver"
             )
         schema = latest_schema(spark, lh, s.db, s.table)
         if schema is None:
-            blockers.setdefault(name, []).append("no schema recorded in bronze schema_history: run binlake snapshot or capture")
+            problems.append("no schema recorded in bronze schema_history: run binlake snapshot or capture")
+        return tp, live, schema, problems
+
+    tables: list[TablePublish] = []
+    schemas = {}
+    live_rows: dict[str, int] = {}
+    blockers: dict[str, list[str]] = {}
+    with ThreadPoolExecutor(max(1, min(PIN_THREADS, len(states))), thread_name_prefix="gold-pin") as pool:
+        pinned = list(pool.map(pin, states))
+    for s, (tp, live, schema, problems) in zip(states, pinned):
+        name = f"{s.db}.{s.table}"
+        if problems:
+            blockers.setdefault(name, []).extend(problems)
+        if tp is None:
+            continue
         schemas[name] = schema
         live_rows[name] = live
         tables.append(tp)

@@ -27,6 +27,7 @@ from binlake.bronze.binlog_source import EMPTYING_OPS
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -45,6 +46,8 @@ DATA_OPS = ("insert", "update", "delete")
 _PRIO_REAL = 2
 _PRIO_DERIVED = 1
 _RETRIES = 6
+# Silver tables applied at the same time by one run (see run_silver).
+TABLE_THREADS = 4
 
 
 @dataclass
@@ -567,51 +570,58 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         chunk_rows = [r.asDict() for r in read_cdf(spark, lh.snapshot_chunks, min(ch_min), ch_end).collect()]
     floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in chunk_rows})
 
-    results: list[TableResult] = []
-    batches: dict[str, TableBatch] = {}
-    progress_rows = []
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    overall = (None, None, None)
 
-    def _one_table(db, table, task):
-        nonlocal overall
+    def one_table(db, table, res: TableResult):
+        """Apply one table; returns (its batch, its progress row) or None if it stopped."""
         key = (db, table)
-        name = f"{db}.{table}"
-        res = TableResult(name=name)
-        results.append(res)
         cl_start, ch_start = cl_starts[key], ch_starts[key]
         new_chunks = [c for c in chunk_rows if ch_start is not None and c["_commit_version"] >= ch_start
                       and c["db"] == db and c["table"] == table]
         try:
-            batches[name] = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res, floors)
+            batch = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res, floors)
         except (SchemaChangeError, NotReadyError) as exc:
             res.error = str(exc)
             log.error("%s", exc)
-            if task:
-                task.advance()
-            return
+            return None
         prev = prog.get(key) or {}
         hb = [h["hb"] for h in heartbeats if cl_start is not None and h["_commit_version"] >= cl_start]
         top = max(hb, key=lambda h: (h["file_index"], h["pos"])) if hb else None
         applied = ((top["binlog_file"], top["file_index"], top["pos"]) if top else
                    (prev.get("applied_file"), prev.get("applied_file_index"), prev.get("applied_pos")))
-        if applied[1] is not None and (overall[1] is None or (applied[1], applied[2]) > (overall[1], overall[2])):
-            overall = applied
-        progress_rows.append((
+        return batch, (
             db, table,
             cl_end if cl_start is not None else prev.get("changelog_version"),
             ch_end if ch_start is not None else prev.get("chunks_version"),
             applied[0], applied[1], applied[2],
             int(prev.get("zero_dates") or 0) + res.zero_dates, now,
-        ))
-        if task:
-            task.advance()
+        )
 
+    results = [TableResult(name=f"{db}.{table}") for db, table in tables]
+    batches: dict[str, TableBatch] = {}
+    progress_rows = []
+    overall = (None, None, None)
     try:
         with ExitStack() as stack:
             task = stack.enter_context(progress.task("silver", len(tables), "tables")) if progress is not None else None
-            for db, table in tables:
-                _one_table(db, table, task)
+            # Tables are independent until the cascades below, and most of a small table's
+            # time is driver-side latency (Delta log reads, commits), so several run at once.
+            # Every write is conditional on _cdc_seq: a failure in one leaves the others
+            # correct, and the progress rows are written only when all have finished.
+            pool = stack.enter_context(ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(tables))),
+                                                          thread_name_prefix="silver"))
+            futures = {pool.submit(one_table, db, table, res): res for (db, table), res in zip(tables, results)}
+            for future in as_completed(futures):
+                if task:
+                    task.advance()
+            for future, res in futures.items():
+                done = future.result()  # re-raises an unexpected failure, after the others ended
+                if done is None:
+                    continue
+                batches[res.name], row = done
+                progress_rows.append(row)
+                if row[5] is not None and (overall[1] is None or (row[5], row[6]) > (overall[1], overall[2])):
+                    overall = (row[4], row[5], row[6])
 
         cascaded = apply_cascades(spark, batches)
         for r in results:
