@@ -55,6 +55,22 @@ def _bare_loop(config, db: str, start, end) -> tuple[int, float]:
     return n, time.monotonic() - began
 
 
+def _lakehouse_at(ctx, db: str, start, run_no: int):
+    """A fresh lakehouse whose capture has started at ``start`` (bronze tables created, the
+    start committed), so that the timed run is steady state, as every scheduled run but the first."""
+    from binlake.bronze.capture import run_capture
+    from binlake.config import load_config
+
+    path = ctx.workdir / f"capture_{run_no}.yml"
+    path.write_text(ctx.mariadb.config_yaml(
+        str(ctx.workdir / f"capture_lake_{run_no}"), [f"{db}.*"], server_id=9100 + run_no,
+        capture={"startup": "position", "start_position": str(start)},
+    ))
+    config = load_config(path)
+    run_capture(ctx.spark, config)
+    return config
+
+
 def run(ctx) -> list[dict]:
     from binlake.bronze.capture import run_capture
     from binlake.config import load_config
@@ -64,24 +80,29 @@ def run(ctx) -> list[dict]:
     db = "bench_capture"
     ctx.mariadb.execute(f"DROP DATABASE IF EXISTS `{db}`", "FLUSH BINARY LOGS")
     path = ctx.workdir / "capture.yml"
-    path.write_text(ctx.mariadb.config_yaml(
-        str(ctx.workdir / "capture_lake"), [f"{db}.*"], server_id=9100, capture={"startup": "latest"},
-    ))
+    path.write_text(ctx.mariadb.config_yaml(str(ctx.workdir / "capture_lake"), [f"{db}.*"], server_id=9100))
     config = load_config(path)
-    # Steady state: the bronze tables and the resume position exist before the timed run.
-    run_capture(ctx.spark, config)
     with connect(config.source) as conn:
         start = master_status(conn)
+    lakehouses = [_lakehouse_at(ctx, db, start, run_no) for run_no in (1, 2)]
     _load(ctx.mariadb, db, rows, files)
     with connect(config.source) as conn:
         end = master_status(conn)
 
-    peer_rows, peer_seconds = _bare_loop(config, db, start, end)
-    began = time.monotonic()
-    res = run_capture(ctx.spark, config)
-    seconds = time.monotonic() - began
-    if res.changes != rows or peer_rows != rows:
-        raise AssertionError(f"expected {rows} rows, capture wrote {res.changes}, the loop saw {peer_rows}")
-    print(f"   capture: {rows} rows over {files} files in {seconds:.1f}s; bare loop {peer_seconds:.1f}s", flush=True)
+    # Alternating, best of two each: right after the load the server is still flushing, and
+    # whoever reads first would pay for it.
+    peer_runs, runs = [], []
+    for lakehouse in lakehouses:
+        peer_rows, seconds = _bare_loop(config, db, start, end)
+        peer_runs.append(seconds)
+        began = time.monotonic()
+        changes = run_capture(ctx.spark, lakehouse).changes
+        runs.append(time.monotonic() - began)
+        if changes != rows or peer_rows != rows:
+            raise AssertionError(f"expected {rows} rows, capture wrote {changes}, the loop saw {peer_rows}")
+    seconds, peer_seconds = min(runs), min(peer_runs)
+    print(f"   capture: {rows} rows over {files} files, best of 2: binlake {seconds:.1f}s "
+          f"(runs {', '.join(f'{r:.1f}' for r in runs)}), bare loop {peer_seconds:.1f}s "
+          f"(runs {', '.join(f'{r:.1f}' for r in peer_runs)})", flush=True)
     return [result("capture_rows_per_s", rows / seconds, "rows/s", "python-mysql-replication loop",
-                   peer_rows / peer_seconds)]
+                   rows / peer_seconds)]
