@@ -25,6 +25,7 @@ from __future__ import annotations
 from binlake import faults
 from binlake.bronze.binlog_source import EMPTYING_OPS
 
+import functools
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -303,6 +304,48 @@ def _source_frame(spark, schema: TableSchema, decoder: Decoder, changes, snaps, 
     return records.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn", "_prio")
 
 
+# The most key intervals a MERGE condition names (see key_intervals).
+MAX_KEY_INTERVALS = 16
+
+
+def _is_numeric(spark_type: str) -> bool:
+    t = spark_type.upper()
+    return t.startswith(("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE"))
+
+
+def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS) -> list[tuple]:
+    """Closed intervals ``[(lo, hi), ...]`` that hold every value of ``column`` in ``df``.
+
+    One interval, the batch's min and max, can span a whole table: a typical batch updates
+    recent rows and inserts keys far above them, and ``[min, max]`` then covers everything
+    in between. For a numeric column the ``most - 1`` widest gaps between consecutive
+    distinct values are cut out. Every value stays inside by construction: an interval
+    runs from one cut's upper value to the value just below the next cut.
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    bounds = df.agg(F.min(F.col(column)).alias("lo"), F.max(F.col(column)).alias("hi")).first()
+    if bounds["lo"] is None:
+        return []
+    if not numeric or most < 2 or bounds["lo"] == bounds["hi"]:
+        return [(bounds["lo"], bounds["hi"])]
+    keys = df.select(F.col(column).alias("k")).distinct()
+    # Doubles for the gap only: it ranks the cuts, while the bounds keep the exact values
+    # (and BIGINT differences near 2^63 would overflow under ANSI mode).
+    gaps = (keys.select("k", F.lag("k").over(Window.orderBy("k")).alias("below"))
+            .where(F.col("below").isNotNull())
+            .withColumn("gap", F.col("k").cast("double") - F.col("below").cast("double"))
+            .orderBy(F.col("gap").desc()).limit(most - 1).collect())
+    cuts = sorted((r["k"], r["below"]) for r in gaps)
+    out, lo = [], bounds["lo"]
+    for k, below in cuts:
+        out.append((lo, below))
+        lo = k
+    out.append((lo, bounds["hi"]))
+    return out
+
+
 def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict[str, int]:
     """The idempotent MERGE: newer sequence wins, absent keys are inserted, nothing is deleted."""
     cols = [c.name for c in schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts"]
@@ -311,15 +354,16 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict
 
     on = F.expr(" AND ".join(f"t.{_q(k)} = s.{_q(k)}" for k in schema.key))
     # Delta prunes target files only by predicates on the target alone: bounding the
-    # leading key column by the batch's own min/max lets the clustered layout skip every
-    # file outside the batch's key range, so a batch costs the same on 1M or 10M rows.
+    # leading key column by the batch's own key intervals lets the clustered layout skip
+    # every file outside them, so a batch costs the same on 1M or 10M rows.
     first = schema.key[0]
+    typ = schema.column(first).spark_type
     source = source.persist()
-    bounds = source.agg(F.min(F.col(_q(first))).alias("lo"), F.max(F.col(_q(first))).alias("hi")).first()
-    if bounds["lo"] is not None:
+    intervals = key_intervals(source, _q(first), numeric=_is_numeric(typ))
+    if intervals:
         tk = F.col(f"t.{_q(first)}")
-        typ = schema.column(first).spark_type
-        on = on & (tk >= F.lit(bounds["lo"]).cast(typ)) & (tk <= F.lit(bounds["hi"]).cast(typ))
+        inside = [(tk >= F.lit(lo).cast(typ)) & (tk <= F.lit(hi).cast(typ)) for lo, hi in intervals]
+        on = on & functools.reduce(lambda a, b: a | b, inside)
 
     def run():
         (ref.delta(spark).alias("t").merge(source.alias("s"), on)
