@@ -1,0 +1,38 @@
+"""Python workers of the local session import from site-packages, not from archives.
+
+PySpark re-reads the directory of every archive on a worker's import path at the start of
+every task; with Spark's own zips and jars there that was about a quarter of a second of
+CPU per task (see binlake.local.worker_daemon). These tests look at a real worker.
+"""
+
+import os
+
+
+def _worker_import_state(spark):
+    def state(_):
+        # Runs on the worker; defined here so that it is pickled by value.
+        import os as wos
+        import sys as wsys
+        import zipimport
+
+        import pyspark as wpyspark
+
+        archives = [p for p in wsys.path if wos.path.isfile(p)]
+        zip_finders = [k for k, v in wsys.path_importer_cache.items() if isinstance(v, zipimport.zipimporter)]
+        yield archives, zip_finders, wpyspark.__file__
+
+    [result] = spark.sparkContext.parallelize([0], 1).mapPartitions(state).collect()
+    return result
+
+
+def test_workers_have_no_archives_on_their_import_path(spark):
+    archives, zip_finders, _ = _worker_import_state(spark)
+    assert [a for a in archives if a.lower().endswith((".zip", ".jar"))] == []
+    assert zip_finders == []
+
+
+def test_workers_import_the_same_pyspark_as_the_driver(spark):
+    import pyspark
+
+    _, _, worker_pyspark = _worker_import_state(spark)
+    assert os.path.realpath(worker_pyspark) == os.path.realpath(pyspark.__file__)
