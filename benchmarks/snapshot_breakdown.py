@@ -1,0 +1,167 @@
+"""Where a snapshot's time goes: the same chunk reads into different sinks, side by side.
+
+Not part of ``make bench`` (no peer, no ratio): a tool for whoever works on snapshot speed.
+Each variant reads the same planned chunks of a sysbench-style table through binlake's
+reader (:func:`binlake.bronze.snapshot_source.read_chunk`) and reshapes its Arrow batches:
+
+- ``reader->noop``: binlake's rows into Spark's no-op sink (the reader alone);
+- ``empty->noop``: partitions that read nothing (Spark's fixed cost per Python task);
+- ``layout->delta``: binlake's ``snapshot_rows`` layout into a new Delta table with its
+  table properties;
+- ``slim->delta``: chunk id, low watermark and the row map only (what the per-chunk
+  constants repeated on every row cost);
+- ``string->delta``: one STRING per row instead of the map (what the map costs);
+- ``jdbc->noop`` / ``jdbc->delta``: Spark's partitioned JDBC read, the benchmark's peer;
+- ``run_snapshot``: the real thing, with plan, marker read-back and manifest.
+
+Usage (N rows, best of R rounds; the table is kept between runs under .local/bench/breakdown)::
+
+    .venv/bin/python -m benchmarks.snapshot_breakdown --rows 1000000 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from benchmarks.bench_snapshot import CHUNK_SIZE, _warm_pages, binlake_config, jdbc_to_delta, load_sbtest
+from benchmarks.run import JDBC_PACKAGES, ROOT, BenchContext
+from binlake.bronze import snapshot_source
+from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
+
+DB, TABLE = "bench_breakdown", "sbtest"
+SCHEMAS = {
+    "layout": SNAPSHOT_ROWS_SCHEMA,
+    "slim": "chunk_id INT, lw_pos BIGINT, `row` MAP<STRING, STRING>",
+    "string": "chunk_id INT, lw_pos BIGINT, `row` STRING",
+}
+
+
+class BreakdownSource(snapshot_source.SnapshotDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "binlake-breakdown"
+
+    def schema(self) -> str:
+        return SCHEMAS.get(self.options.get("shape", "layout"), SNAPSHOT_ROWS_SCHEMA)
+
+    def reader(self, schema):
+        return BreakdownReader(dict(self.options))
+
+
+class BreakdownReader(snapshot_source.SnapshotReader):
+    def read(self, partition):
+        shape = self.options.get("shape", "layout")
+        if shape == "empty":
+            return
+        for batch in snapshot_source.read_chunk(self.options, partition):
+            if shape == "layout":
+                yield batch
+                continue
+            rows = batch.column("row")
+            if rows.null_count == len(rows):
+                continue  # the marker row
+            head = [batch.column("chunk_id"), batch.column("lw_pos")]
+            if shape == "slim":
+                yield pa.RecordBatch.from_arrays([*head, rows], names=["chunk_id", "lw_pos", "row"])
+            else:
+                joined = pc.binary_join(pa.ListArray.from_arrays(rows.offsets, rows.items), "\x1f")
+                yield pa.RecordBatch.from_arrays([*head, joined], names=["chunk_id", "lw_pos", "row"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.snapshot_breakdown")
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ns = ap.parse_args(argv)
+
+    from binlake.bronze.snapshot import _ROWS_TABLE_PROPERTIES, plan_table, run_snapshot
+    from binlake.bronze.tables import ensure_bronze_tables
+    from binlake.lakehouse import Lakehouse
+    from binlake.local.mariadb import CDC_USER, LocalMariaDB
+    from binlake.source.catalog import table_schema
+    from binlake.source.mysql import connect
+    from binlake.spark import get_spark
+
+    work = ROOT / ".local" / "bench" / "breakdown"
+    shutil.rmtree(work / "out", ignore_errors=True)
+    (work / "out").mkdir(parents=True)
+    db = LocalMariaDB(work / "mariadb").start()
+    os.environ["MYSQL_PASSWORD"] = db.cdc_password
+    spark = get_spark("binlake-snapshot-breakdown", extra_packages=JDBC_PACKAGES)
+    ctx = BenchContext(mariadb=db, spark=spark, workdir=work, quick=False)
+    try:
+        with db.root_connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (DB,))
+            have = cur.fetchone()[0] and db_rows(db) == ns.rows
+        if not have:
+            load_sbtest(db, DB, ns.rows)
+        _warm_pages(db, DB, TABLE)
+        config = binlake_config(ctx, DB, TABLE)
+        ensure_bronze_tables(spark, Lakehouse(config))
+        spark.dataSource.register(BreakdownSource)
+        with connect(config.source) as conn:
+            schema = table_schema(conn, config.source, DB, TABLE)
+            chunks = plan_table(conn, schema, CHUNK_SIZE)
+        options = snapshot_source.reader_options(
+            config.source,
+            [{"snapshot_id": "breakdown", "db": DB, "table": TABLE, "chunk_id": c.chunk_id, "start_key": c.start_json,
+              "end_key": c.end_json, "schema_version": schema.version()} for c in chunks],
+            {schema.name: schema.to_json()}, "breakdown")
+
+        def frame(shape):
+            return spark.read.format("binlake-breakdown").options(**options, shape=shape).load()
+
+        def to_delta(shape):
+            path = str(work / "out" / f"{shape}-{time.time_ns()}")
+            spark.createDataFrame([], frame(shape).schema).write.format("delta").save(path)
+            props = _ROWS_TABLE_PROPERTIES if shape == "layout" else {"delta.dataSkippingStatsColumns": "chunk_id"}
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
+                      + ", ".join(f"'{k}' = '{v}'" for k, v in props.items()) + ")")
+            frame(shape).write.format("delta").mode("append").save(path)
+
+        def jdbc_noop():
+            url = f"jdbc:mysql://127.0.0.1:{db.port}/{DB}?permitMysqlScheme"
+            props = {"user": CDC_USER, "password": db.cdc_password, "driver": "org.mariadb.jdbc.Driver"}
+            (spark.read.jdbc(url, TABLE, column="id", lowerBound=1, upperBound=ns.rows + 1, numPartitions=len(chunks),
+                             properties=props).write.format("noop").mode("overwrite").save())
+
+        variants = {
+            "empty->noop": lambda: frame("empty").write.format("noop").mode("overwrite").save(),
+            "reader->noop": lambda: frame("layout").write.format("noop").mode("overwrite").save(),
+            "jdbc->noop": jdbc_noop,
+            "layout->delta": lambda: to_delta("layout"),
+            "slim->delta": lambda: to_delta("slim"),
+            "string->delta": lambda: to_delta("string"),
+            "jdbc->delta": lambda: jdbc_to_delta(ctx, DB, TABLE, "id", len(chunks), str(work / "out" / f"jdbc-{time.time_ns()}")),
+            "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{DB}.{TABLE}"]),
+        }
+        best: dict[str, float] = {}
+        for r in range(ns.rounds):
+            for name, fn in variants.items():
+                began = time.monotonic()
+                fn()
+                seconds = time.monotonic() - began
+                best[name] = min(best.get(name, seconds), seconds)
+                print(f"round {r + 1} {name:16} {seconds:6.1f}s", flush=True)
+        print(f"\n{ns.rows:,} rows, {len(chunks)} chunks, best of {ns.rounds}:")
+        for name, seconds in best.items():
+            print(f"  {name:16} {seconds:6.1f}s  {ns.rows / seconds:>12,.0f} rows/s")
+    finally:
+        db.stop()
+    return 0
+
+
+def db_rows(db) -> int:
+    with db.root_connection(DB) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
+        return int(cur.fetchone()[0])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
