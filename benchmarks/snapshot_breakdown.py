@@ -6,10 +6,14 @@ reader (:func:`binlake.bronze.snapshot_source.read_chunk`) and reshapes its Arro
 
 - ``reader->noop``: binlake's rows into Spark's no-op sink (the reader alone);
 - ``empty->noop``: partitions that read nothing (Spark's fixed cost per Python task);
+- ``slim->noop``: chunk id, low watermark and the row map only, into the no-op sink;
 - ``layout->delta``: binlake's ``snapshot_rows`` layout into a new Delta table with its
   table properties;
 - ``slim->delta``: chunk id, low watermark and the row map only (what the per-chunk
   constants repeated on every row cost);
+- ``joined->delta``: the slim rows joined on the JVM side to the per-chunk constants (a
+  broadcast of the wave's chunks), then written in binlake's layout: the same table as
+  ``layout->delta`` without shipping the constants through Arrow;
 - ``string->delta``: one STRING per row instead of the map (what the map costs);
 - ``jdbc->noop`` / ``jdbc->delta``: Spark's partitioned JDBC read, the benchmark's peer;
 - ``run_snapshot``: the real thing, with plan, marker read-back and manifest.
@@ -35,6 +39,8 @@ from binlake.bronze import snapshot_source
 from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
 DB, TABLE = "bench_breakdown", "sbtest"
+# Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
+SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
 SCHEMAS = {
     "layout": SNAPSHOT_ROWS_SCHEMA,
     "slim": "chunk_id INT, lw_pos BIGINT, `row` MAP<STRING, STRING>",
@@ -110,9 +116,9 @@ def main(argv: list[str] | None = None) -> int:
             chunks = plan_table(conn, schema, CHUNK_SIZE)
         options = snapshot_source.reader_options(
             config.source,
-            [{"snapshot_id": "breakdown", "db": DB, "table": TABLE, "chunk_id": c.chunk_id, "start_key": c.start_json,
+            [{"snapshot_id": SNAPSHOT_ID, "db": DB, "table": TABLE, "chunk_id": c.chunk_id, "start_key": c.start_json,
               "end_key": c.end_json, "schema_version": schema.version()} for c in chunks],
-            {schema.name: schema.to_json()}, "breakdown")
+            {schema.name: schema.to_json()}, ATTEMPT_ID)
 
         def frame(shape):
             return spark.read.format("binlake-breakdown").options(**options, shape=shape).load()
@@ -125,6 +131,22 @@ def main(argv: list[str] | None = None) -> int:
                       + ", ".join(f"'{k}' = '{v}'" for k, v in props.items()) + ")")
             frame(shape).write.format("delta").mode("append").save(path)
 
+        def joined_to_delta():
+            from pyspark.sql import functions as F
+
+            path = str(work / "out" / f"joined-{time.time_ns()}")
+            spark.createDataFrame([], SNAPSHOT_ROWS_SCHEMA).write.format("delta").save(path)
+            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
+                      + ", ".join(f"'{k}' = '{v}'" for k, v in _ROWS_TABLE_PROPERTIES.items()) + ")")
+            consts = spark.createDataFrame(
+                [(c.chunk_id, SNAPSHOT_ID, DB, TABLE, schema.version()) for c in chunks],
+                "chunk_id INT, snapshot_id STRING, db STRING, `table` STRING, schema_version STRING")
+            rows = (frame("slim").join(F.broadcast(consts), "chunk_id")
+                    .select("snapshot_id", "db", "table", "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
+                            F.lit(1).cast("bigint").alias("lw_file_index"), "lw_pos", "schema_version", "row",
+                            F.lit(None).cast("map<string,string>").alias("chunk_stats")))
+            rows.write.format("delta").mode("append").save(path)
+
         def jdbc_noop():
             url = f"jdbc:mysql://127.0.0.1:{db.port}/{DB}?permitMysqlScheme"
             props = {"user": CDC_USER, "password": db.cdc_password, "driver": "org.mariadb.jdbc.Driver"}
@@ -134,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
         variants = {
             "empty->noop": lambda: frame("empty").write.format("noop").mode("overwrite").save(),
             "reader->noop": lambda: frame("layout").write.format("noop").mode("overwrite").save(),
+            "slim->noop": lambda: frame("slim").write.format("noop").mode("overwrite").save(),
             "jdbc->noop": jdbc_noop,
             "layout->delta": lambda: to_delta("layout"),
             "slim->delta": lambda: to_delta("slim"),
+            "joined->delta": joined_to_delta,
             "string->delta": lambda: to_delta("string"),
             "jdbc->delta": lambda: jdbc_to_delta(ctx, DB, TABLE, "id", len(chunks), str(work / "out" / f"jdbc-{time.time_ns()}")),
             "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{DB}.{TABLE}"]),

@@ -99,6 +99,8 @@ def assert_snapshot_matches_source(spark, config, db: str, table: str, chunk_siz
         assert c["checksum"] == chunk_checksum(dict(r["row"]) for r in mine)
         # A snapshot row's _cdc_seq is (lw, -1): the rows carry their chunk's low watermark.
         assert all((r["lw_file_index"], r["lw_pos"]) == (c["lw_file_index"], c["lw_pos"]) for r in mine)
+        # What every row of a chunk shares is its chunk's.
+        assert {(r["db"], r["table"], r["schema_version"]) for r in mine} <= {(db, table, c["schema_version"])}
         assert (c["lw_file_index"], c["lw_pos"]) <= (c["hw_file_index"], c["hw_pos"])
         if chunk_size is not None:
             assert c["row_count"] <= chunk_size
