@@ -123,21 +123,21 @@ def main(argv: list[str] | None = None) -> int:
         def frame(shape):
             return spark.read.format("binlake-breakdown").options(**options, shape=shape).load()
 
-        def to_delta(shape):
-            path = str(work / "out" / f"{shape}-{time.time_ns()}")
-            spark.createDataFrame([], frame(shape).schema).write.format("delta").save(path)
-            props = _ROWS_TABLE_PROPERTIES if shape == "layout" else {"delta.dataSkippingStatsColumns": "chunk_id"}
+        def append_to_new_table(df, name: str, props: dict[str, str]) -> None:
+            """``df`` appended to a new Delta table that already has ``props`` (as bronze's would)."""
+            path = str(work / "out" / f"{name}-{time.time_ns()}")
+            spark.createDataFrame([], df.schema).write.format("delta").save(path)
             spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
                       + ", ".join(f"'{k}' = '{v}'" for k, v in props.items()) + ")")
-            frame(shape).write.format("delta").mode("append").save(path)
+            df.write.format("delta").mode("append").save(path)
+
+        def to_delta(shape):
+            props = _ROWS_TABLE_PROPERTIES if shape == "layout" else {"delta.dataSkippingStatsColumns": "chunk_id"}
+            append_to_new_table(frame(shape), shape, props)
 
         def joined_to_delta():
             from pyspark.sql import functions as F
 
-            path = str(work / "out" / f"joined-{time.time_ns()}")
-            spark.createDataFrame([], SNAPSHOT_ROWS_SCHEMA).write.format("delta").save(path)
-            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
-                      + ", ".join(f"'{k}' = '{v}'" for k, v in _ROWS_TABLE_PROPERTIES.items()) + ")")
             consts = spark.createDataFrame(
                 [(c.chunk_id, SNAPSHOT_ID, DB, TABLE, schema.version()) for c in chunks],
                 "chunk_id INT, snapshot_id STRING, db STRING, `table` STRING, schema_version STRING")
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                     .select("snapshot_id", "db", "table", "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
                             F.lit(1).cast("bigint").alias("lw_file_index"), "lw_pos", "schema_version", "row",
                             F.lit(None).cast("map<string,string>").alias("chunk_stats")))
-            rows.write.format("delta").mode("append").save(path)
+            append_to_new_table(rows, "joined", _ROWS_TABLE_PROPERTIES)
 
         def jdbc_noop():
             url = f"jdbc:mysql://127.0.0.1:{db.port}/{DB}?permitMysqlScheme"
