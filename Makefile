@@ -31,7 +31,8 @@ sysbench-package:
 	fi
 
 # The first Spark start resolves the Delta jars from Maven Central into ~/.ivy2*; do it
-# once here so parallel test sessions never race for the cache.
+# once here so parallel test sessions never race for the cache. It also writes the class
+# archive every later local Spark JVM starts from (~/.cache/binlake, once per JDK/Spark).
 spark-jars: $(STAMP)
 	@$(PY) -m binlake.local.warm
 

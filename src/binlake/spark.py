@@ -38,7 +38,8 @@ def get_spark(
     """Return the active session on Databricks, or a local Spark + Delta session.
 
     The Delta jars are resolved from Maven Central by ``configure_spark_with_delta_pip`` on the
-    first start and cached in ``~/.ivy2``; ``make setup`` warms that cache.
+    first start and cached in ``~/.ivy2``; ``make setup`` warms that cache and writes the
+    class archive local JVMs start from (:mod:`binlake.local.class_archive`).
     """
     from pyspark.sql import SparkSession
 
@@ -58,13 +59,23 @@ def get_spark(
 
         os.environ["PYSPARK_PYTHON"] = sys.executable
         builder = builder.config("spark.pyspark.python", sys.executable)
-    for key, value in {**_LOCAL_CONF, **(extra_conf or {})}.items():
+    from binlake.local.class_archive import java_options
+
+    for key, value in with_java_options({**_LOCAL_CONF, **(extra_conf or {})}, java_options()).items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_known_noise(spark)
     _keep_jars_off_python_path(spark)
     return spark
+
+
+def with_java_options(conf: dict[str, str], options: str) -> dict[str, str]:
+    """``conf`` with ``options`` put before the driver JVM options it already has (so the
+    caller's own win where both set the same flag)."""
+    key = "spark.driver.extraJavaOptions"
+    joined = " ".join(o for o in (options, conf.get(key, "")) if o)
+    return {**conf, key: joined} if joined else dict(conf)
 
 
 def _keep_jars_off_python_path(spark) -> None:

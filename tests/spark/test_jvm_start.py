@@ -1,0 +1,23 @@
+"""Local Spark JVMs start from the class archive that make setup writes (binlake.local.class_archive)."""
+
+import subprocess
+import sys
+
+from binlake.local.class_archive import archive_path
+
+
+def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
+    path = archive_path()
+    assert path is not None and path.is_file(), "make setup (python -m binlake.local.warm) writes the class archive"
+    # -Xshare:on turns "the archive does not fit this JVM" from a silent fallback into a
+    # failed start, so this run proves the archive is used, not merely present.
+    code = ("from binlake.spark import get_spark; "
+            "s = get_spark('binlake-archive-check', extra_conf={'spark.driver.extraJavaOptions': '-Xshare:on'}); "
+            "print('rows', s.range(3).count())")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "rows 3" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+def test_the_session_jvm_was_started_with_the_archive(spark):
+    args = list(spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert f"-XX:SharedArchiveFile={archive_path()}" in args

@@ -1,0 +1,42 @@
+"""Local Spark JVMs start from a class archive when make setup wrote one, and never fail without it."""
+
+import importlib.metadata
+
+from binlake.local import class_archive
+from binlake.spark import with_java_options
+
+
+def test_there_are_no_options_until_the_archive_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = class_archive.archive_path()
+    assert path is not None and path.parent == tmp_path / "binlake"
+    assert class_archive.java_options() == ""
+
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"archive")
+    options = class_archive.java_options()
+    assert f"-XX:SharedArchiveFile={path}" in options.split()
+    # A stale archive must not print on every start: the JVM's CDS warnings are off.
+    assert {"-Xlog:cds=off", "-Xlog:cds+dynamic=off"} <= set(options.split())
+
+
+def test_another_spark_or_delta_version_gets_its_own_archive(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    before = class_archive.archive_path()
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "9.9.9" if name == "pyspark" else real(name))
+    assert class_archive.archive_path() != before
+
+
+def test_without_java_there_is_no_archive_and_no_options(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert class_archive.archive_path() is None
+    assert class_archive.java_options() == ""
+
+
+def test_the_callers_own_jvm_options_come_last_so_they_win():
+    conf = with_java_options({"spark.driver.extraJavaOptions": "-Xshare:off"}, "-XX:SharedArchiveFile=/a.jsa")
+    assert conf["spark.driver.extraJavaOptions"] == "-XX:SharedArchiveFile=/a.jsa -Xshare:off"
+    assert with_java_options({}, "") == {}
+    assert with_java_options({"x": "1"}, "-Xss2m") == {"x": "1", "spark.driver.extraJavaOptions": "-Xss2m"}
