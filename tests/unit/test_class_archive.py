@@ -40,3 +40,14 @@ def test_the_callers_own_jvm_options_come_last_so_they_win():
     assert conf["spark.driver.extraJavaOptions"] == "-XX:SharedArchiveFile=/a.jsa -Xshare:off"
     assert with_java_options({}, "") == {}
     assert with_java_options({"x": "1"}, "-Xss2m") == {"x": "1", "spark.driver.extraJavaOptions": "-Xss2m"}
+
+
+def test_another_pyspark_install_gets_its_own_archive(tmp_path, monkeypatch):
+    # The archive records the class path, i.e. where Spark's jars are: another virtualenv
+    # with the same versions cannot use it.
+    import pyspark
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    before = class_archive.archive_path()
+    monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "other-venv" / "pyspark" / "__init__.py"))
+    assert class_archive.archive_path() != before

@@ -10,8 +10,8 @@ it, and a whole first ``binlake run`` of three small tables about 10 s less.
 
 The JVM checks the archive itself (same JDK build, same class path) and silently starts
 without it when it does not fit, so a stale archive costs nothing but the lost speed-up.
-The file name carries the JDK and the PySpark and Delta versions, so an upgrade of either
-writes a new one. Never used on Databricks.
+The file name carries the JDK, the PySpark and Delta versions and where PySpark is installed
+(its jars are the class path), so an upgrade or another virtualenv writes its own. Never used on Databricks.
 """
 
 from __future__ import annotations
@@ -43,9 +43,12 @@ def archive_path() -> Path | None:
     if java is None:
         return None
     try:
+        import pyspark
+
         stat = os.stat(java)
-        versions = [version("pyspark"), version("delta-spark")]
-    except (OSError, PackageNotFoundError):
+        # The archive holds the JVM's class path, which is Spark's jars in this install.
+        versions = [version("pyspark"), version("delta-spark"), os.path.realpath(os.path.dirname(pyspark.__file__))]
+    except (OSError, PackageNotFoundError, ImportError):
         return None
     key = hashlib.sha256("\0".join([java, str(stat.st_size), str(stat.st_mtime_ns), *versions]).encode()).hexdigest()[:16]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "binlake"
