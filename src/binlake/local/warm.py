@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if ok else 1
 
 
-def write_class_archive(force: bool = False) -> bool:
+def write_class_archive() -> bool:
     """Write the class archive unless it exists; True when there is one afterwards.
 
     A failure is reported and tolerated: the archive only makes starts faster."""
@@ -42,14 +42,15 @@ def write_class_archive(force: bool = False) -> bool:
     if target is None:
         print("no java found: class archive skipped")
         return False
-    if target.is_file() and not force:
+    if target.is_file():
         print(f"class archive ready: {target}")
         return True
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
     began = time.monotonic()
     # A separate process: the JVM writes the archive when it exits, and this one's JVM
-    # (if any) started without the dump option.
+    # started without the dump option. (That JVM maps no archive, none exists yet: a
+    # dynamic archive cannot be written on top of another.)
     done = subprocess.run([sys.executable, "-m", "binlake.local.warm", "--archive", str(partial)],
                           capture_output=True, text=True)
     if done.returncode != 0 or not partial.is_file():
