@@ -18,9 +18,13 @@ reader (:func:`binlake.bronze.snapshot_source.read_chunk`) and reshapes its Arro
 - ``jdbc->noop`` / ``jdbc->delta``: Spark's partitioned JDBC read, the benchmark's peer;
 - ``run_snapshot``: the real thing, with plan, marker read-back and manifest.
 
+Each variant's best run also shows the CPU seconds each process spent on it (driver, Spark
+JVM, Python workers, MariaDB): on a machine with few cores the totals decide the race, and
+the split says which side of the Arrow hand-over a change has to shrink.
+
 Usage (N rows, best of R rounds; the table is kept between runs under .local/bench/breakdown)::
 
-    .venv/bin/python -m benchmarks.snapshot_breakdown --rows 1000000 --rounds 3
+    .venv/bin/python -m benchmarks.snapshot_breakdown --rows 1000000 --rounds 3 [--only layout->delta ...]
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from binlake.bronze import snapshot_source
 from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
 DB, TABLE = "bench_breakdown", "sbtest"
+VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
+            "joined->delta", "string->delta", "jdbc->delta", "run_snapshot")
+CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
 SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
 SCHEMAS = {
@@ -84,7 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.snapshot_breakdown")
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", action="append", default=[], help="run only the variants named (repeatable)")
     ns = ap.parse_args(argv)
+    unknown = sorted(set(ns.only) - set(VARIANTS))
+    if unknown:
+        ap.error(f"--only {', '.join(unknown)}: no such variant; pick from {', '.join(VARIANTS)}")
 
     from binlake.bronze.snapshot import _ROWS_TABLE_PROPERTIES, plan_table, run_snapshot
     from binlake.bronze.tables import ensure_bronze_tables
@@ -165,20 +176,67 @@ def main(argv: list[str] | None = None) -> int:
             "jdbc->delta": lambda: jdbc_to_delta(ctx, DB, TABLE, "id", len(chunks), str(work / "out" / f"jdbc-{time.time_ns()}")),
             "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{DB}.{TABLE}"]),
         }
-        best: dict[str, float] = {}
+        assert tuple(variants) == VARIANTS
+        server_pid = int(db.pid_file.read_text().split()[0])
+        if ns.only:
+            variants = {name: fn for name, fn in variants.items() if name in ns.only}
+        best: dict[str, tuple[float, dict[str, float]]] = {}
         for r in range(ns.rounds):
             for name, fn in variants.items():
+                cpu_before = cpu_seconds(server_pid)
                 began = time.monotonic()
                 fn()
                 seconds = time.monotonic() - began
-                best[name] = min(best.get(name, seconds), seconds)
+                cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(server_pid).items()}
+                if name not in best or seconds < best[name][0]:
+                    best[name] = (seconds, cpu)
                 print(f"round {r + 1} {name:16} {seconds:6.1f}s", flush=True)
-        print(f"\n{ns.rows:,} rows, {len(chunks)} chunks, best of {ns.rounds}:")
-        for name, seconds in best.items():
-            print(f"  {name:16} {seconds:6.1f}s  {ns.rows / seconds:>12,.0f} rows/s")
+        print(f"\n{ns.rows:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
+        for name, (seconds, cpu) in best.items():
+            print(f"  {name:16} {seconds:6.1f}s  {ns.rows / seconds:>12,.0f} rows/s   "
+                  + "  ".join(f"{k} {cpu.get(k, 0.0):4.1f}" for k in CPU_GROUPS) + f"  total {sum(cpu.values()):4.1f}")
     finally:
         db.stop()
     return 0
+
+
+def cpu_seconds(mariadb_pid: int | None) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the processes a run uses, by :data:`CPU_GROUPS`:
+    this driver, its Spark JVM, the JVM's Python workers, and the MariaDB server. Where the
+    time goes on a 2-core machine is where the CPU goes: the side that uses less wins.
+    Reads /proc (Linux). A worker that exits between two readings takes its CPU with it;
+    Spark reuses its Python workers, so that is rare."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent, cpu, exe = {}, {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                name, rest = f.read().rsplit(")", 1)
+        except OSError:
+            continue
+        fields = rest.split()
+        pid = int(entry)
+        parent[pid], cpu[pid], exe[pid] = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, name.split("(", 1)[1]
+
+    def descends_from(pid: int, root: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    me = os.getpid()
+    out = dict.fromkeys(CPU_GROUPS, 0.0)
+    for pid, seconds in cpu.items():
+        if pid == me:
+            out["driver"] += seconds
+        elif mariadb_pid and pid == mariadb_pid:
+            out["mariadbd"] += seconds
+        elif descends_from(pid, me):
+            out["jvm" if exe[pid] == "java" else "python workers" if "python" in exe[pid] else "driver"] += seconds
+    return out
 
 
 def db_rows(db) -> int:
