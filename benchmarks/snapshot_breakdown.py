@@ -187,20 +187,20 @@ def main(argv: list[str] | None = None) -> int:
                 began = time.monotonic()
                 fn()
                 seconds = time.monotonic() - began
-                cpu = {k: v - cpu_before.get(k, 0.0) for k, v in cpu_seconds(server_pid).items()}
+                cpu = {k: v - cpu_before[k] for k, v in cpu_seconds(server_pid).items()}
                 if name not in best or seconds < best[name][0]:
                     best[name] = (seconds, cpu)
                 print(f"round {r + 1} {name:16} {seconds:6.1f}s", flush=True)
         print(f"\n{ns.rows:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
         for name, (seconds, cpu) in best.items():
             print(f"  {name:16} {seconds:6.1f}s  {ns.rows / seconds:>12,.0f} rows/s   "
-                  + "  ".join(f"{k} {cpu.get(k, 0.0):4.1f}" for k in CPU_GROUPS) + f"  total {sum(cpu.values()):4.1f}")
+                  + "  ".join(f"{k} {cpu[k]:4.1f}" for k in CPU_GROUPS) + f"  total {sum(cpu.values()):4.1f}")
     finally:
         db.stop()
     return 0
 
 
-def cpu_seconds(mariadb_pid: int | None) -> dict[str, float]:
+def cpu_seconds(mariadb_pid: int) -> dict[str, float]:
     """CPU seconds (user + system) so far of the processes a run uses, by :data:`CPU_GROUPS`:
     this driver, its Spark JVM, the JVM's Python workers, and the MariaDB server. Where the
     time goes on a 2-core machine is where the CPU goes: the side that uses less wins.
@@ -232,7 +232,7 @@ def cpu_seconds(mariadb_pid: int | None) -> dict[str, float]:
     for pid, seconds in cpu.items():
         if pid == me:
             out["driver"] += seconds
-        elif mariadb_pid and pid == mariadb_pid:
+        elif pid == mariadb_pid:
             out["mariadbd"] += seconds
         elif descends_from(pid, me):
             out["jvm" if exe[pid] == "java" else "python workers" if "python" in exe[pid] else "driver"] += seconds
