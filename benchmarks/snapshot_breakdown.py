@@ -1,8 +1,9 @@
 """Where a snapshot's time goes: the same chunk reads into different sinks, side by side.
 
 Not part of ``make bench`` (no peer, no ratio): a tool for whoever works on snapshot speed.
-Each variant reads the same planned chunks of a sysbench-style table through binlake's
-reader (:func:`binlake.bronze.snapshot_source.read_chunk`) and reshapes its Arrow batches:
+Each variant reads the same planned chunks of a sysbench-style table (or TPC-H lineitem)
+through binlake's reader (:func:`binlake.bronze.snapshot_source.read_chunk`) and reshapes its
+Arrow batches, or through a sketch of a JVM-side reader:
 
 - ``reader->noop``: binlake's rows into Spark's no-op sink (the reader alone);
 - ``empty->noop``: partitions that read nothing (Spark's fixed cost per Python task);
@@ -16,15 +17,27 @@ reader (:func:`binlake.bronze.snapshot_source.read_chunk`) and reshapes its Arro
   ``layout->delta`` without shipping the constants through Arrow;
 - ``string->delta``: one STRING per row instead of the map (what the map costs);
 - ``jdbc->noop`` / ``jdbc->delta``: Spark's partitioned JDBC read, the benchmark's peer;
+- ``jvm-layout->delta``: a JVM-side reader sketch: Spark's JDBC read with one partition per
+  planned chunk, each inside ``START TRANSACTION WITH CONSISTENT SNAPSHOT`` so the SELECT
+  itself returns its exact binlog position (MariaDB's ``Binlog_snapshot_position``: the
+  low and high watermark at once), every column fetched as the server's text, the row map
+  built in the JVM, written in binlake's layout;
+- ``jvm-slim->delta``: the same reader, writing the chunk id, the watermark and the row map
+  only (the per-chunk constants left to the manifest).
+  Both sketches take the server's text as it comes (canonical for the types of sbtest and
+  lineitem, not for every type) and compute no chunk checksum: they price a design, they
+  are not a reader;
 - ``run_snapshot``: the real thing, with plan, marker read-back and manifest.
 
 Each variant's best run also shows the CPU seconds each process spent on it (driver, Spark
 JVM, Python workers, MariaDB): on a machine with few cores the totals decide the race, and
 the split says which side of the Arrow hand-over a change has to shrink.
 
-Usage (N rows, best of R rounds; the table is kept between runs under .local/bench/breakdown)::
+Usage (best of R rounds; the tables are kept between runs under .local/bench/breakdown;
+quote the variant names, ``>`` is the shell's)::
 
-    .venv/bin/python -m benchmarks.snapshot_breakdown --rows 1000000 --rounds 3 [--only layout->delta ...]
+    .venv/bin/python -m benchmarks.snapshot_breakdown --rows 1000000 --rounds 3 [--only 'layout->delta' ...]
+    .venv/bin/python -m benchmarks.snapshot_breakdown --table lineitem --scale 0.1 ...
 """
 
 from __future__ import annotations
@@ -39,12 +52,14 @@ import pyarrow.compute as pc
 
 from benchmarks.bench_snapshot import CHUNK_SIZE, _warm_pages, binlake_config, jdbc_to_delta, load_sbtest
 from benchmarks.run import JDBC_PACKAGES, ROOT, BenchContext
+from benchmarks.tpch import load_lineitem
 from binlake.bronze import snapshot_source
 from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
-DB, TABLE = "bench_breakdown", "sbtest"
+# Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
+TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
 VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
-            "joined->delta", "string->delta", "jdbc->delta", "run_snapshot")
+            "joined->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta", "run_snapshot")
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
 SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
@@ -89,7 +104,9 @@ class BreakdownReader(snapshot_source.SnapshotReader):
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.snapshot_breakdown")
-    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--table", choices=sorted(TABLES), default="sbtest")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="sbtest's size")
+    ap.add_argument("--scale", type=float, default=0.1, help="lineitem's TPC-H scale factor")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", action="append", default=[], help="run only the variants named (repeatable)")
     ns = ap.parse_args(argv)
@@ -108,26 +125,36 @@ def main(argv: list[str] | None = None) -> int:
     work = ROOT / ".local" / "bench" / "breakdown"
     shutil.rmtree(work / "out", ignore_errors=True)
     (work / "out").mkdir(parents=True)
+    table = ns.table
+    database, split_column = TABLES[table]
     db = LocalMariaDB(work / "mariadb").start()
     os.environ["MYSQL_PASSWORD"] = db.cdc_password
     spark = get_spark("binlake-snapshot-breakdown", extra_packages=JDBC_PACKAGES)
     ctx = BenchContext(mariadb=db, spark=spark, workdir=work, quick=False)
     try:
+        # What was loaded is recorded in the table's comment, so a run with other sizes reloads.
+        wanted = f"rows={ns.rows}" if table == "sbtest" else f"scale={ns.scale}"
         with db.root_connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s", (DB,))
-            have = cur.fetchone()[0] and db_rows(db) == ns.rows
+            cur.execute("SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                        (database, table))
+            have = cur.fetchone() == (wanted,)
         if not have:
-            load_sbtest(db, DB, ns.rows)
-        _warm_pages(db, DB, TABLE)
-        config = binlake_config(ctx, DB, TABLE)
+            if table == "sbtest":
+                load_sbtest(db, database, ns.rows)
+            else:
+                load_lineitem(db, database, ns.scale, work)
+            db.execute(f"ALTER TABLE `{table}` COMMENT '{wanted}'", database=database)
+        rows = db_rows(db, database, table)
+        _warm_pages(db, database, table)
+        config = binlake_config(ctx, database, table)
         ensure_bronze_tables(spark, Lakehouse(config))
         spark.dataSource.register(BreakdownSource)
         with connect(config.source) as conn:
-            schema = table_schema(conn, config.source, DB, TABLE)
+            schema = table_schema(conn, config.source, database, table)
             chunks = plan_table(conn, schema, CHUNK_SIZE)
         options = snapshot_source.reader_options(
             config.source,
-            [{"snapshot_id": SNAPSHOT_ID, "db": DB, "table": TABLE, "chunk_id": c.chunk_id, "start_key": c.start_json,
+            [{"snapshot_id": SNAPSHOT_ID, "db": database, "table": table, "chunk_id": c.chunk_id, "start_key": c.start_json,
               "end_key": c.end_json, "schema_version": schema.version()} for c in chunks],
             {schema.name: schema.to_json()}, ATTEMPT_ID)
 
@@ -150,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
             from pyspark.sql import functions as F
 
             consts = spark.createDataFrame(
-                [(c.chunk_id, SNAPSHOT_ID, DB, TABLE, schema.version()) for c in chunks],
+                [(c.chunk_id, SNAPSHOT_ID, database, table, schema.version()) for c in chunks],
                 "chunk_id INT, snapshot_id STRING, db STRING, `table` STRING, schema_version STRING")
             rows = (frame("slim").join(F.broadcast(consts), "chunk_id")
                     .select("snapshot_id", "db", "table", "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
@@ -158,11 +185,56 @@ def main(argv: list[str] | None = None) -> int:
                             F.lit(None).cast("map<string,string>").alias("chunk_stats")))
             append_to_new_table(rows, "joined", _ROWS_TABLE_PROPERTIES)
 
+        url = f"jdbc:mysql://127.0.0.1:{db.port}/{database}?permitMysqlScheme"
+        props = {"user": CDC_USER, "password": db.cdc_password, "driver": "org.mariadb.jdbc.Driver"}
+
         def jdbc_noop():
-            url = f"jdbc:mysql://127.0.0.1:{db.port}/{DB}?permitMysqlScheme"
-            props = {"user": CDC_USER, "password": db.cdc_password, "driver": "org.mariadb.jdbc.Driver"}
-            (spark.read.jdbc(url, TABLE, column="id", lowerBound=1, upperBound=ns.rows + 1, numPartitions=len(chunks),
-                             properties=props).write.format("noop").mode("overwrite").save())
+            with db.root_connection(database) as conn, conn.cursor() as cur:
+                cur.execute(f"SELECT MIN(`{split_column}`), MAX(`{split_column}`) FROM `{table}`")
+                lo, hi = cur.fetchone()
+            (spark.read.jdbc(url, table, column=split_column, lowerBound=int(lo), upperBound=int(hi) + 1,
+                             numPartitions=len(chunks), properties=props).write.format("noop").mode("overwrite").save())
+
+        def jvm_read():
+            """One JDBC partition per planned chunk (Spark numbers them in predicate order), each
+            SELECT inside its own consistent snapshot, returning that snapshot's binlog position."""
+            from pyspark.sql import functions as F
+
+            from binlake.bronze.chunking import key_from_json, range_condition
+
+            def literal(v) -> str:
+                return str(v) if isinstance(v, int) else "'" + str(v).replace("\\", "\\\\").replace("'", "''") + "'"
+
+            predicates = []
+            for c in chunks:
+                where, params = range_condition(schema.key_columns, key_from_json(c.start_json), key_from_json(c.end_json))
+                predicates.append(where.replace("%s", "{}").format(*(literal(v) for v in params)))
+            status = "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{}')"
+            query = (f"(SELECT t.*, {status.format('BINLOG_SNAPSHOT_FILE')} AS _lw_file, "
+                     f"{status.format('BINLOG_SNAPSHOT_POSITION')} AS _lw_pos FROM `{table}` t) AS x")
+            names = [c.name for c in schema.columns]
+            as_text = ", ".join(f"`{n}` STRING" for n in names)
+            df = spark.read.jdbc(url, query, predicates=predicates, properties={
+                **props, "customSchema": as_text,
+                "sessionInitStatement": "START TRANSACTION WITH CONSISTENT SNAPSHOT"})
+            chunk_ids = F.element_at(F.array(*(F.lit(c.chunk_id) for c in chunks)), F.spark_partition_id() + 1)
+            row = F.create_map(*(x for n in names for x in (F.lit(n), F.col(n))))
+            lw_index = F.regexp_extract("_lw_file", r"(\d+)$", 1).cast("bigint")
+            return df.select(chunk_ids.alias("chunk_id"), lw_index.alias("lw_file_index"),
+                             F.col("_lw_pos").cast("bigint").alias("lw_pos"), row.alias("row"))
+
+        def jvm_to_delta(shape):
+            from pyspark.sql import functions as F
+
+            rows = jvm_read()
+            if shape == "layout":
+                rows = rows.select(F.lit(SNAPSHOT_ID).alias("snapshot_id"), F.lit(database).alias("db"),
+                                   F.lit(table).alias("table"), "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
+                                   "lw_file_index", "lw_pos", F.lit(schema.version()).alias("schema_version"), "row",
+                                   F.lit(None).cast("map<string,string>").alias("chunk_stats"))
+                append_to_new_table(rows, "jvm-layout", _ROWS_TABLE_PROPERTIES)
+            else:
+                append_to_new_table(rows.drop("lw_file_index"), "jvm-slim", {"delta.dataSkippingStatsColumns": "chunk_id"})
 
         variants = {
             "empty->noop": lambda: frame("empty").write.format("noop").mode("overwrite").save(),
@@ -173,8 +245,11 @@ def main(argv: list[str] | None = None) -> int:
             "slim->delta": lambda: to_delta("slim"),
             "joined->delta": joined_to_delta,
             "string->delta": lambda: to_delta("string"),
-            "jdbc->delta": lambda: jdbc_to_delta(ctx, DB, TABLE, "id", len(chunks), str(work / "out" / f"jdbc-{time.time_ns()}")),
-            "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{DB}.{TABLE}"]),
+            "jdbc->delta": lambda: jdbc_to_delta(ctx, database, table, split_column, len(chunks),
+                                                 str(work / "out" / f"jdbc-{time.time_ns()}")),
+            "jvm-layout->delta": lambda: jvm_to_delta("layout"),
+            "jvm-slim->delta": lambda: jvm_to_delta("slim"),
+            "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{database}.{table}"]),
         }
         assert tuple(variants) == VARIANTS
         server_pid = int(db.pid_file.read_text().split()[0])
@@ -190,10 +265,10 @@ def main(argv: list[str] | None = None) -> int:
                 cpu = {k: v - cpu_before[k] for k, v in cpu_seconds(server_pid).items()}
                 if name not in best or seconds < best[name][0]:
                     best[name] = (seconds, cpu)
-                print(f"round {r + 1} {name:16} {seconds:6.1f}s", flush=True)
-        print(f"\n{ns.rows:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
+                print(f"round {r + 1} {name:17} {seconds:6.1f}s", flush=True)
+        print(f"\n{table}: {rows:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
         for name, (seconds, cpu) in best.items():
-            print(f"  {name:16} {seconds:6.1f}s  {ns.rows / seconds:>12,.0f} rows/s   "
+            print(f"  {name:17} {seconds:6.1f}s  {rows / seconds:>12,.0f} rows/s   "
                   + "  ".join(f"{k} {cpu[k]:4.1f}" for k in CPU_GROUPS) + f"  total {sum(cpu.values()):4.1f}")
     finally:
         db.stop()
@@ -239,9 +314,9 @@ def cpu_seconds(mariadb_pid: int) -> dict[str, float]:
     return out
 
 
-def db_rows(db) -> int:
-    with db.root_connection(DB) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT COUNT(*) FROM `{TABLE}`")
+def db_rows(db, database: str, table: str) -> int:
+    with db.root_connection(database) as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*) FROM `{table}`")
         return int(cur.fetchone()[0])
 
 
