@@ -55,24 +55,33 @@ def _warm_pages(mariadb, db: str, table: str) -> None:
         cur.fetchall()
 
 
-def jdbc_to_delta(ctx, db: str, table: str, split_column: str, partitions: int, path: str) -> tuple[int, float]:
-    """Spark's partitioned JDBC read of ``db.table`` appended to a new Delta table; (rows, seconds)."""
+def jdbc_connection(mariadb, db: str) -> tuple[str, dict[str, str]]:
+    """Spark's JDBC url and properties for ``db`` on the bench's MariaDB, as binlake's user."""
     from binlake.local.mariadb import CDC_USER
 
-    m = ctx.mariadb
     # The jdbc:mysql scheme (Connector/J accepts it with permitMysqlScheme) selects Spark's
     # MySQLDialect, which quotes identifiers with backticks; jdbc:mariadb gets the generic
     # dialect, whose "id" is a string literal to MariaDB.
-    url = f"jdbc:mysql://127.0.0.1:{m.port}/{db}?permitMysqlScheme"
-    props = {"user": CDC_USER, "password": m.cdc_password, "driver": "org.mariadb.jdbc.Driver"}
-    began = time.monotonic()
-    # Spark needs the split column's bounds; binlake's planner queries them too, so it is timed.
+    return (f"jdbc:mysql://127.0.0.1:{mariadb.port}/{db}?permitMysqlScheme",
+            {"user": CDC_USER, "password": mariadb.cdc_password, "driver": "org.mariadb.jdbc.Driver"})
+
+
+def jdbc_read(ctx, db: str, table: str, split_column: str, partitions: int):
+    """Spark's partitioned JDBC read of ``db.table``, split on ``split_column``'s bounds."""
+    m = ctx.mariadb
+    # Spark needs the split column's bounds; binlake's planner queries them too, so callers time it.
     with m.root_connection(db) as conn, conn.cursor() as cur:
         cur.execute(f"SELECT MIN(`{split_column}`), MAX(`{split_column}`) FROM `{table}`")
         lo, hi = cur.fetchone()
-    df = ctx.spark.read.jdbc(url, table, column=split_column, lowerBound=int(lo), upperBound=int(hi) + 1,
-                             numPartitions=partitions, properties=props)
-    df.write.format("delta").mode("append").save(path)
+    url, props = jdbc_connection(m, db)
+    return ctx.spark.read.jdbc(url, table, column=split_column, lowerBound=int(lo), upperBound=int(hi) + 1,
+                               numPartitions=partitions, properties=props)
+
+
+def jdbc_to_delta(ctx, db: str, table: str, split_column: str, partitions: int, path: str) -> tuple[int, float]:
+    """Spark's partitioned JDBC read of ``db.table`` appended to a new Delta table; (rows, seconds)."""
+    began = time.monotonic()
+    jdbc_read(ctx, db, table, split_column, partitions).write.format("delta").mode("append").save(path)
     seconds = time.monotonic() - began
     return ctx.spark.read.format("delta").load(path).count(), seconds
 

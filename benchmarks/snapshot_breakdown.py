@@ -50,7 +50,8 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from benchmarks.bench_snapshot import CHUNK_SIZE, _warm_pages, binlake_config, jdbc_to_delta, load_sbtest
+from benchmarks.bench_snapshot import (CHUNK_SIZE, _warm_pages, binlake_config, jdbc_connection, jdbc_read, jdbc_to_delta,
+                                      load_sbtest)
 from benchmarks.run import JDBC_PACKAGES, ROOT, BenchContext
 from benchmarks.tpch import load_lineitem
 from binlake.bronze import snapshot_source
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     from binlake.bronze.snapshot import _ROWS_TABLE_PROPERTIES, plan_table, run_snapshot
     from binlake.bronze.tables import ensure_bronze_tables
     from binlake.lakehouse import Lakehouse
-    from binlake.local.mariadb import CDC_USER, LocalMariaDB
+    from binlake.local.mariadb import LocalMariaDB
     from binlake.source.catalog import table_schema
     from binlake.source.mysql import connect
     from binlake.spark import get_spark
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 load_lineitem(db, database, ns.scale, work)
             db.execute(f"ALTER TABLE `{table}` COMMENT '{wanted}'", database=database)
-        rows = db_rows(db, database, table)
+        row_count = db_rows(db, database, table)
         _warm_pages(db, database, table)
         config = binlake_config(ctx, database, table)
         ensure_bronze_tables(spark, Lakehouse(config))
@@ -185,15 +186,8 @@ def main(argv: list[str] | None = None) -> int:
                             F.lit(None).cast("map<string,string>").alias("chunk_stats")))
             append_to_new_table(rows, "joined", _ROWS_TABLE_PROPERTIES)
 
-        url = f"jdbc:mysql://127.0.0.1:{db.port}/{database}?permitMysqlScheme"
-        props = {"user": CDC_USER, "password": db.cdc_password, "driver": "org.mariadb.jdbc.Driver"}
-
         def jdbc_noop():
-            with db.root_connection(database) as conn, conn.cursor() as cur:
-                cur.execute(f"SELECT MIN(`{split_column}`), MAX(`{split_column}`) FROM `{table}`")
-                lo, hi = cur.fetchone()
-            (spark.read.jdbc(url, table, column=split_column, lowerBound=int(lo), upperBound=int(hi) + 1,
-                             numPartitions=len(chunks), properties=props).write.format("noop").mode("overwrite").save())
+            jdbc_read(ctx, database, table, split_column, len(chunks)).write.format("noop").mode("overwrite").save()
 
         def jvm_read():
             """One JDBC partition per planned chunk (Spark numbers them in predicate order), each
@@ -202,18 +196,15 @@ def main(argv: list[str] | None = None) -> int:
 
             from binlake.bronze.chunking import key_from_json, range_condition
 
-            def literal(v) -> str:
-                return str(v) if isinstance(v, int) else "'" + str(v).replace("\\", "\\\\").replace("'", "''") + "'"
-
-            predicates = []
-            for c in chunks:
-                where, params = range_condition(schema.key_columns, key_from_json(c.start_json), key_from_json(c.end_json))
-                predicates.append(where.replace("%s", "{}").format(*(literal(v) for v in params)))
+            with db.root_connection(database) as conn, conn.cursor() as cur:
+                predicates = [cur.mogrify(*range_condition(schema.key_columns, key_from_json(c.start_json),
+                                                           key_from_json(c.end_json))) for c in chunks]
             status = "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{}')"
             query = (f"(SELECT t.*, {status.format('BINLOG_SNAPSHOT_FILE')} AS _lw_file, "
                      f"{status.format('BINLOG_SNAPSHOT_POSITION')} AS _lw_pos FROM `{table}` t) AS x")
             names = [c.name for c in schema.columns]
             as_text = ", ".join(f"`{n}` STRING" for n in names)
+            url, props = jdbc_connection(db, database)
             df = spark.read.jdbc(url, query, predicates=predicates, properties={
                 **props, "customSchema": as_text,
                 "sessionInitStatement": "START TRANSACTION WITH CONSISTENT SNAPSHOT"})
@@ -266,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
                 if name not in best or seconds < best[name][0]:
                     best[name] = (seconds, cpu)
                 print(f"round {r + 1} {name:17} {seconds:6.1f}s", flush=True)
-        print(f"\n{table}: {rows:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
+        print(f"\n{table}: {row_count:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
         for name, (seconds, cpu) in best.items():
-            print(f"  {name:17} {seconds:6.1f}s  {rows / seconds:>12,.0f} rows/s   "
+            print(f"  {name:17} {seconds:6.1f}s  {row_count / seconds:>12,.0f} rows/s   "
                   + "  ".join(f"{k} {cpu[k]:4.1f}" for k in CPU_GROUPS) + f"  total {sum(cpu.values()):4.1f}")
     finally:
         db.stop()
