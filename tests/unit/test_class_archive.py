@@ -1,6 +1,7 @@
 """Local Spark JVMs start from a class archive when make setup wrote one, and never fail without it."""
 
 import importlib.metadata
+import os
 
 from binlake.local import class_archive
 from binlake.spark import with_java_options
@@ -51,3 +52,35 @@ def test_another_pyspark_install_gets_its_own_archive(tmp_path, monkeypatch):
     before = class_archive.archive_path()
     monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "other-venv" / "pyspark" / "__init__.py"))
     assert class_archive.archive_path() != before
+
+
+def test_the_same_install_rebuilt_with_new_jar_files_gets_its_own_archive(tmp_path, monkeypatch):
+    # The JVM refuses an archive whose class-path jars changed size or modification time,
+    # which is what a virtualenv rebuilt in the same place (same versions) looks like.
+    import pyspark
+
+    install = tmp_path / "venv" / "pyspark"
+    (install / "jars").mkdir(parents=True)
+    jar = install / "jars" / "slf4j-api-2.0.16.jar"
+    jar.write_bytes(b"jar")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(pyspark, "__file__", str(install / "__init__.py"))
+    before = class_archive.archive_path()
+    assert class_archive.archive_path() == before, "the name is stable while nothing changes"
+
+    os.utime(jar, ns=(jar.stat().st_atime_ns, jar.stat().st_mtime_ns + 1_000_000_000))
+    assert class_archive.archive_path() != before
+
+
+def test_a_new_archive_replaces_only_the_stale_ones_of_the_same_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    current = class_archive.archive_path()
+    install = current.name.rsplit("-", 1)[0]
+    current.parent.mkdir(parents=True)
+    stale = current.parent / f"{install}-0123456789abcdef.jsa"
+    another_install = current.parent / "spark-classes-00000000-0123456789abcdef.jsa"
+    for path in (current, stale, another_install):
+        path.write_bytes(b"archive")
+
+    assert class_archive.remove_stale_archives(current) == [stale]
+    assert current.is_file() and another_install.is_file() and not stale.exists()

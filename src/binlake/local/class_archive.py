@@ -8,10 +8,12 @@ workload; :func:`binlake.spark.get_spark` then starts local JVMs with it. Measur
 2-core CI box: a session's start and first Delta write took 12.5 s without it and 8 s with
 it, and a whole first ``binlake run`` of three small tables about 10 s less.
 
-The JVM checks the archive itself (same JDK build, same class path) and silently starts
-without it when it does not fit, so a stale archive costs nothing but the lost speed-up.
-The file name carries the JDK, the PySpark and Delta versions and where PySpark is installed
-(its jars are the class path), so an upgrade or another virtualenv writes its own. Never used on Databricks.
+The JVM checks the archive itself (same JDK build, same class path, each jar's size and
+modification time) and silently starts without it when it does not fit, so a stale archive
+costs nothing but the lost speed-up. The file name carries the JDK, the PySpark and Delta
+versions and every class-path jar's path, size and modification time, so an upgrade, another
+virtualenv or the same virtualenv built again (same versions, new files: CI rebuilds it in the
+same place while the cache survives) writes its own. Never used on Databricks.
 """
 
 from __future__ import annotations
@@ -46,13 +48,38 @@ def archive_path() -> Path | None:
         import pyspark
 
         stat = os.stat(java)
-        # The archive holds the JVM's class path, which is Spark's jars in this install.
-        versions = [version("pyspark"), version("delta-spark"), os.path.realpath(os.path.dirname(pyspark.__file__))]
+        versions = [version("pyspark"), version("delta-spark")]
+        install = os.path.realpath(os.path.dirname(pyspark.__file__))
+        jars = _class_path_stamps(Path(install) / "jars")
     except (OSError, PackageNotFoundError, ImportError):
         return None
-    key = hashlib.sha256("\0".join([java, str(stat.st_size), str(stat.st_mtime_ns), *versions]).encode()).hexdigest()[:16]
+    # Two parts: which install (so a rebuilt one can delete its own stale archives) and
+    # what exactly the JVM will compare.
+    where = _digest([install])[:8]
+    key = _digest([java, str(stat.st_size), str(stat.st_mtime_ns), *versions, *jars])[:16]
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "binlake"
-    return base / f"spark-classes-{key}.jsa"
+    return base / f"spark-classes-{where}-{key}.jsa"
+
+
+def remove_stale_archives(current: Path) -> list[Path]:
+    """Delete the archives an earlier build of the same install left (about 190 MB each),
+    keeping ``current`` and other installs' archives; returns what was deleted."""
+    install_prefix = current.name.rsplit("-", 1)[0] + "-"
+    stale = [p for p in current.parent.glob(f"{install_prefix}*.jsa") if p != current]
+    for path in stale:
+        path.unlink(missing_ok=True)  # another process may be pruning too
+    return stale
+
+
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def _class_path_stamps(jars: Path) -> list[str]:
+    """Path, size and modification time of each jar on a local Spark JVM's class path: what
+    the JVM compares before it maps the archive, so a key without them could name an
+    archive the JVM then refuses (``-Xshare:on`` fails, the default silently loses the speed-up)."""
+    return [f"{jar}:{st.st_size}:{st.st_mtime_ns}" for jar in sorted(jars.glob("*.jar")) for st in [jar.stat()]]
 
 
 def java_options() -> str:

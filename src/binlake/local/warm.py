@@ -36,7 +36,7 @@ def write_class_archive() -> bool:
     """Write the class archive unless it exists; True when there is one afterwards.
 
     A failure is reported and tolerated: the archive only makes starts faster."""
-    from binlake.local.class_archive import archive_path
+    from binlake.local.class_archive import archive_path, remove_stale_archives
 
     target = archive_path()
     if target is None:
@@ -60,6 +60,9 @@ def write_class_archive() -> bool:
         return False
     os.replace(partial, target)  # atomic: a racing start sees no archive or a whole one
     print(f"class archive written in {time.monotonic() - began:.0f}s: {target}")
+    # A JVM that mapped an old one keeps its mapping; unlinking does not disturb it.
+    for stale in remove_stale_archives(target):
+        print(f"removed the class archive of an earlier build of this install: {stale}")
     return True
 
 
