@@ -8,10 +8,12 @@ Arrow batches, or through a sketch of a JVM-side reader:
 - ``reader->noop``: binlake's rows into Spark's no-op sink (the reader alone);
 - ``empty->noop``: partitions that read nothing (Spark's fixed cost per Python task);
 - ``slim->noop``: chunk id, low watermark and the row map only, into the no-op sink;
-- ``layout->delta``: binlake's ``snapshot_rows`` layout into a new Delta table with its
-  table properties;
+- ``layout->delta``: binlake's ``snapshot_rows`` layout into a new unpartitioned Delta table
+  with its table properties (a lakehouse created before the table was partitioned);
 - ``slim->delta``: chunk id, low watermark and the row map only (what the per-chunk
   constants repeated on every row cost);
+- ``partitioned->delta``: the same into a table partitioned by the per-chunk constants, so
+  that Parquet never stores them (Delta keeps them per file): ``snapshot_rows`` as created now;
 - ``joined->delta``: the slim rows joined on the JVM side to the per-chunk constants (a
   broadcast of the wave's chunks), then written in binlake's layout: the same table as
   ``layout->delta`` without shipping the constants through Arrow;
@@ -55,12 +57,12 @@ from benchmarks.bench_snapshot import (CHUNK_SIZE, _warm_pages, binlake_config, 
 from benchmarks.run import JDBC_PACKAGES, ROOT, BenchContext
 from benchmarks.tpch import load_lineitem
 from binlake.bronze import snapshot_source
-from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
+from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_SCHEMA
 
 # Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
 TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
 VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
-            "joined->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta", "run_snapshot")
+            "partitioned->delta", "joined->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta", "run_snapshot")
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
 SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
@@ -115,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--only {', '.join(unknown)}: no such variant; pick from {', '.join(VARIANTS)}")
 
-    from binlake.bronze.snapshot import _ROWS_TABLE_PROPERTIES, plan_table, run_snapshot
-    from binlake.bronze.tables import ensure_bronze_tables
+    from binlake.bronze.snapshot import plan_table, run_snapshot
+    from binlake.bronze.tables import (SNAPSHOT_ROWS_PROPERTIES, UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
+                                       ensure_bronze_tables)
     from binlake.lakehouse import Lakehouse
     from binlake.local.mariadb import LocalMariaDB
     from binlake.source.catalog import table_schema
@@ -162,16 +165,16 @@ def main(argv: list[str] | None = None) -> int:
         def frame(shape):
             return spark.read.format("binlake-breakdown").options(**options, shape=shape).load()
 
-        def append_to_new_table(df, name: str, props: dict[str, str]) -> None:
+        def append_to_new_table(df, name: str, props: dict[str, str], partition_by: tuple[str, ...] = ()) -> None:
             """``df`` appended to a new Delta table that already has ``props`` (as bronze's would)."""
             path = str(work / "out" / f"{name}-{time.time_ns()}")
-            spark.createDataFrame([], df.schema).write.format("delta").save(path)
+            spark.createDataFrame([], df.schema).write.format("delta").partitionBy(*partition_by).save(path)
             spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
                       + ", ".join(f"'{k}' = '{v}'" for k, v in props.items()) + ")")
             df.write.format("delta").mode("append").save(path)
 
         def to_delta(shape):
-            props = _ROWS_TABLE_PROPERTIES if shape == "layout" else {"delta.dataSkippingStatsColumns": "chunk_id"}
+            props = UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES if shape == "layout" else {"delta.dataSkippingStatsColumns": "chunk_id"}
             append_to_new_table(frame(shape), shape, props)
 
         def joined_to_delta():
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                     .select("snapshot_id", "db", "table", "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
                             F.lit(1).cast("bigint").alias("lw_file_index"), "lw_pos", "schema_version", "row",
                             F.lit(None).cast("map<string,string>").alias("chunk_stats")))
-            append_to_new_table(rows, "joined", _ROWS_TABLE_PROPERTIES)
+            append_to_new_table(rows, "joined", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
 
         def jdbc_noop():
             jdbc_read(ctx, database, table, split_column, len(chunks)).write.format("noop").mode("overwrite").save()
@@ -223,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
                                    F.lit(table).alias("table"), "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
                                    "lw_file_index", "lw_pos", F.lit(schema.version()).alias("schema_version"), "row",
                                    F.lit(None).cast("map<string,string>").alias("chunk_stats"))
-                append_to_new_table(rows, "jvm-layout", _ROWS_TABLE_PROPERTIES)
+                append_to_new_table(rows, "jvm-layout", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
             else:
                 append_to_new_table(rows.drop("lw_file_index"), "jvm-slim", {"delta.dataSkippingStatsColumns": "chunk_id"})
 
@@ -234,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
             "jdbc->noop": jdbc_noop,
             "layout->delta": lambda: to_delta("layout"),
             "slim->delta": lambda: to_delta("slim"),
+            "partitioned->delta": lambda: append_to_new_table(frame("layout"), "partitioned", SNAPSHOT_ROWS_PROPERTIES,
+                                                              SNAPSHOT_ROWS_PARTITIONS),
             "joined->delta": joined_to_delta,
             "string->delta": lambda: to_delta("string"),
             "jdbc->delta": lambda: jdbc_to_delta(ctx, database, table, split_column, len(chunks),

@@ -168,6 +168,84 @@ def test_snapshot_of_every_key_shape_equals_the_source(spark, shop, make_config)
     assert "6 tables" in result.summary()
 
 
+def test_snapshot_rows_is_partitioned_by_the_per_chunk_columns_so_its_files_hold_only_the_rows(
+        spark, mariadb, database, make_config):
+    import pyarrow.parquet as pq
+
+    from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 13)), database=database)
+    config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
+    run_snapshot(spark, config)
+    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
+
+    lh = Lakehouse(config)
+    detail = spark.sql(f"DESCRIBE DETAIL {lh.snapshot_rows.sql}").first()
+    assert list(detail["partitionColumns"]) == list(SNAPSHOT_ROWS_PARTITIONS)
+    assert detail["properties"]["binlake.layout"] == "per-chunk-partitions"
+    assert detail["properties"]["delta.dataSkippingNumIndexedCols"] == "0"
+    # One file per chunk attempt (one Spark task each), and Parquet stores only what varies per row.
+    files = list(Path(lh.snapshot_rows.path).rglob("*.parquet"))
+    assert len(files) == 3
+    assert all(pq.read_schema(f).names == ["row", "chunk_stats"] for f in files)
+
+
+def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapshot_rows(
+        spark, mariadb, database, make_config):
+    from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 9)), database=database)
+    config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
+    lh = Lakehouse(config)
+    lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)  # as binlake created it until 2026-11-25
+
+    run_snapshot(spark, config)
+    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
+    detail = spark.sql(f"DESCRIBE DETAIL {lh.snapshot_rows.sql}").first()
+    assert list(detail["partitionColumns"]) == []
+    assert detail["properties"]["delta.dataSkippingStatsColumns"] == "snapshot_id,attempt_id"
+    assert "binlake.layout" not in detail["properties"]
+
+    # The README's one statement that moves it to the partitioned layout, then a new snapshot.
+    table = lh.snapshot_rows.sql
+    spark.sql(f"CREATE OR REPLACE TABLE {table} USING DELTA PARTITIONED BY (snapshot_id, db, `table`, chunk_id, "
+              "attempt_id, lw_file_index, lw_pos, schema_version) "
+              f"TBLPROPERTIES ('binlake.layout' = 'per-chunk-partitions') AS SELECT * FROM {table}")
+    run_snapshot(spark, config, tables=[f"{database}.t"])
+    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
+    detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
+    assert list(detail["partitionColumns"]) == ["snapshot_id", "db", "table", "chunk_id", "attempt_id",
+                                                "lw_file_index", "lw_pos", "schema_version"]
+    assert detail["properties"]["delta.dataSkippingNumIndexedCols"] == "0"
+    assert lh.snapshot_rows.read(spark).where("`row` IS NOT NULL").count() == 16  # both snapshots' rows kept
+
+
+def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(spark, mariadb, database, make_config,
+                                                                          monkeypatch):
+    import binlake.bronze.snapshot as snapshot
+
+    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 11)), database=database)
+    config = make_config([f"{database}.t"], snapshot={"chunk_size": 2, "parallelism": 1, "chunks_per_commit": 3})
+    observed, read_back = [], []
+    real_observed, real_read_back = snapshot._observed_markers, snapshot._read_back_markers
+    monkeypatch.setattr(snapshot, "_observed_markers", lambda *a: observed.append(real_observed(*a)) or observed[-1])
+    monkeypatch.setattr(snapshot, "_read_back_markers", lambda *a: read_back.append(real_read_back(*a)) or read_back[-1])
+
+    run_snapshot(spark, config)
+    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=2)
+    # Two waves (3 + 2 chunks), both from the observation: no Spark job read the markers back.
+    assert [sorted(c for _, c in o) for o in observed] == [[0, 1, 2], [3, 4]] and read_back == []
+
+    # Without the observation (a Spark that does not deliver it), the same manifest from a read-back.
+    monkeypatch.setattr(snapshot, "_observed_markers", lambda *a: None)
+    run_snapshot(spark, config, tables=[f"{database}.t"])
+    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=2)
+    assert [sorted(c for _, c in r) for r in read_back] == [[0, 1, 2], [3, 4]]
+
+
 def test_rerun_skips_complete_tables_and_table_option_starts_a_new_snapshot(spark, mariadb, database, make_config):
     db = database
     mariadb.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)", "CREATE TABLE b (id INT PRIMARY KEY, v INT)",

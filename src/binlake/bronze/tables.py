@@ -7,6 +7,7 @@ from binlake.lakehouse import (
     SCHEMA_HISTORY_SCHEMA,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_PLAN_SCHEMA,
+    SNAPSHOT_ROWS_PARTITIONS,
     SNAPSHOT_ROWS_SCHEMA,
     Lakehouse,
 )
@@ -16,6 +17,27 @@ from binlake.source.types import TableSchema
 # data feed; the log is append-only by contract.
 _CDF = {"delta.enableChangeDataFeed": "true"}
 
+# Table properties of snapshot_rows that make writing it cheaper. tune_snapshot_rows sets
+# them at every snapshot run, so lakehouses created by an earlier binlake get them too.
+# - Delta computes min/max/null-count statistics for the first 32 columns of every file it
+#   writes, a good part of the write's CPU. Readers only ever filter snapshot_rows on the
+#   per-chunk columns (silver on snapshot_id, db and table; the marker read-back on
+#   attempt_id): in a table partitioned by them (SNAPSHOT_ROWS_PARTITIONS) that is partition
+#   pruning and no column needs statistics; an unpartitioned table from before keeps them on
+#   snapshot_id and attempt_id (Delta refuses statistics on partition columns).
+# - Parquet tries a dictionary for the row images' values, which are mostly distinct (ids,
+#   texts) and overflow it after a few thousand rows, then rewrites them as plain values;
+#   plain from the start is cheaper and barely bigger (pages are compressed either way).
+#   Delta hands table properties to the Parquet writer, so a column-scoped key works.
+# - binlake.layout says which of the two tables this is without asking Delta for its
+#   details (a DESCRIBE DETAIL costs more than the rest of the check).
+_LAYOUT = "binlake.layout"
+_PLAIN_ROW_VALUES = {"parquet.enable.dictionary#row.key_value.value": "false"}
+SNAPSHOT_ROWS_PROPERTIES = {_LAYOUT: "per-chunk-partitions", "delta.dataSkippingNumIndexedCols": "0",
+                            **_PLAIN_ROW_VALUES}
+UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {"delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
+                                          **_PLAIN_ROW_VALUES}
+
 
 def ensure_bronze_tables(spark, lh: Lakehouse) -> None:
     """Create every bronze table that does not exist yet (idempotent, safe to race)."""
@@ -23,19 +45,31 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> None:
 
     tables = [
         (lh.changelog, CHANGELOG_SCHEMA, {**_CDF, "delta.appendOnly": "true"},
-         "binlake bronze: every binlog row change, DDL and capture heartbeat"),
-        (lh.snapshot_plan, SNAPSHOT_PLAN_SCHEMA, None, "binlake bronze: planned snapshot chunks"),
-        (lh.snapshot_rows, SNAPSHOT_ROWS_SCHEMA, None, "binlake bronze: rows read by snapshot chunks"),
-        (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA, _CDF, "binlake bronze: manifest of completed snapshot chunks"),
-        (lh.schema_history, SCHEMA_HISTORY_SCHEMA, None, "binlake bronze: table schema versions by binlog position"),
+         "binlake bronze: every binlog row change, DDL and capture heartbeat", ()),
+        (lh.snapshot_plan, SNAPSHOT_PLAN_SCHEMA, None, "binlake bronze: planned snapshot chunks", ()),
+        (lh.snapshot_rows, SNAPSHOT_ROWS_SCHEMA, SNAPSHOT_ROWS_PROPERTIES,
+         "binlake bronze: rows read by snapshot chunks", SNAPSHOT_ROWS_PARTITIONS),
+        (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA, _CDF, "binlake bronze: manifest of completed snapshot chunks", ()),
+        (lh.schema_history, SCHEMA_HISTORY_SCHEMA, None, "binlake bronze: table schema versions by binlog position", ()),
     ]
     # Creating a Delta table is driver-side latency (commit, log listing), not cluster work:
     # the five at once took 5-6 s where one after another took 11-15 s.
     with ThreadPoolExecutor(len(tables)) as pool:
-        created = [pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment)
-                   for ref, schema, properties, comment in tables]
+        created = [pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment, partitioned_by=parts)
+                   for ref, schema, properties, comment, parts in tables]
         for future in created:
             future.result()  # re-raises the first failure here
+
+
+def tune_snapshot_rows(spark, lh: Lakehouse) -> None:
+    """Set the snapshot_rows properties above where they are missing."""
+    table = lh.snapshot_rows.sql
+    current = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    wanted = SNAPSHOT_ROWS_PROPERTIES if _LAYOUT in current else UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES
+    missing = {k: v for k, v in wanted.items() if current.get(k) != v}
+    if missing:
+        props = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({props})")
 
 
 def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:
