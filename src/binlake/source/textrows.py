@@ -185,54 +185,69 @@ class _PacketReader:
     def rows(self, max_rows: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """Up to ``max_rows`` whole row packets: (buffer, payload start of each row, end of result)."""
         data = bytearray(self.pending)
-        if len(data) < 4:
-            data += self._read(_READ_SIZE)
         starts: list[int] = []
         append = starts.append
         pos = 0
-        size = len(data)
-        seq = self.conn._next_seq_id
+        first_seq = self.conn._next_seq_id
         done = False
-        # The one loop per row: keep it to a few operations.
-        while len(starts) < max_rows and pos < BLOCK_BYTES:
-            if pos + 4 > size:
-                data += self._read(_READ_SIZE)
-                size = len(data)
-                continue
-            length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
-            end = pos + 4 + length
+        while len(starts) < max_rows:
+            size = len(data)
+            # The one loop per row, kept to a few operations: ordinary row packets that are
+            # whole in the buffer. Their sequence ids are checked below, all at once.
+            for _ in range(max_rows - len(starts)):
+                if pos + 4 > size:
+                    break
+                length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
+                end = pos + 4 + length
+                # No row starts 0xFF; one starting 0xFE is over 16 MiB (a split packet).
+                if end > size or not 0 < length < _MAX_PACKET or data[pos + 4] >= 0xFE:
+                    break
+                append(pos + 4)
+                pos = end
+            else:
+                break  # max_rows
+            # The packet at pos is not whole in the buffer yet, or not an ordinary row.
+            end = pos + 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16) if pos + 4 <= size else size + 1
             if end > size:
+                if pos >= BLOCK_BYTES:
+                    break
                 data += self._read(max(_READ_SIZE, end - size))
-                size = len(data)
                 continue
+            length = end - pos - 4
+            seq = (first_seq + len(starts)) % 256
             if data[pos + 3] != seq:
-                self.conn._force_close()
-                raise pymysql.err.InternalError(f"Packet sequence number wrong - got {data[pos + 3]} expected {seq}")
+                self._wrong_sequence(data[pos + 3], seq)
             if length == _MAX_PACKET:
                 if starts:
                     break  # a row over 16 MiB is its own block
                 return self._long_row(data, pos)
-            if length and data[pos + 4] >= 0xFE:  # no row starts 0xFF; one starting 0xFE is >= 9 bytes
-                first = data[pos + 4]
-                if first == 0xFF:
-                    self.finished = True
-                    self.conn._next_seq_id = (seq + 1) % 256
-                    pymysql.protocol.MysqlPacket(bytes(data[pos + 4:end]), self.conn.encoding).raise_for_error()
-                if length < 9:  # EOF: the result is complete
-                    self.warning_count = data[pos + 5] | data[pos + 6] << 8 if length >= 5 else 0
-                    status = data[pos + 7] | data[pos + 8] << 8 if length >= 5 else 0
-                    self.has_next = bool(status & pymysql.constants.SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
-                    seq = (seq + 1) % 256
-                    self.pending = bytes(data[end:])
-                    done = self.finished = True
-                    break
-            append(pos + 4)
-            seq = (seq + 1) % 256
-            pos = end
-        self.conn._next_seq_id = seq
+            first = data[pos + 4] if length else 0
+            if first == 0xFF:
+                self.finished = True
+                self.conn._next_seq_id = (seq + 1) % 256
+                pymysql.protocol.MysqlPacket(bytes(data[pos + 4:end]), self.conn.encoding).raise_for_error()
+            if first == 0xFE and length < 9:  # EOF: the result is complete
+                self.warning_count = data[pos + 5] | data[pos + 6] << 8 if length >= 5 else 0
+                status = data[pos + 7] | data[pos + 8] << 8 if length >= 5 else 0
+                self.has_next = bool(status & pymysql.constants.SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
+                self.pending = bytes(data[end:])
+                done = self.finished = True
+                break
+            self.conn._force_close()
+            raise pymysql.err.InternalError(f"Unexpected packet in a result set (first byte {first:#04x}, {length} bytes)")
+        buf = np.frombuffer(bytes(data[:pos]), dtype=np.uint8)
+        at = np.array(starts, dtype=np.int64)
+        wrong = np.flatnonzero(buf[at - 1] != (first_seq + np.arange(len(at))) % 256)
+        if len(wrong):
+            self._wrong_sequence(int(buf[at[wrong[0]] - 1]), (first_seq + int(wrong[0])) % 256)
+        self.conn._next_seq_id = (first_seq + len(starts) + done) % 256
         if not done:
             self.pending = bytes(data[pos:])
-        return np.frombuffer(bytes(data[:pos]), dtype=np.uint8), np.array(starts, dtype=np.int64), done
+        return buf, at, done
+
+    def _wrong_sequence(self, got: int, expected: int):
+        self.conn._force_close()
+        raise pymysql.err.InternalError(f"Packet sequence number wrong - got {got} expected {expected}")
 
     def _long_row(self, data: bytearray, pos: int) -> tuple[np.ndarray, np.ndarray, bool]:
         """One row split over several packets (16 MiB each, then a shorter one): joined."""
