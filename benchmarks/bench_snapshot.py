@@ -13,7 +13,7 @@ engine) and TPC-H lineitem (composite key; JDBC splits on ``l_orderkey``).
 
 Not timed on either side: creating the bronze tables (they exist in steady state, as
 ``bench_capture`` assumes too) and one small warm-up of each reader (JVM classes,
-Python workers) so neither pays the other's start-up cost. Each side runs twice,
+Python workers) so neither pays the other's start-up cost. Each side runs three times,
 alternating, and its best run counts.
 """
 
@@ -29,7 +29,7 @@ CHUNK_SIZE = 50_000
 PARALLELISM = 2  # the bench session's local[2]: both readers get the same two task slots
 # Best of this many runs per reader, alternating: the machine may be shared, and noise
 # should not decide the ratio.
-REPEATS = 2
+REPEATS = 3
 
 
 def load_sbtest(mariadb, db: str, rows: int) -> None:

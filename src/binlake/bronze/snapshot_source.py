@@ -228,7 +228,7 @@ def raw_is_canonical(col) -> bool:
 
 class _Memo(dict):
     """raw text -> canonical text, encoded once per distinct value: DATEs, ENUMs, SETs repeat
-    a lot, so most rows cost a dict lookup. One per column per chunk, so it stays bounded."""
+    a lot, so most values cost a dict lookup."""
 
     def __init__(self, encode):
         super().__init__({None: None})
@@ -239,13 +239,28 @@ class _Memo(dict):
         return text
 
 
-def _encoder(col, type_code: int):
+# Memos by (column, protocol type code), kept for the life of the Python worker, which Spark
+# reuses across tasks: a value repeated across chunks (lineitem's 2,500 dates in every chunk)
+# is encoded once per worker, not once per chunk. The encoding is a pure function of the
+# column, the type code and the raw text (snapshot sessions pin time_zone), so sharing is
+# safe; the sizes are bounded so that a column of distinct values cannot hold memory.
+_MEMOS: dict[tuple, _Memo] = {}
+_MEMO_VALUES = 100_000
+_MEMO_COLUMNS = 1_000
+
+
+def _encoder(col, type_code: int) -> _Memo:
     import pymysql.converters
 
     from binlake.source.types import encode_value
 
-    decode = pymysql.converters.decoders.get(type_code) or pymysql.converters.through
-    return _Memo(lambda raw: encode_value(col, decode(raw)))
+    memo = _MEMOS.get((col, type_code))
+    if memo is None or len(memo) > _MEMO_VALUES:
+        if len(_MEMOS) >= _MEMO_COLUMNS:
+            _MEMOS.clear()
+        decode = pymysql.converters.decoders.get(type_code) or pymysql.converters.through
+        memo = _MEMOS[(col, type_code)] = _Memo(lambda raw: encode_value(col, decode(raw)))
+    return memo
 
 
 def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.RecordBatch"]:
@@ -336,8 +351,10 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                     parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
                     base = m * len(as_is)
                     for i, src, encode in encoded:
-                        raw = block.column(src).to_pylist()
-                        parts.append(pa.array([encode[v] for v in raw], pa.string()))
+                        # Python sees each distinct value of the block once, not each row.
+                        raw = block.column(src).dictionary_encode()
+                        texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
+                        parts.append(texts.take(raw.indices))
                         index[:, i] = base + np.arange(m)
                         base += m
                     items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
