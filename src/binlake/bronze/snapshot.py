@@ -445,16 +445,9 @@ def _observed_markers(observed, wave: list[_Pending]) -> dict[tuple[str, int], d
     has not got exactly one per chunk of the wave (then the caller reads them back)."""
     import json
 
-    jo = getattr(observed, "_jo", None)
-    if jo is not None and not jo.future().isCompleted():
-        # Classic Spark may deliver the metrics a moment after the write returns; never
-        # block on them (a Spark that does not deliver them would hang ``get``).
-        deadline = time.monotonic() + _OBSERVATION_WAIT_S
-        while not jo.future().isCompleted():
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.01)
     try:
+        if not _arrived(observed):
+            return None
         markers = json.loads(observed.get["markers"])
     except Exception:  # noqa: BLE001 - any failure here only costs the read-back
         log.debug("snapshot markers not observed; reading them back", exc_info=True)
@@ -467,6 +460,21 @@ def _observed_markers(observed, wave: list[_Pending]) -> dict[tuple[str, int], d
 
 # How long to wait for an observation that has not arrived when the write returned.
 _OBSERVATION_WAIT_S = 5.0
+
+
+def _arrived(observed) -> bool:
+    """Whether the observation's metrics are there, waiting a little for them: classic Spark
+    may deliver them a moment after the write returns, and its ``get`` would hang for good
+    on a Spark that never delivers them. Spark Connect has them with the write's response."""
+    jo = getattr(observed, "_jo", None)
+    if jo is None:
+        return True
+    deadline = time.monotonic() + _OBSERVATION_WAIT_S
+    while not jo.future().isCompleted():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _read_back_markers(spark, lh: Lakehouse, attempt_id: str) -> dict[tuple[str, int], dict]:
