@@ -25,8 +25,10 @@ Arrow batches, or through a sketch of a JVM-side reader:
   low and high watermark at once), every column fetched as the server's text, the row map
   built in the JVM, written in binlake's layout;
 - ``jvm-slim->delta``: the same reader, writing the chunk id, the watermark and the row map
-  only (the per-chunk constants left to the manifest).
-  Both sketches take the server's text as it comes (canonical for the types of sbtest and
+  only (the per-chunk constants left to the manifest);
+- ``jvm-partitioned->delta``: the same reader into ``snapshot_rows`` as created now
+  (partitioned by the per-chunk columns): what a JVM reader would write today.
+  The sketches take the server's text as it comes (canonical for the types of sbtest and
   lineitem, not for every type) and compute no chunk checksum: they price a design, they
   are not a reader;
 - ``run_snapshot``: the real thing, with plan, marker read-back and manifest.
@@ -62,7 +64,8 @@ from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_SCHEMA
 # Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
 TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
 VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
-            "partitioned->delta", "joined->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta", "run_snapshot")
+            "partitioned->delta", "joined->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
+            "jvm-partitioned->delta", "run_snapshot")
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
 SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
@@ -221,12 +224,15 @@ def main(argv: list[str] | None = None) -> int:
             from pyspark.sql import functions as F
 
             rows = jvm_read()
-            if shape == "layout":
+            if shape in ("layout", "partitioned"):
                 rows = rows.select(F.lit(SNAPSHOT_ID).alias("snapshot_id"), F.lit(database).alias("db"),
                                    F.lit(table).alias("table"), "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
                                    "lw_file_index", "lw_pos", F.lit(schema.version()).alias("schema_version"), "row",
                                    F.lit(None).cast("map<string,string>").alias("chunk_stats"))
-                append_to_new_table(rows, "jvm-layout", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
+                if shape == "layout":
+                    append_to_new_table(rows, "jvm-layout", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
+                else:
+                    append_to_new_table(rows, "jvm-partitioned", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
             else:
                 append_to_new_table(rows.drop("lw_file_index"), "jvm-slim", {"delta.dataSkippingStatsColumns": "chunk_id"})
 
@@ -245,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  str(work / "out" / f"jdbc-{time.time_ns()}")),
             "jvm-layout->delta": lambda: jvm_to_delta("layout"),
             "jvm-slim->delta": lambda: jvm_to_delta("slim"),
+            "jvm-partitioned->delta": lambda: jvm_to_delta("partitioned"),
             "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{database}.{table}"]),
         }
         assert tuple(variants) == VARIANTS
