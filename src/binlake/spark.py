@@ -53,12 +53,12 @@ def get_spark(
     builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("BINLAKE_SPARK_MASTER", "local[2]"))
     if not os.environ.get("PYSPARK_PYTHON"):
         # Python workers (UDFs, the snapshot data source) must import binlake and its
-        # dependencies: run them on this interpreter, not whatever python3 is on PATH.
-        # SparkContext reads the variable itself for Python functions, hence the env.
-        import sys
-
-        os.environ["PYSPARK_PYTHON"] = sys.executable
-        builder = builder.config("spark.pyspark.python", sys.executable)
+        # dependencies: run them on this interpreter, not whatever python3 is on PATH,
+        # through the launcher that keeps Spark's archives off their path where it is
+        # installed. SparkContext reads the variable itself for Python functions, hence the env.
+        python = spark_python()
+        os.environ["PYSPARK_PYTHON"] = python
+        builder = builder.config("spark.pyspark.python", python)
     from binlake.local.class_archive import java_options
 
     for key, value in with_java_options({**_LOCAL_CONF, **(extra_conf or {})}, java_options()).items():
@@ -68,6 +68,17 @@ def get_spark(
     _quiet_known_noise(spark)
     _keep_jars_off_python_path(spark)
     return spark
+
+
+def spark_python() -> str:
+    """The executable local Spark runs its Python processes with: this interpreter's
+    ``binlake-spark-python`` (:func:`binlake.local.worker_daemon.launch`) when it is installed
+    beside it, else the interpreter itself."""
+    import sys
+    from pathlib import Path
+
+    launcher = Path(sys.executable).with_name("binlake-spark-python")
+    return str(launcher) if os.access(launcher, os.X_OK) else sys.executable
 
 
 def with_java_options(conf: dict[str, str], options: str) -> dict[str, str]:

@@ -36,3 +36,27 @@ def test_workers_import_the_same_pyspark_as_the_driver(spark):
 
     _, _, worker_pyspark = _worker_import_state(spark)
     assert os.path.realpath(worker_pyspark) == os.path.realpath(pyspark.__file__)
+
+
+def test_data_source_planners_have_no_archives_on_their_import_path(spark):
+    # Spark plans a Python data source read in processes of its own (create_data_source,
+    # plan_data_source_read), which it starts with its default daemon module: only the
+    # session's launcher can clean their path. The schema is computed in such a process.
+    from pyspark.sql.datasource import DataSource
+
+    class PlannerProbe(DataSource):
+        @classmethod
+        def name(cls):
+            return "binlake-test-planner-probe"
+
+        def schema(self):
+            import os as pos
+            import sys as psys
+            import zipimport
+
+            archives = [p for p in psys.path if pos.path.isfile(p) and p.lower().endswith((".zip", ".jar"))]
+            finders = [k for k, v in psys.path_importer_cache.items() if isinstance(v, zipimport.zipimporter)]
+            return f"archives_{len(archives)}_zip_finders_{len(finders)} INT"
+
+    spark.dataSource.register(PlannerProbe)
+    assert spark.read.format("binlake-test-planner-probe").load().schema.names == ["archives_0_zip_finders_0"]
