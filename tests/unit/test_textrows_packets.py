@@ -88,3 +88,20 @@ def test_an_empty_result_is_just_the_eof_packet():
     reader = _PacketReader(conn)
     buf, starts, done = reader.rows(10)
     assert (len(starts), done, conn._next_seq_id) == (0, True, 2)
+
+
+def test_a_block_ends_at_the_first_packet_starting_past_block_bytes(monkeypatch):
+    from binlake.source import textrows
+
+    monkeypatch.setattr(textrows, "BLOCK_BYTES", 100)
+    rows = [row(b"%03d" % i, b"y" * 6) for i in range(40)]  # 15-byte packets
+    conn = FakeConnection(stream(rows), 1000)
+    reader = _PacketReader(conn)
+    got, done, sizes = [], False, []
+    while not done:
+        buf, starts, done = reader.rows(1000)
+        got += payloads(buf, starts)
+        sizes.append(len(starts))
+    assert got == rows
+    # Packets start at 0, 15, ..., 90 in each block: seven of them start before byte 100.
+    assert sizes == [7, 7, 7, 7, 7, 5]

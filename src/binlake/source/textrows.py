@@ -192,10 +192,12 @@ class _PacketReader:
         done = False
         while len(starts) < max_rows:
             size = len(data)
+            # A packet starting at BLOCK_BYTES or later waits for the next block.
+            fence = min(size, BLOCK_BYTES + 3)
             # The one loop per row, kept to a few operations: ordinary row packets that are
             # whole in the buffer. Their sequence ids are checked below, all at once.
             for _ in range(max_rows - len(starts)):
-                if pos + 4 > size:
+                if pos + 4 > fence:
                     break
                 length = data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16
                 end = pos + 4 + length
@@ -206,11 +208,11 @@ class _PacketReader:
                 pos = end
             else:
                 break  # max_rows
+            if pos >= BLOCK_BYTES:
+                break
             # The packet at pos is not whole in the buffer yet, or not an ordinary row.
             end = pos + 4 + (data[pos] | data[pos + 1] << 8 | data[pos + 2] << 16) if pos + 4 <= size else size + 1
             if end > size:
-                if pos >= BLOCK_BYTES:
-                    break
                 data += self._read(max(_READ_SIZE, end - size))
                 continue
             length = end - pos - 4
