@@ -16,8 +16,9 @@ Two ways in, both local only (see :mod:`binlake.spark`; never on Databricks):
 - ``binlake-spark-python`` (:func:`launch`), the ``spark.pyspark.python`` of local
   sessions: Spark runs it as ``binlake-spark-python -m <module> [args]`` for every Python
   process it starts, workers and data source planners alike;
-- ``spark.python.daemon.module`` (:func:`main`), for the workers of a session started
-  where that script is missing.
+- ``spark.python.daemon.module`` (:func:`main`), always set as well: it covers the
+  workers of a session started where that script is missing, and finds nothing left to
+  drop where the launcher ran first.
 """
 
 from __future__ import annotations
