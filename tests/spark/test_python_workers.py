@@ -60,3 +60,36 @@ def test_data_source_planners_have_no_archives_on_their_import_path(spark):
 
     spark.dataSource.register(PlannerProbe)
     assert spark.read.format("binlake-test-planner-probe").load().schema.names == ["archives_0_zip_finders_0"]
+
+
+def test_workers_serve_tasks_with_binlakes_task_loop(spark):
+    # binlake.local.worker_daemon.serve_task: reads acknowledged at once, survivors of a
+    # task frozen. Eight tasks on the session's few task slots: most run on a worker that
+    # has served a task before.
+    def served_by(_):
+        import gc as wgc
+        import sys as wsys
+
+        yield wsys.modules["pyspark.daemon"].worker.__qualname__, wgc.get_freeze_count()
+
+    served = spark.sparkContext.parallelize(range(8), 8).mapPartitions(served_by).collect()
+    assert {task_loop for task_loop, _ in served} == {"serve_task"}
+    assert max(frozen for _, frozen in served) > 0
+
+
+def test_data_source_planners_serve_with_binlakes_task_loop(spark):
+    from pyspark.sql.datasource import DataSource
+
+    class TaskLoopProbe(DataSource):
+        @classmethod
+        def name(cls):
+            return "binlake-test-task-loop-probe"
+
+        def schema(self):
+            import sys as psys
+
+            daemon = psys.modules.get("pyspark.daemon")
+            return f"{getattr(getattr(daemon, 'worker', None), '__qualname__', 'none')} INT"
+
+    spark.dataSource.register(TaskLoopProbe)
+    assert spark.read.format("binlake-test-task-loop-probe").load().schema.names == ["serve_task"]
