@@ -64,7 +64,7 @@ from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_SCHEMA
 # Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
 TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
 VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
-            "partitioned->delta", "joined->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
+            "partitioned->delta", "joined->delta", "partitioned-string->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
             "jvm-partitioned->delta", "run_snapshot")
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
@@ -73,6 +73,7 @@ SCHEMAS = {
     "layout": SNAPSHOT_ROWS_SCHEMA,
     "slim": "chunk_id INT, lw_pos BIGINT, `row` MAP<STRING, STRING>",
     "string": "chunk_id INT, lw_pos BIGINT, `row` STRING",
+    "pstring": SNAPSHOT_ROWS_SCHEMA.replace("`row` MAP<STRING, STRING>", "`row` STRING"),
 }
 
 
@@ -98,6 +99,12 @@ class BreakdownReader(snapshot_source.SnapshotReader):
                 yield batch
                 continue
             rows = batch.column("row")
+            if shape == "pstring":
+                joined = (pa.nulls(len(rows), pa.string()) if rows.null_count == len(rows) else
+                          pc.binary_join(pa.ListArray.from_arrays(rows.offsets, rows.items), "\x1f"))
+                yield pa.RecordBatch.from_arrays([*batch.columns[:-2], joined, batch.column("chunk_stats")],
+                                                 names=batch.schema.names)
+                continue
             if rows.null_count == len(rows):
                 continue  # the marker row
             head = [batch.column("chunk_id"), batch.column("lw_pos")]
@@ -246,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
             "partitioned->delta": lambda: append_to_new_table(frame("layout"), "partitioned", SNAPSHOT_ROWS_PROPERTIES,
                                                               SNAPSHOT_ROWS_PARTITIONS),
             "joined->delta": joined_to_delta,
+            "partitioned-string->delta": lambda: append_to_new_table(
+                frame("pstring"), "pstring", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS),
             "string->delta": lambda: to_delta("string"),
             "jdbc->delta": lambda: jdbc_to_delta(ctx, database, table, split_column, len(chunks),
                                                  str(work / "out" / f"jdbc-{time.time_ns()}")),
