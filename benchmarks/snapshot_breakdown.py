@@ -14,6 +14,10 @@ Arrow batches, or through a sketch of a JVM-side reader:
   constants repeated on every row cost);
 - ``partitioned->delta``: the same into a table partitioned by the per-chunk constants, so
   that Parquet never stores them (Delta keeps them per file): ``snapshot_rows`` as created now;
+- ``observed->delta``: ``partitioned->delta`` with the Spark observation that hands the
+  snapshot its marker rows (what observing the write costs);
+- ``partitioned-string->delta``: ``partitioned->delta`` with the row as one STRING instead of
+  the map (what the map costs today);
 - ``joined->delta``: the slim rows joined on the JVM side to the per-chunk constants (a
   broadcast of the wave's chunks), then written in binlake's layout: the same table as
   ``layout->delta`` without shipping the constants through Arrow;
@@ -64,7 +68,8 @@ from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_SCHEMA
 # Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
 TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
 VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
-            "partitioned->delta", "joined->delta", "partitioned-string->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
+            "partitioned->delta", "observed->delta", "joined->delta",
+            "partitioned-string->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
             "jvm-partitioned->delta", "run_snapshot")
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
@@ -127,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--only {', '.join(unknown)}: no such variant; pick from {', '.join(VARIANTS)}")
 
-    from binlake.bronze.snapshot import plan_table, run_snapshot
+    from binlake.bronze.snapshot import _observing_markers, plan_table, run_snapshot
     from binlake.bronze.tables import (SNAPSHOT_ROWS_PROPERTIES, UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
                                        ensure_bronze_tables)
     from binlake.lakehouse import Lakehouse
@@ -252,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
             "slim->delta": lambda: to_delta("slim"),
             "partitioned->delta": lambda: append_to_new_table(frame("layout"), "partitioned", SNAPSHOT_ROWS_PROPERTIES,
                                                               SNAPSHOT_ROWS_PARTITIONS),
+            "observed->delta": lambda: append_to_new_table(
+                _observing_markers(frame("layout"), ATTEMPT_ID)[0], "observed", SNAPSHOT_ROWS_PROPERTIES,
+                SNAPSHOT_ROWS_PARTITIONS),
             "joined->delta": joined_to_delta,
             "partitioned-string->delta": lambda: append_to_new_table(
                 frame("pstring"), "pstring", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS),
