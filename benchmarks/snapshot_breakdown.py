@@ -105,8 +105,7 @@ class BreakdownReader(snapshot_source.SnapshotReader):
                 continue
             rows = batch.column("row")
             if shape == "pstring":
-                joined = (pa.nulls(len(rows), pa.string()) if rows.null_count == len(rows) else
-                          pc.binary_join(pa.ListArray.from_arrays(rows.offsets, rows.items), "\x1f"))
+                joined = pa.nulls(len(rows), pa.string()) if rows.null_count == len(rows) else _one_string(rows)
                 yield pa.RecordBatch.from_arrays([*batch.columns[:-2], joined, batch.column("chunk_stats")],
                                                  names=batch.schema.names)
                 continue
@@ -116,8 +115,12 @@ class BreakdownReader(snapshot_source.SnapshotReader):
             if shape == "slim":
                 yield pa.RecordBatch.from_arrays([*head, rows], names=["chunk_id", "lw_pos", "row"])
             else:
-                joined = pc.binary_join(pa.ListArray.from_arrays(rows.offsets, rows.items), "\x1f")
-                yield pa.RecordBatch.from_arrays([*head, joined], names=["chunk_id", "lw_pos", "row"])
+                yield pa.RecordBatch.from_arrays([*head, _one_string(rows)], names=["chunk_id", "lw_pos", "row"])
+
+
+def _one_string(rows: pa.MapArray) -> pa.Array:
+    """Each row's values joined into one string (a stand-in for a string row format's size)."""
+    return pc.binary_join(pa.ListArray.from_arrays(rows.offsets, rows.items), "\x1f")
 
 
 def main(argv: list[str] | None = None) -> int:
