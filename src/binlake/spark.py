@@ -6,10 +6,10 @@ import os
 
 # Hadoop's default file system for file: paths checksums every file into a hidden ".crc"
 # sidecar, and without Hadoop's native library (a pip install never has it) it forks a
-# `chmod` for every file it creates and a `readlink` for every rename. Delta renames for
-# each commit and each checksum file, so a test file of 15 gold tests forked 2,643 processes
-# in 139 s. The raw file system writes no sidecars (Parquet and Delta keep their own
-# checksums), and the plain FileSystem rename for Delta's checksum files forks nothing.
+# `chmod` for every file it creates and two `readlink`s for every rename. Delta renames for
+# each commit and each version checksum, so a test file of 15 gold tests forked 2,643
+# processes in 139 s. The raw file system writes no sidecars (Parquet writes a CRC per page
+# itself), and the plain FileSystem rename for Delta's version checksums forks nothing.
 # Commit files keep Delta's own log store (HDFSLogStore: rename without overwrite), so
 # commits stay as they were. Local lakehouses only: cloud paths and Databricks are untouched.
 LOCAL_FILE_CONF = {
