@@ -333,7 +333,9 @@ def cpu_seconds(mariadb_pid: int) -> dict[str, float]:
         elif pid == mariadb_pid:
             out["mariadbd"] += seconds
         elif descends_from(pid, me):
-            out["jvm" if exe[pid] == "java" else "python workers" if "python" in exe[pid] else "driver"] += seconds
+            # The JVM's other descendants are its Python daemon and workers, whose name is
+            # that of the launcher local Spark runs them with (binlake-spark-python), not "python".
+            out["jvm" if exe[pid] == "java" else "python workers"] += seconds
     return out
 
 
