@@ -104,13 +104,14 @@ class BreakdownReader(snapshot_source.SnapshotReader):
                 yield batch
                 continue
             rows = batch.column("row")
+            marker = rows.null_count == len(rows)
             if shape == "pstring":
-                joined = pa.nulls(len(rows), pa.string()) if rows.null_count == len(rows) else _one_string(rows)
+                joined = pa.nulls(len(rows), pa.string()) if marker else _one_string(rows)
                 yield pa.RecordBatch.from_arrays([*batch.columns[:-2], joined, batch.column("chunk_stats")],
                                                  names=batch.schema.names)
                 continue
-            if rows.null_count == len(rows):
-                continue  # the marker row
+            if marker:
+                continue  # the slim shapes leave the marker row out
             head = [batch.column("chunk_id"), batch.column("lw_pos")]
             if shape == "slim":
                 yield pa.RecordBatch.from_arrays([*head, rows], names=["chunk_id", "lw_pos", "row"])

@@ -1,5 +1,6 @@
 """Local lakehouses are written through Hadoop's raw local file system: no ".crc" sidecar
-beside each file, and no `chmod`/`readlink` process forked per file and per rename."""
+beside each file, so half the files and half the `chmod`/`readlink` processes Hadoop forks
+for them (see LOCAL_FILE_CONF in binlake/spark.py)."""
 
 from pathlib import Path
 
