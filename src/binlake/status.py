@@ -61,24 +61,46 @@ def _capture_side(spark, config: Config, notes: list[str]) -> dict[str, Any] | N
     return None
 
 
+# How many of the change log's latest commits status reads (through the change data feed)
+# for the last batch. Capture commits once per batch, heartbeat included, so the latest
+# heartbeat is in the latest capture commit; only a log whose recent commits hold no
+# heartbeat or no change at all (a long idle stretch, a foreign writer) is scanned whole.
+RECENT_COMMITS = 50
+
+
 def _captured(spark, lh: Lakehouse) -> dict[str, Any] | None:
-    """The last capture batch in the change log (its heartbeat), from the lakehouse alone."""
-    from pyspark.sql import functions as F
+    """The last capture batch in the change log (its heartbeat), from the lakehouse alone.
+
+    Reads only the latest :data:`RECENT_COMMITS` commits' rows, so ``status`` costs the same
+    on a log of years as on a new one."""
+    from binlake.silver.merge import read_cdf
 
     if not lh.changelog.exists(spark):
         return None
-    r = lh.changelog.read(spark).agg(
-        F.max(F.when(F.col("op") == "heartbeat", F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias("hb"),
-        F.max("commit_ts").alias("last_commit_ts"),
-    ).first()
-    if r["hb"] is None and r["last_commit_ts"] is None:
+    latest = int(lh.changelog.delta(spark).history(1).select("version").first()[0])
+    first = max(0, latest - RECENT_COMMITS + 1)
+    hb, last_commit_ts = _last_batch(read_cdf(spark, lh.changelog, first, latest))
+    if first > 0 and (hb is None or last_commit_ts is None):
+        old_hb, old_ts = _last_batch(lh.changelog.read(spark))
+        hb, last_commit_ts = hb or old_hb, last_commit_ts or old_ts
+    if hb is None and last_commit_ts is None:
         return None
-    hb = r["hb"]
     return {
         "position": f"{hb['binlog_file']}:{hb['pos']}" if hb else None,
         "captured_at": _plain(hb["captured_at"]) if hb else None,
-        "last_commit_ts": r["last_commit_ts"],
+        "last_commit_ts": last_commit_ts,
     }
+
+
+def _last_batch(rows) -> tuple[Any, Any]:
+    """(the largest heartbeat, the latest commit time) among change log ``rows``."""
+    from pyspark.sql import functions as F
+
+    r = rows.agg(
+        F.max(F.when(F.col("op") == "heartbeat", F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias("hb"),
+        F.max("commit_ts").alias("last_commit_ts"),
+    ).first()
+    return r["hb"], r["last_commit_ts"]
 
 
 def collect_status(spark, config: Config) -> dict[str, Any]:

@@ -116,3 +116,45 @@ def test_status_degrades_when_capture_cannot_be_imported(spark, lake, monkeypatc
     assert status["notes"][0].startswith("source position, lag and purge risk unavailable: "
                                          "binlake.bronze.capture cannot be imported")
     assert status["tables"][0]["published_position"] == "mysql-bin.000003:900"
+
+
+def _unreachable(spark, config):
+    raise SourceConnectionError("cannot connect to 127.0.0.1:3306: connection refused")
+
+
+def test_status_reads_only_the_latest_commits_of_a_long_change_log(spark, tmp_path, monkeypatch):
+    import binlake.status as status_module
+
+    capture_module(monkeypatch, _unreachable)
+    monkeypatch.setattr(status_module, "RECENT_COMMITS", 3)
+    long_log = Lake(spark, tmp_path)
+    for i in range(6):  # versions 1..6 (0 created the table), one capture batch each
+        long_log.heartbeat(3, 100 + i, commit_ts=f"2026-11-01 08:00:0{i}")
+    # The oldest batches' files are gone: a scan of the whole log would fail on them.
+    log_dir = tmp_path / "lakehouse" / "bronze" / "changelog"
+    for version in (1, 2):
+        commit = (log_dir / "_delta_log" / f"{version:020d}.json").read_text().splitlines()
+        for action in map(json.loads, commit):
+            if "add" in action:
+                (log_dir / action["add"]["path"]).unlink()
+
+    captured = collect_status(spark, long_log.config)["captured"]
+
+    assert captured["position"] == "mysql-bin.000003:105"
+    assert captured["last_commit_ts"] == "2026-11-01 08:00:05"
+
+
+def test_status_looks_past_the_latest_commits_when_they_hold_no_change(spark, tmp_path, monkeypatch):
+    import binlake.status as status_module
+
+    capture_module(monkeypatch, _unreachable)
+    monkeypatch.setattr(status_module, "RECENT_COMMITS", 3)
+    idle = Lake(spark, tmp_path)
+    idle.heartbeat(3, 100, commit_ts="2026-11-01 08:00:00")  # the last batch with a change
+    for i in range(1, 5):  # then idle batches: heartbeats without a commit time
+        idle.heartbeat(3, 100 + i)
+
+    captured = collect_status(spark, idle.config)["captured"]
+
+    assert captured["position"] == "mysql-bin.000003:104"
+    assert captured["last_commit_ts"] == "2026-11-01 08:00:00"
