@@ -41,6 +41,31 @@ _LOCAL_CONF = {
 }
 
 
+# Extra Spark settings for local sessions, from the environment: `key=value` pairs separated
+# by `;`, applied over binlake's own (a caller's extra_conf wins over both). For what a
+# deployment cannot put in binlake.yml, and for processes that only ever see small data:
+# the test suite runs its `binlake` commands with C1 alone and without code generation,
+# where compiling costs more CPU than it saves (see tests/conftest.py).
+SPARK_CONF_ENV = "BINLAKE_SPARK_CONF"
+
+
+def env_spark_conf(text: str | None = None) -> dict[str, str]:
+    """The settings in ``text`` (default: the :data:`SPARK_CONF_ENV` variable) as a dict."""
+    from binlake.errors import ConfigError
+
+    text = os.environ.get(SPARK_CONF_ENV, "") if text is None else text
+    conf = {}
+    for item in (part.strip() for part in text.split(";")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip().startswith("spark."):
+            raise ConfigError(f"{SPARK_CONF_ENV}: {item!r} is not a spark.* key=value pair: "
+                              "write it like spark.sql.shuffle.partitions=2;spark.driver.memory=4g")
+        conf[key.strip()] = value.strip()
+    return conf
+
+
 def on_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
@@ -52,6 +77,9 @@ def get_spark(
     extra_packages: list[str] | None = None,
 ):
     """Return the active session on Databricks, or a local Spark + Delta session.
+
+    A local session gets binlake's settings, then those of the :data:`SPARK_CONF_ENV`
+    environment variable, then ``extra_conf``; the last one to set a key wins.
 
     The Delta jars are resolved from Maven Central by ``configure_spark_with_delta_pip`` on the
     first start and cached in ``~/.ivy2``; ``make setup`` warms that cache and writes the
@@ -77,7 +105,7 @@ def get_spark(
         builder = builder.config("spark.pyspark.python", python)
     from binlake.local.class_archive import java_options
 
-    for key, value in with_java_options({**_LOCAL_CONF, **(extra_conf or {})}, java_options()).items():
+    for key, value in with_java_options({**_LOCAL_CONF, **env_spark_conf(), **(extra_conf or {})}, java_options()).items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,9 +1,11 @@
 """Local Spark JVMs start from the class archive that make setup writes (binlake.local.class_archive)."""
 
+import os
 import subprocess
 import sys
 
 from binlake.local.class_archive import archive_path
+from binlake.spark import SPARK_CONF_ENV
 
 
 def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
@@ -13,9 +15,12 @@ def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
     # failed start, so this run proves the archive is used, not merely present.
     code = ("from binlake.spark import get_spark; "
             "s = get_spark('binlake-archive-check', extra_conf={'spark.driver.extraJavaOptions': '-Xshare:on'}); "
-            "print('rows', s.range(3).count())")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+            "print('rows', s.range(3).count()); print('explain', s.conf.get('spark.sql.ui.explainMode'))")
+    env = {**os.environ, SPARK_CONF_ENV: "spark.sql.ui.explainMode=cost"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and "rows 3" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    # The same start shows that settings from the environment reach a new local session.
+    assert "explain cost" in done.stdout
 
 
 def test_the_session_jvm_was_started_with_the_archive(spark):
