@@ -65,6 +65,22 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+@pytest.fixture
+def spark_with_code_generation(spark):
+    """The session with Spark's own code generation back on for one test: the tests that
+    mirror every type end to end run the compiled paths production runs (SMALL_DATA_CONF
+    turns them off for the rest)."""
+    saved = {key: spark.conf.get(key) for key in SMALL_DATA_CONF}
+    for key in SMALL_DATA_CONF:
+        spark.conf.unset(key)
+    assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+    try:
+        yield spark
+    finally:
+        for key, value in saved.items():
+            spark.conf.set(key, value)
+
+
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory):
     """A MariaDB with ROW binlog + FULL row image + FULL metadata, and a `cdc` user."""

@@ -202,7 +202,9 @@ def _chunk_holding(chunks, key: int):
     return chunk.chunk_id
 
 
-def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mariadb, database, make_config, spark):
+def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mariadb, database, make_config,
+                                                                         spark_with_code_generation):
+    spark = spark_with_code_generation
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
     from binlake.silver.merge import run_silver

@@ -19,7 +19,8 @@ def gold_rows(df):
     return sorted((r["id"], r["name"], float(r["price"])) for r in df.collect())
 
 
-def test_the_scheduled_job_publishes_gold_equal_to_the_source(spark, mariadb, database, make_config):
+def test_the_scheduled_job_publishes_gold_equal_to_the_source(spark_with_code_generation, mariadb, database, make_config):
+    spark = spark_with_code_generation  # the compiled paths production runs
     mariadb.execute(
         "CREATE TABLE items (id INT PRIMARY KEY COMMENT 'item number', name VARCHAR(20) NOT NULL, "
         "price DECIMAL(8,2)) COMMENT 'things we sell'",
