@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # saves: expressions are interpreted rather than compiled to Java, and plan descriptions for
 # Spark's listeners are the simple ones. The `binlake` commands tests start (short-lived
 # JVMs, through the environment) also run on the C1 compiler alone. Measured on a pipeline
-# run over four small tables: 17-24 s -> 12-16 s warm, 60-66 s -> 49-52 s cold.
+# run over four small tables: 17-24 s -> 12-16 s warm, 57-66 s -> 49-52 s cold.
 SMALL_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",

@@ -58,11 +58,11 @@ def env_spark_conf(text: str | None = None) -> dict[str, str]:
     for item in (part.strip() for part in text.split(";")):
         if not item:
             continue
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip().startswith("spark."):
+        key, eq, value = (part.strip() for part in item.partition("="))
+        if not eq or not key.startswith("spark."):
             raise ConfigError(f"{SPARK_CONF_ENV}: {item!r} is not a spark.* key=value pair: "
                               "write it like spark.sql.shuffle.partitions=2;spark.driver.memory=4g")
-        conf[key.strip()] = value.strip()
+        conf[key] = value
     return conf
 
 

@@ -73,11 +73,12 @@ def _captured(spark, lh: Lakehouse) -> dict[str, Any] | None:
 
     Reads only the latest :data:`RECENT_COMMITS` commits' rows, so ``status`` costs the same
     on a log of years as on a new one."""
+    from binlake.gold.publish import _latest_version
     from binlake.silver.merge import read_cdf
 
     if not lh.changelog.exists(spark):
         return None
-    latest = int(lh.changelog.delta(spark).history(1).select("version").first()[0])
+    latest = _latest_version(spark, lh.changelog)
     first = max(0, latest - RECENT_COMMITS + 1)
     hb, last_commit_ts = _last_batch(read_cdf(spark, lh.changelog, first, latest))
     if first > 0 and (hb is None or last_commit_ts is None):

@@ -47,6 +47,10 @@ def capture_module(monkeypatch, capture_status):
     monkeypatch.setitem(sys.modules, "binlake.bronze.capture", module)
 
 
+def _unreachable(spark, config):
+    raise SourceConnectionError("cannot connect to 127.0.0.1:3306: connection refused")
+
+
 def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, monkeypatch):
     capture_module(monkeypatch, lambda spark, config: {
         "resume_file": "mysql-bin.000003", "resume_pos": 990, "server_file": "mysql-bin.000003", "server_pos": 1490,
@@ -92,10 +96,7 @@ def test_a_purge_warning_from_capture_is_shown_first(spark, lake, monkeypatch):
 
 
 def test_status_degrades_with_a_note_when_the_source_side_is_unavailable(spark, lake, monkeypatch):
-    def unreachable(spark, config):
-        raise SourceConnectionError("cannot connect to 127.0.0.1:3306: connection refused")
-
-    capture_module(monkeypatch, unreachable)
+    capture_module(monkeypatch, _unreachable)
 
     status = collect_status(spark, lake.config)
 
@@ -116,10 +117,6 @@ def test_status_degrades_when_capture_cannot_be_imported(spark, lake, monkeypatc
     assert status["notes"][0].startswith("source position, lag and purge risk unavailable: "
                                          "binlake.bronze.capture cannot be imported")
     assert status["tables"][0]["published_position"] == "mysql-bin.000003:900"
-
-
-def _unreachable(spark, config):
-    raise SourceConnectionError("cannot connect to 127.0.0.1:3306: connection refused")
 
 
 def test_status_reads_only_the_latest_commits_of_a_long_change_log(spark, tmp_path, monkeypatch):

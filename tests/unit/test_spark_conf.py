@@ -3,7 +3,7 @@
 import pytest
 
 from binlake.errors import ConfigError
-from binlake.spark import env_spark_conf, with_java_options
+from binlake.spark import env_spark_conf
 
 
 def test_pairs_are_split_on_semicolons_and_trimmed():
@@ -28,8 +28,3 @@ def test_anything_but_a_spark_key_value_pair_is_refused_with_the_fix(item):
     assert str(err.value) == (f"BINLAKE_SPARK_CONF: {item!r} is not a spark.* key=value pair: "
                               "write it like spark.sql.shuffle.partitions=2;spark.driver.memory=4g")
 
-
-def test_java_options_from_the_environment_follow_the_class_archive_options():
-    conf = with_java_options({"spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}, "-XX:SharedArchiveFile=a.jsa")
-
-    assert conf["spark.driver.extraJavaOptions"] == "-XX:SharedArchiveFile=a.jsa -XX:TieredStopAtLevel=1"
