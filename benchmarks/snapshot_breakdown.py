@@ -31,7 +31,9 @@ Arrow batches, or through a sketch of a JVM-side reader:
 - ``jvm-slim->delta``: the same reader, writing the chunk id, the watermark and the row map
   only (the per-chunk constants left to the manifest);
 - ``jvm-partitioned->delta``: the same reader into ``snapshot_rows`` as created now
-  (partitioned by the per-chunk columns): what a JVM reader would write today.
+  (partitioned by the per-chunk columns): what a JVM reader would write today;
+- ``jvm-pstring->delta``: the same, with the row map turned into one JSON string in the JVM
+  (``to_json``): the cheapest row write any of these designs reaches.
   The sketches take the server's text as it comes (canonical for the types of sbtest and
   lineitem, not for every type) and compute no chunk checksum: they price a design, they
   are not a reader;
@@ -70,7 +72,7 @@ TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpc
 VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
             "partitioned->delta", "observed->delta", "joined->delta",
             "partitioned-string->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
-            "jvm-partitioned->delta", "run_snapshot")
+            "jvm-partitioned->delta", "jvm-pstring->delta", "run_snapshot")
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
 SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
@@ -240,12 +242,16 @@ def main(argv: list[str] | None = None) -> int:
             from pyspark.sql import functions as F
 
             rows = jvm_read()
-            if shape in ("layout", "partitioned"):
+            if shape == "pstring":
+                rows = rows.withColumn("row", F.to_json("row"))
+            if shape in ("layout", "partitioned", "pstring"):
                 rows = rows.select(F.lit(SNAPSHOT_ID).alias("snapshot_id"), F.lit(database).alias("db"),
                                    F.lit(table).alias("table"), "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
                                    "lw_file_index", "lw_pos", F.lit(schema.version()).alias("schema_version"), "row",
                                    F.lit(None).cast("map<string,string>").alias("chunk_stats"))
-                if shape == "layout":
+                if shape == "pstring":
+                    append_to_new_table(rows, "jvm-pstring", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
+                elif shape == "layout":
                     append_to_new_table(rows, "jvm-layout", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
                 else:
                     append_to_new_table(rows, "jvm-partitioned", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
@@ -273,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             "jvm-layout->delta": lambda: jvm_to_delta("layout"),
             "jvm-slim->delta": lambda: jvm_to_delta("slim"),
             "jvm-partitioned->delta": lambda: jvm_to_delta("partitioned"),
+            "jvm-pstring->delta": lambda: jvm_to_delta("pstring"),
             "run_snapshot": lambda: run_snapshot(spark, config, tables=[f"{database}.{table}"]),
         }
         assert tuple(variants) == VARIANTS
