@@ -249,12 +249,10 @@ def main(argv: list[str] | None = None) -> int:
                                    F.lit(table).alias("table"), "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
                                    "lw_file_index", "lw_pos", F.lit(schema.version()).alias("schema_version"), "row",
                                    F.lit(None).cast("map<string,string>").alias("chunk_stats"))
-                if shape == "pstring":
-                    append_to_new_table(rows, "jvm-pstring", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
-                elif shape == "layout":
+                if shape == "layout":
                     append_to_new_table(rows, "jvm-layout", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
                 else:
-                    append_to_new_table(rows, "jvm-partitioned", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
+                    append_to_new_table(rows, f"jvm-{shape}", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
             else:
                 append_to_new_table(rows.drop("lw_file_index"), "jvm-slim", {"delta.dataSkippingStatsColumns": "chunk_id"})
 
