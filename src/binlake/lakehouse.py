@@ -89,8 +89,11 @@ SILVER_METADATA_COLUMNS = (
 
 PROGRESS_SCHEMA = (
     "db STRING, `table` STRING, changelog_version BIGINT, chunks_version BIGINT, "
-    "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP"
+    "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP, "
+    "silver_version BIGINT"
 )
+"""silver/_progress, one row per table. ``silver_version`` is the silver table's version once
+the run that wrote the row had applied its batch."""
 
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
@@ -118,6 +121,11 @@ class TableRef:
 
     def read(self, spark):
         return spark.read.table(self.name) if self.name else spark.read.format("delta").load(self.path)
+
+    def read_version(self, spark, version: int):
+        """The table as of an earlier version (Delta time travel)."""
+        reader = spark.read.format("delta").option("versionAsOf", int(version))
+        return reader.table(self.name) if self.name else reader.load(self.path)
 
     def delta(self, spark):
         from delta.tables import DeltaTable

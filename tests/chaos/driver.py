@@ -55,6 +55,11 @@ TABLES_DDL = [
          memo VARCHAR(100), PRIMARY KEY (account_id, seq))""",
     """CREATE TABLE tags (
          tag VARCHAR(40) COLLATE utf8mb4_general_ci PRIMARY KEY, weight FLOAT, payload JSON)""",
+    # InnoDB moves and deletes holds with their account without logging it (silver derives it).
+    """CREATE TABLE holds (
+         account_id BIGINT UNSIGNED NOT NULL, n INT NOT NULL, amount DECIMAL(18,4) NOT NULL,
+         PRIMARY KEY (account_id, n),
+         FOREIGN KEY (account_id) REFERENCES accounts (id) ON DELETE CASCADE ON UPDATE CASCADE)""",
 ]
 
 
@@ -147,6 +152,15 @@ class Writer(threading.Thread):
                 elif op < 0.65:
                     # Primary-key update: the old key must end deleted, the new one present.
                     cur.execute("UPDATE IGNORE accounts SET id = id + 5000 WHERE id = %s", (aid,))
+                elif op < 0.72:
+                    # Holds change after their account moved or went, often in the same batch.
+                    if r.random() < 0.6:
+                        cur.execute("INSERT INTO holds (account_id, n, amount) SELECT id, %s, %s FROM accounts "
+                                    "WHERE id IN (%s, %s) ON DUPLICATE KEY UPDATE amount = amount + 1",
+                                    (r.randint(1, 4), r.randint(0, 999), aid, aid + 5000))
+                    else:
+                        cur.execute("UPDATE holds SET amount = amount - 1 WHERE account_id IN (%s, %s)",
+                                    (aid, aid + 5000))
                 elif op < 0.85:
                     cur.execute(
                         "INSERT INTO ledger (account_id, seq, amount, memo) VALUES (%s, %s, %s, %s) "
@@ -203,6 +217,7 @@ class Harness:
             "INSERT INTO accounts (id, owner, balance, status, opened, flags, ratio) "
             f"SELECT seq, CONCAT('seed-', seq), seq * 1.5, 'open', '2026-01-01 00:00:00', 'a', seq / 7 FROM seq_1_to_{seed_rows}",
             f"INSERT INTO ledger (account_id, seq, amount) SELECT seq, 1, seq FROM seq_1_to_{seed_rows}",
+            f"INSERT INTO holds (account_id, n, amount) SELECT seq, 1, seq FROM seq_1_to_{seed_rows // 2}",
             "INSERT INTO tags (tag, weight) VALUES ('alpha0', 1), ('Beta1', 2)",
             database=db,
         )

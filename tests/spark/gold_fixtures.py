@@ -156,7 +156,7 @@ class Lake:
         (chunks_version = the manifest's current version)."""
         if chunks_version == -1:
             chunks_version = self.chunks_version()
-        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9))
+        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9), None)
                 for d, t in [(db, table), *also]]
         df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))

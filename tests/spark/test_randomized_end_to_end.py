@@ -2,9 +2,11 @@
 between ``binlake run`` invocations, gold equals the source afterwards, value for value.
 
 Tables: ``orders`` (composite key BIGINT UNSIGNED + VARCHAR with a case- and
-accent-insensitive, PAD SPACE collation), ``types`` (every DESIGN.md section 5 type, from
-tests/mysql_types.py), and ``parent`` / ``child`` joined by ``ON DELETE CASCADE ON UPDATE
-CASCADE`` (InnoDB never logs the cascaded child changes; silver applies them).
+accent-insensitive, PAD SPACE collation), ``types`` (every mapped type, from
+tests/mysql_types.py), and ``parent`` with its children ``child`` (``ON DELETE CASCADE ON
+UPDATE CASCADE`` on a non-key column), ``link`` (the same on a key column) and the grandchild
+``sub`` (``ON UPDATE CASCADE ON DELETE SET NULL`` on link's whole key). InnoDB never logs the
+cascaded changes; silver derives them.
 
 Each round runs random transactions (multi-row INSERTs, UPDATEs of non-key columns, range
 DELETEs, primary-key UPDATEs including multi-row key shifts and collation-equal key changes
@@ -49,8 +51,18 @@ DDL = [
     """CREATE TABLE child (
          id INT PRIMARY KEY, parent_id INT, qty SMALLINT,
          FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE ON UPDATE CASCADE)""",
+    # The parent's key is part of link's key (a cascade moves the row to a new key), and sub
+    # references link's whole key (chained: ON UPDATE CASCADE, ON DELETE SET NULL).
+    """CREATE TABLE link (
+         parent_id INT NOT NULL, n SMALLINT NOT NULL, note VARCHAR(20), PRIMARY KEY (parent_id, n),
+         FOREIGN KEY (parent_id) REFERENCES parent (id) ON DELETE CASCADE ON UPDATE CASCADE)""",
+    """CREATE TABLE sub (
+         id INT PRIMARY KEY, parent_id INT, n SMALLINT, qty SMALLINT,
+         FOREIGN KEY (parent_id, n) REFERENCES link (parent_id, n) ON DELETE SET NULL ON UPDATE CASCADE)""",
 ]
-TABLES = ["orders", "types", "parent", "child"]
+TABLES = ["orders", "types", "parent", "child", "link", "sub"]
+# InnoDB refuses TRUNCATE of a table another table references.
+REFERENCED = ("parent", "link")
 
 
 class Workload:
@@ -78,7 +90,7 @@ class Workload:
         r = self.rng
         table = r.choice(TABLES)
         op = r.choices(["insert", "update", "delete", "key", "truncate"], weights=[40, 25, 15, 15, 1])[0]
-        if op == "truncate" and table == "parent":  # InnoDB refuses TRUNCATE of a referenced table
+        if op == "truncate" and table in REFERENCED:
             op = "delete"
         if op == "truncate":
             self.run(f"TRUNCATE {table}")
@@ -176,6 +188,39 @@ class Workload:
 
     def child_key(self) -> str:
         return self.key_shift("child", 150)
+
+    def link_insert(self) -> str:
+        r = self.rng
+        low = r.randint(1, 60)
+        return (f"INSERT IGNORE INTO link SELECT id, {r.randint(1, 4)}, 'l{r.randint(0, 99)}' FROM parent "
+                f"WHERE id BETWEEN {low} AND {low + 4}")
+
+    def link_update(self) -> str:
+        low = self.rng.randint(1, 70)
+        return f"UPDATE link SET note = 'u{self.rng.randint(0, 99)}' WHERE parent_id BETWEEN {low} AND {low + 3}"
+
+    def link_delete(self) -> str:
+        return f"DELETE FROM link WHERE parent_id = {self.rng.randint(1, 70)} AND n >= {self.rng.randint(1, 4)}"
+
+    def link_key(self) -> str:
+        return f"UPDATE IGNORE link SET n = n + 1 WHERE parent_id = {self.rng.randint(1, 70)} ORDER BY n DESC"
+
+    def sub_insert(self) -> str:
+        r = self.rng
+        return (f"INSERT IGNORE INTO sub SELECT {r.randint(1, 80)}, parent_id, n, {r.randint(-9, 9)} FROM link "
+                f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT {r.randint(1, 4)}")
+
+    def sub_update(self) -> str:
+        low = self.rng.randint(1, 80)
+        new = self.rng.choice(["qty = qty + 1", "parent_id = NULL, n = NULL"])
+        return f"UPDATE sub SET {new} WHERE id BETWEEN {low} AND {low + 4}"
+
+    def sub_delete(self) -> str:
+        low = self.rng.randint(1, 80)
+        return f"DELETE FROM sub WHERE id BETWEEN {low} AND {low + 3}"
+
+    def sub_key(self) -> str:
+        return self.key_shift("sub", 80)
 
 
 class WindowWriter(threading.Thread):

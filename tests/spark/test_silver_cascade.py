@@ -83,3 +83,113 @@ def test_parent_key_update_cascades_to_children(spark, b):
     run_silver(spark, b.config)
     same(live(spark, b, "orders", ["id", "customer_id"]), spark, [(10, 1), (11, 21)], "id INT, customer_id INT")
     same(live(spark, b, "customers", ["id"]), spark, [(1,), (21,)], "id INT")
+
+
+# ---------------------------------------------------------------------------------------
+# Cascades in sequence order with the child's own changes (issue 29)
+
+A = table("shop.a", [col("id")])
+FA = table("shop.fa", [col("a_id"), col("f_id"), col("note", Kind.STRING)], key=("a_id", "f_id"),
+           fks=[fk("fk_a", ["a_id"], "shop.a", ["id"], on_delete="CASCADE", on_update="CASCADE")])
+# A grandchild that references the child's whole key, and a SET NULL child beside it.
+FB = table("shop.fb", [col("id"), col("a_id"), col("f_id")],
+           fks=[fk("fk_fa", ["a_id", "f_id"], "shop.fa", ["a_id", "f_id"], on_delete="CASCADE", on_update="CASCADE")])
+FN = table("shop.fn", [col("id"), col("a_id"), col("v", Kind.STRING)],
+           fks=[fk("fk_n", ["a_id"], "shop.a", ["id"], on_delete="SET NULL", on_update="SET NULL")])
+
+
+@pytest.fixture
+def fa(spark, tmp_path):
+    bronze = Bronze(spark, tmp_path / "lh")
+    for s in (A, FA, FB, FN):
+        bronze.schema(s)
+    bronze.commit(
+        bronze.insert(A, (1, 10, 0), id=68), bronze.insert(A, (1, 10, 1), id=69),
+        bronze.insert(FA, (1, 20, 0), a_id=68, f_id=671, note="x"), bronze.insert(FA, (1, 20, 1), a_id=68, f_id=497, note="y"),
+        bronze.insert(FA, (1, 20, 2), a_id=69, f_id=1, note="z"),
+        bronze.insert(FB, (1, 30, 0), id=1, a_id=68, f_id=497), bronze.insert(FB, (1, 30, 1), id=2, a_id=69, f_id=1),
+        bronze.insert(FN, (1, 40, 0), id=5, a_id=68, v="n"),
+    )
+    run_silver(spark, bronze.config)
+    return bronze
+
+
+def rows(spark, b, name, cols):
+    return sorted(tuple(r) for r in live(spark, b, name, cols).collect())
+
+
+def test_a_child_row_deleted_after_the_parent_key_update_in_the_same_batch_stays_deleted(spark, fa):
+    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+              fa.delete(FA, (1, 510, 0), a_id=220, f_id=671, note="x"))
+    run_silver(spark, fa.config)
+    assert rows(spark, fa, "fa", ["a_id", "f_id"]) == [(69, 1), (220, 497)]
+
+
+def test_a_child_row_updated_after_the_parent_key_update_in_the_same_batch_is_one_row_with_the_new_value(spark, fa):
+    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+              fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 671, "note": "x"}, {"a_id": 220, "f_id": 671, "note": "new"}))
+    run_silver(spark, fa.config)
+    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (220, 497, "y"), (220, 671, "new")]
+    # The old keys are tombstones at the parent's change.
+    old = fa.lh.silver("shop", "fa").read(spark).where("a_id = 68").select("_cdc_deleted", "_cdc_seq.pos").collect()
+    assert sorted(tuple(r) for r in old) == [(True, 500), (True, 500)]
+
+
+def test_the_moved_row_carries_what_the_child_changed_before_the_parent_change(spark, fa):
+    fa.commit(fa.update(FA, (1, 490, 0), {"a_id": 68, "f_id": 671, "note": "x"}, {"a_id": 68, "f_id": 671, "note": "mid"}),
+              fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+              fa.update(FN, (1, 505, 0), {"id": 5, "a_id": None, "v": "n"}, {"id": 5, "a_id": None, "v": "later"}))
+    run_silver(spark, fa.config)
+    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (220, 497, "y"), (220, 671, "mid")]
+    assert rows(spark, fa, "fn", ["id", "a_id", "v"]) == [(5, None, "later")]
+
+
+def test_chained_cascades_follow_the_same_order(spark, fa):
+    # a 68 -> 220 moves fa (68, 497) to (220, 497), which moves fb 1 along; fb 1 then points
+    # at a new fa row, and a 220 -> 300 in the same batch moves all of them once more.
+    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+              fa.insert(FA, (1, 505, 0), a_id=220, f_id=9, note="w"),
+              fa.update(FB, (1, 510, 0), {"id": 1, "a_id": 220, "f_id": 497}, {"id": 1, "a_id": 220, "f_id": 9}),
+              fa.update(A, (1, 530, 0), {"id": 220}, {"id": 300}))
+    result = run_silver(spark, fa.config)
+    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (300, 9, "w"), (300, 497, "y"), (300, 671, "x")]
+    assert rows(spark, fa, "fb", ["id", "a_id", "f_id"]) == [(1, 300, 9), (2, 69, 1)]
+    assert rows(spark, fa, "fn", ["id", "a_id"]) == [(5, None)]
+    fb1 = fa.lh.silver("shop", "fb").read(spark).where("id = 1").select("_cdc_seq.pos").first()[0]
+    assert fb1 == 530
+    assert result.table("shop.fa").cascaded > 0 and result.table("shop.fb").cascaded > 0
+
+
+def test_a_child_inserted_again_after_a_cascaded_delete_is_live(spark, fa):
+    fa.commit(fa.delete(A, (1, 500, 0), id=69),
+              fa.insert(A, (1, 510, 0), id=69),
+              fa.insert(FA, (1, 520, 0), a_id=69, f_id=1, note="again"))
+    run_silver(spark, fa.config)
+    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(68, 497, "y"), (68, 671, "x"), (69, 1, "again")]
+    assert rows(spark, fa, "fb", ["id"]) == [(1,)]  # fb 2 went with fa (69, 1)
+
+
+def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
+    from binlake.silver import merge
+
+    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+              fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 497, "note": "y"}, {"a_id": 220, "f_id": 497, "note": "y2"}))
+    real = merge.merge_into_silver
+    merged = []
+
+    def dies_after_two(spark_, ref, schema, source):
+        if len(merged) == 2:
+            raise RuntimeError("killed")
+        merged.append(schema.name)
+        return real(spark_, ref, schema, source)
+
+    monkeypatch.setattr(merge, "TABLE_THREADS", 1)
+    monkeypatch.setattr(merge, "merge_into_silver", dies_after_two)
+    with pytest.raises(RuntimeError, match="killed"):
+        run_silver(spark, fa.config)
+    assert merged  # some tables took their batch, the progress did not
+    monkeypatch.setattr(merge, "merge_into_silver", real)
+    run_silver(spark, fa.config)
+    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (220, 497, "y2"), (220, 671, "x")]
+    assert rows(spark, fa, "fb", ["id", "a_id", "f_id"]) == [(1, 220, 497), (2, 69, 1)]
+    assert rows(spark, fa, "fn", ["id", "a_id"]) == [(5, None)]

@@ -37,6 +37,7 @@ from binlake.config import Config
 from binlake.errors import NotReadyError, SchemaChangeError
 from binlake.lakehouse import PROGRESS_SCHEMA, Lakehouse, TableRef
 from binlake.silver import schema_evolution as se
+from binlake.silver.cascade import CascadeTable, derive
 from binlake.silver.ranges import reconcile_range_predicate, sql_string
 from binlake.source.types import TableSchema, is_zero_date_sql, spark_decode_sql
 
@@ -229,12 +230,24 @@ class Decoder:
 
 @dataclass
 class TableBatch:
-    """The new bronze records of one table, as the cascade step needs them."""
+    """One table's new bronze records, decoded and ready to apply (see :func:`_prepare`)."""
 
-    schema: TableSchema
-    decoder: Decoder
-    changes: object  # DataFrame: op, schema_version, seq, before, after, commit_ts (changelog only)
+    db: str
+    table: str
     ref: TableRef
+    schema: TableSchema
+    records: object  # typed records before dedup (batch_records)
+    changes: object | None  # logged updates and deletes with before/after values, or None
+    truncated: tuple | None  # everything older is gone (this batch's or an earlier TRUNCATE)
+    batch_truncate: tuple | None  # a TRUNCATE-like record in this batch
+    emptied: tuple  # sequences of every TRUNCATE-like record that bounds this batch's rows
+    chunks: list
+    fresh: bool  # created or rebuilt by this run: empty before it
+    pending: bool  # records to MERGE
+
+    @property
+    def name(self) -> str:
+        return f"{self.db}.{self.table}"
 
 
 def _changelog_records(cl, db: str, table: str, start_version: int):
@@ -258,10 +271,9 @@ def _snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
     return rows.join(F.broadcast(manifest), ["snapshot_id", "chunk_id", "attempt_id"], "left_semi")
 
 
-def _source_frame(spark, schema: TableSchema, decoder: Decoder, changes, snaps, truncated: tuple | None):
-    """Typed, deduplicated MERGE source: one row per key, the latest record."""
-    from pyspark.sql import functions as F
-
+def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
+    """Typed records of the batch, before dedup: the table's columns plus ``_cdc_seq``,
+    ``_cdc_op``, ``_cdc_deleted``, ``_cdc_commit_ts`` and ``_prio`` (ties on ``_cdc_seq``)."""
     unified = changes.selectExpr(
         "op",
         "schema_version",
@@ -289,8 +301,28 @@ def _source_frame(spark, schema: TableSchema, decoder: Decoder, changes, snaps, 
         records = records.unionByName(p)
 
     typed = [f"{decoder.column_sql(c.name)} AS {_q(c.name)}" for c in schema.columns]
-    records = records.selectExpr(*typed, "seq AS _cdc_seq", "op AS _cdc_op", "op = 'delete' AS _cdc_deleted",
-                                 "commit_ts AS _cdc_commit_ts", "prio AS _prio")
+    return records.selectExpr(*typed, "seq AS _cdc_seq", "op AS _cdc_op", "op = 'delete' AS _cdc_deleted",
+                              "commit_ts AS _cdc_commit_ts", "prio AS _prio")
+
+
+def logged_changes(schema: TableSchema, decoder: Decoder, changes):
+    """The batch's updates and deletes with typed before (``o__``) and after (``n__``) values
+    of every column: what foreign-key actions of this table's children start from."""
+    from binlake.silver.cascade import new, old
+
+    cols = [c.name for c in schema.columns]
+    return changes.where("op IN ('update', 'delete')").selectExpr(
+        "op AS kind", f"{_seq_sql('file_index', 'pos', '`row`')} AS seq", "commit_ts AS ts",
+        *[f"{decoder.column_sql(c, 'before')} AS {_q(old(c))}" for c in cols],
+        *[f"CASE WHEN op = 'update' THEN {decoder.column_sql(c, 'after')} END AS {_q(new(c))}" for c in cols],
+    )
+
+
+def latest_per_key(records, schema: TableSchema, truncated: tuple | None):
+    """The MERGE source: one row per key, its latest record."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
     if truncated is not None:
         # Anything older than a TRUNCATE is gone, whatever order the batches arrive in.
         older = F.col("_cdc_seq") < F.expr(_seq_lit(truncated))
@@ -298,8 +330,6 @@ def _source_frame(spark, schema: TableSchema, decoder: Decoder, changes, snaps, 
                    .withColumn("_cdc_deleted", F.when(older, F.lit(True)).otherwise(F.col("_cdc_deleted")))
                    .withColumn("_cdc_op", F.when(older, F.lit("truncate")).otherwise(F.col("_cdc_op")))
                    .withColumn("_cdc_seq", F.when(older, F.expr(_seq_lit(truncated))).otherwise(F.col("_cdc_seq"))))
-    from pyspark.sql.window import Window
-
     w = Window.partitionBy(*[F.col(_q(k)) for k in schema.key]).orderBy(F.col("_cdc_seq").desc(), F.col("_prio").desc())
     return records.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn", "_prio")
 
@@ -441,14 +471,15 @@ def apply_truncate(spark, ref: TableRef, seq: tuple[int, int, int]) -> int:
 
 
 def _prepare_table(spark, lh, ref, history, new_chunks, result: TableResult):
-    """Create or evolve the silver table; returns the seq below which changelog rows are
-    dropped (after a re-snapshot recovered an incompatible change), or None."""
+    """Create or evolve the silver table; returns ``(cutoff, fresh)``: the seq below which
+    changelog rows are dropped (after a re-snapshot recovered an incompatible change) or
+    None, and whether the table is new or rebuilt (empty before this run)."""
     target = history[-1]
     if se.create_silver_table(spark, ref, target.schema):
-        return None
+        return None, True
     try:
         result.schema_changes = [d for d in se.evolve(spark, ref, history) if d]
-        return None
+        return None, False
     except SchemaChangeError:
         # Recovery: a snapshot taken with the new schema replaces the table's content.
         fresh = [c for c in new_chunks if c["schema_version"] == target.version
@@ -460,10 +491,11 @@ def _prepare_table(spark, lh, ref, history, new_chunks, result: TableResult):
         se.create_silver_table(spark, ref, target.schema, replace=True)
         se.set_table_property(spark, ref, se.SCHEMA_VERSION_PROPERTY, target.version)
         result.recreated = True
-        return target.seq
+        return target.seq, True
 
 
-def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: TableResult, floors=None):
+def _prepare(spark, lh, db, table, cl, cl_start, new_chunks, result: TableResult) -> TableBatch:
+    """Bring the table's schema up to date and decode its new records; writes no rows."""
     from pyspark.sql import functions as F
 
     ref = lh.silver(db, table)
@@ -471,7 +503,7 @@ def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: Table
     if not history:
         raise NotReadyError(f"{db}.{table} has no schema in bronze schema_history yet: run binlake snapshot or capture")
     schema = history[-1].schema
-    cutoff = _prepare_table(spark, lh, ref, history, new_chunks, result)
+    cutoff, fresh = _prepare_table(spark, lh, ref, history, new_chunks, result)
     decoder = Decoder(schema, se.name_maps(history, schema))
 
     if cl is not None and cl_start is not None:
@@ -483,26 +515,31 @@ def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: Table
     if cutoff is not None:
         new_chunks = [c for c in new_chunks if c["schema_version"] == history[-1].version]
 
-    truncated = _parse_seq(se.table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY))
-    batch_truncate = None
+    stored_truncate = _parse_seq(se.table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY))
+    truncated, batch_truncate, emptied = stored_truncate, None, ()
     changes = None
-    stats = {"n": 0, "t": None, "z": 0}
+    stats = {"n": 0, "ud": 0, "t": [], "z": 0}
     if records is not None:
         changes = records.where(F.col("op").isin(*DATA_OPS))
         # TRUNCATE, DROP TABLE and a RENAME away or into this name all end every older row.
         emptying = ", ".join(f"'{op}'" for op in EMPTYING_OPS)
         agg = records.where(F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)).selectExpr(
-            f"coalesce(sum(CASE WHEN op IN ('insert', 'update', 'delete') THEN 1 ELSE 0 END), 0) AS n",
-            f"max(CASE WHEN op IN ({emptying}) THEN {_seq_sql('file_index', 'pos', '`row`')} END) AS t",
+            "coalesce(sum(CASE WHEN op IN ('insert', 'update', 'delete') THEN 1 ELSE 0 END), 0) AS n",
+            "coalesce(sum(CASE WHEN op IN ('update', 'delete') THEN 1 ELSE 0 END), 0) AS ud",
+            f"collect_list(CASE WHEN op IN ({emptying}) THEN {_seq_sql('file_index', 'pos', '`row`')} END) AS t",
             f"coalesce(sum(CASE WHEN op IN ('insert', 'update') THEN {decoder.zero_dates_sql('after')} ELSE 0 END), 0) AS z",
         ).first()
-        stats = {"n": agg["n"], "t": agg["t"], "z": agg["z"]}
-        if stats["t"] is not None:
-            # pos is where the statement's event ends: a snapshot whose low watermark is that
-            # same position was read after it, and its rows, at (lw, -1), must outlive it. So the
-            # boundary sorts just below them; no row event ends at a DDL statement's position.
-            batch_truncate = (stats["t"]["file_index"], stats["t"]["pos"], -2)
+        stats = {"n": agg["n"], "ud": agg["ud"], "t": agg["t"] or [], "z": agg["z"]}
+        # pos is where the statement's event ends: a snapshot whose low watermark is that
+        # same position was read after it, and its rows, at (lw, -1), must outlive it. So the
+        # boundary sorts just below them; no row event ends at a DDL statement's position.
+        bounds = sorted((t["file_index"], t["pos"], -2) for t in stats["t"])
+        if bounds:
+            batch_truncate = bounds[-1]
             truncated = max(truncated or batch_truncate, batch_truncate)
+        emptied = tuple(bounds)
+    if stored_truncate is not None:
+        emptied = tuple(sorted({*emptied, stored_truncate}))
 
     snaps = _snapshot_records(spark, lh, new_chunks) if new_chunks else None
     snap_count, snap_zero = 0, 0
@@ -515,17 +552,70 @@ def _process_table(spark, lh, db, table, cl, cl_start, new_chunks, result: Table
     result.chunks = len(new_chunks)
     result.zero_dates = int(stats["z"] or 0) + int(snap_zero or 0)
 
-    empty_changes = changes if changes is not None else spark.createDataFrame(
-        [], "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
-            "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP")
-    if (changes is not None and stats["n"]) or snap_count:
-        source = _source_frame(spark, schema, decoder, empty_changes, snaps, truncated)
-        m = merge_into_silver(spark, ref, schema, source)
+    if changes is None:
+        changes = spark.createDataFrame(
+            [], "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
+                "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP")
+    return TableBatch(
+        db=db, table=table, ref=ref, schema=schema,
+        records=batch_records(schema, decoder, changes, snaps),
+        changes=logged_changes(schema, decoder, changes) if stats["ud"] else None,
+        truncated=truncated, batch_truncate=batch_truncate, emptied=emptied, chunks=new_chunks, fresh=fresh,
+        pending=bool(stats["n"]) or bool(snap_count),
+    )
+
+
+def _apply(spark, batch: TableBatch, derived, result: TableResult, floors=None) -> None:
+    """MERGE the batch (and the changes foreign-key actions derived for it), then the
+    tombstones of TRUNCATE and completed chunks."""
+    from binlake.silver.cascade import derived_records
+
+    records = batch.records
+    if derived is not None:
+        records = records.unionByName(derived_records(derived, batch.schema))
+        result.cascaded = derived.count()
+    if batch.pending or derived is not None:
+        source = latest_per_key(records, batch.schema, batch.truncated)
+        m = merge_into_silver(spark, batch.ref, batch.schema, source)
         result.merged = m.get("numTargetRowsInserted", 0) + m.get("numTargetRowsUpdated", 0)
-    if batch_truncate is not None:
-        result.truncated = apply_truncate(spark, ref, truncated)
-    result.reconciled = reconcile_chunks(spark, ref, schema, new_chunks, floors)
-    return TableBatch(schema=schema, decoder=decoder, changes=empty_changes, ref=ref)
+    if batch.batch_truncate is not None:
+        result.truncated = apply_truncate(spark, batch.ref, batch.truncated)
+    result.reconciled = reconcile_chunks(spark, batch.ref, batch.schema, batch.chunks, floors)
+
+
+# Delta operations that change a table's rows (as opposed to its metadata or layout).
+_ROW_WRITES = ("MERGE", "UPDATE", "WRITE", "DELETE", "STREAMING UPDATE", "RESTORE")
+
+
+def _base_state(spark, batch: TableBatch, recorded: dict | None):
+    """Silver as the last completed run left it, for deriving foreign-key actions.
+
+    Normally that is the table as it stands (this run has not merged yet). After a run that
+    was killed once it had merged some tables, it is the version the progress row recorded,
+    so the same changes are derived again whatever the killed run applied.
+    """
+    ref = batch.ref
+    if batch.fresh or recorded is None:
+        return ref.read(spark).where("false")
+    version = recorded.get("silver_version")
+    current = ref.read(spark)
+    if version is None:  # progress written before silver_version existed
+        return current
+    latest = _latest_version(spark, ref)
+    if latest <= version:
+        return current
+    ops = [r["operation"] for r in ref.delta(spark).history(latest - version).select("operation").collect()]
+    if any("CREATE" in op or "REPLACE" in op for op in ops):
+        return ref.read(spark).where("false")
+    if not any(op in _ROW_WRITES for op in ops):
+        return current
+    then = ref.read_version(spark, version)
+    missing = [c.name for c in batch.schema.columns if c.name not in then.columns]
+    if missing:
+        log.warning("%s: columns %s are newer than silver version %d; foreign-key actions start from the "
+                    "current table", batch.name, missing, version)
+        return current
+    return then
 
 
 # ---------------------------------------------------------------------------------------
@@ -551,7 +641,12 @@ def _captured_tables(spark, lh: Lakehouse, config: Config) -> list[tuple[str, st
 
 def _read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], dict]:
     lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table")
-    return {(r["db"], r["table"]): r.asDict() for r in lh.silver_progress.read(spark).collect()}
+    current = lh.silver_progress.read(spark)
+    if "silver_version" not in current.columns:
+        # Lakehouses from before silver_version: the column is added, NULL until each table's next run.
+        spark.sql(f"ALTER TABLE {lh.silver_progress.sql} ADD COLUMNS (silver_version BIGINT)")
+        current = lh.silver_progress.read(spark)
+    return {(r["db"], r["table"]): r.asDict() for r in current.collect()}
 
 
 def _write_progress(spark, lh: Lakehouse, rows: list[tuple]) -> None:
@@ -575,8 +670,6 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     """
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
-
-    from binlake.silver.cascade import apply_cascades
 
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -616,66 +709,79 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
 
     now = datetime.now(timezone.utc).replace(tzinfo=None)
 
-    def one_table(db, table, res: TableResult):
-        """Apply one table; returns (its batch, its progress row) or None if it stopped."""
-        key = (db, table)
-        cl_start, ch_start = cl_starts[key], ch_starts[key]
+    def prepare_one(db, table, res: TableResult) -> TableBatch | None:
+        """Decode one table's batch; None if the table stopped."""
+        ch_start = ch_starts[(db, table)]
         new_chunks = [c for c in chunk_rows if ch_start is not None and c["_commit_version"] >= ch_start
                       and c["db"] == db and c["table"] == table]
         try:
-            batch = _process_table(spark, lh, db, table, cl, cl_start, new_chunks, res, floors)
+            return _prepare(spark, lh, db, table, cl, cl_starts[(db, table)], new_chunks, res)
         except (SchemaChangeError, NotReadyError) as exc:
             res.error = str(exc)
             log.error("%s", exc)
             return None
+
+    def apply_one(batch: TableBatch, res: TableResult) -> tuple:
+        """Apply one table's batch; returns its progress row."""
+        _apply(spark, batch, derived.get(batch.name), res, floors)
+        key = (batch.db, batch.table)
+        cl_start = cl_starts[key]
         prev = prog.get(key) or {}
         hb = [h["hb"] for h in heartbeats if cl_start is not None and h["_commit_version"] >= cl_start]
         top = max(hb, key=lambda h: (h["file_index"], h["pos"])) if hb else None
         applied = ((top["binlog_file"], top["file_index"], top["pos"]) if top else
                    (prev.get("applied_file"), prev.get("applied_file_index"), prev.get("applied_pos")))
-        return batch, (
-            db, table,
+        return (
+            batch.db, batch.table,
             cl_end if cl_start is not None else prev.get("changelog_version"),
-            ch_end if ch_start is not None else prev.get("chunks_version"),
+            ch_end if ch_starts[key] is not None else prev.get("chunks_version"),
             applied[0], applied[1], applied[2],
-            int(prev.get("zero_dates") or 0) + res.zero_dates, now,
+            int(prev.get("zero_dates") or 0) + res.zero_dates, now, _latest_version(spark, batch.ref),
         )
 
-    results = [TableResult(name=f"{db}.{table}") for db, table in tables]
-    batches: dict[str, TableBatch] = {}
+    results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in tables}
+    derived: dict = {}
     progress_rows = []
     overall = (None, None, None)
     try:
         with ExitStack() as stack:
             task = stack.enter_context(progress.task("silver", len(tables), "tables")) if progress is not None else None
-            # Tables are independent until the cascades below, and most of a small table's
-            # time is driver-side latency (Delta log reads, commits), so several run at once.
-            # Every write is conditional on _cdc_seq: a failure in one leaves the others
-            # correct, and the progress rows are written only when all have finished.
+            # Most of a small table's time is driver-side latency (Delta log reads, commits),
+            # so several tables are decoded and applied at once. Every write is conditional on
+            # _cdc_seq: a failure in one leaves the others correct, and the progress rows are
+            # written only when all have finished.
             pool = stack.enter_context(ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(tables))),
                                                           thread_name_prefix="silver"))
-            futures = {pool.submit(one_table, db, table, res): res for (db, table), res in zip(tables, results)}
-            for future in as_completed(futures):
+            prepared = [(pool.submit(prepare_one, db, table, results[f"{db}.{table}"])) for db, table in tables]
+            batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
+            for _ in range(len(tables) - len(batches)):
+                if task:
+                    task.advance()  # stopped tables
+
+            # Foreign-key actions become change records of the child tables, derived before
+            # any table is merged, from silver as the last completed run left it.
+            derived = derive(spark, {
+                name: CascadeTable(schema=b.schema, records=b.records, changes=b.changes, emptied=b.emptied,
+                                   base=functools.partial(_base_state, spark, b, prog.get((b.db, b.table))))
+                for name, b in batches.items()
+            })
+
+            futures = {pool.submit(apply_one, b, results[name]): name for name, b in batches.items()}
+            for _ in as_completed(futures):
                 if task:
                     task.advance()
-            for future, res in futures.items():
-                done = future.result()  # re-raises an unexpected failure, after the others ended
-                if done is None:
-                    continue
-                batches[res.name], row = done
+            for future in futures:
+                row = future.result()  # re-raises an unexpected failure, after the others ended
                 progress_rows.append(row)
                 if row[5] is not None and (overall[1] is None or (row[5], row[6]) > (overall[1], overall[2])):
                     overall = (row[4], row[5], row[6])
 
-        cascaded = apply_cascades(spark, batches)
-        for r in results:
-            r.cascaded = cascaded.get(r.name, 0)
         faults.point("silver.before_progress")
         _write_progress(spark, lh, progress_rows)
     finally:
         if cl is not None:
             cl.unpersist()
-    result = SilverResult(results, overall)
+    result = SilverResult(list(results.values()), overall)
     failed = result.failed
     if failed:
         # The CLI prints only the error line; the per-table summary goes to the log.
