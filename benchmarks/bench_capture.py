@@ -35,7 +35,11 @@ def _load(mariadb, db: str, rows: int, files: int) -> None:
 
 
 def _bare_loop(config, db: str, start, end) -> tuple[int, float]:
-    from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent
+    from pymysqlreplication.row_event import (
+        DeleteRowsEvent,
+        UpdateRowsEvent,
+        WriteRowsEvent,
+    )
 
     from binlake.source.binlog import open_stream
 

@@ -20,7 +20,7 @@ def run(ctx) -> list[dict]:
     from binlake.bronze.snapshot import run_snapshot
     from binlake.config import load_config
     from binlake.gold.publish import run_gold
-    from binlake.silver.merge import run_silver
+    from binlake.silver.run import run_silver
 
     scale = 0.01 if ctx.quick else 0.1
     rows = load_lineitem(ctx.mariadb, "tpch_sync", scale, ctx.workdir)

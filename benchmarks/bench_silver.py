@@ -17,7 +17,7 @@ from benchmarks.run import result
 
 
 def _schema():
-    from binlake.source.types import Column, Kind, TableSchema
+    from binlake.contract.types import Column, Kind, TableSchema
 
     return TableSchema(
         database="bench", table="t",
@@ -56,7 +56,7 @@ def _changes(spark, schema, changes: int, small_rows: int):
 
 
 def run(ctx) -> list[dict]:
-    from binlake.lakehouse import TableRef
+    from binlake.contract.lakehouse import TableRef
     from binlake.silver.merge import merge_into_silver
 
     spark = ctx.spark

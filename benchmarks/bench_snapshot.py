@@ -125,7 +125,7 @@ def side_by_side(ctx, db: str, table: str, split_column: str, rows: int, tag: st
 
 def run(ctx) -> list[dict]:
     from binlake.bronze.tables import ensure_bronze_tables
-    from binlake.lakehouse import Lakehouse
+    from binlake.contract.lakehouse import Lakehouse
 
     sb_rows = 100_000 if ctx.quick else 1_000_000
     scale = 0.01 if ctx.quick else 0.1

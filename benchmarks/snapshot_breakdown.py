@@ -60,12 +60,19 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from benchmarks.bench_snapshot import (CHUNK_SIZE, _warm_pages, binlake_config, jdbc_connection, jdbc_read, jdbc_to_delta,
-                                      load_sbtest)
+from benchmarks.bench_snapshot import (
+    CHUNK_SIZE,
+    _warm_pages,
+    binlake_config,
+    jdbc_connection,
+    jdbc_read,
+    jdbc_to_delta,
+    load_sbtest,
+)
 from benchmarks.run import JDBC_PACKAGES, ROOT, BenchContext
 from benchmarks.tpch import load_lineitem
 from binlake.bronze import snapshot_source
-from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_SCHEMA
+from binlake.contract.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_SCHEMA
 
 # Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
 TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
@@ -138,10 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"--only {', '.join(unknown)}: no such variant; pick from {', '.join(VARIANTS)}")
 
-    from binlake.bronze.snapshot import _observing_markers, plan_table, run_snapshot
-    from binlake.bronze.tables import (SNAPSHOT_ROWS_PROPERTIES, UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
-                                       ensure_bronze_tables)
-    from binlake.lakehouse import Lakehouse
+    from binlake.bronze.snapshot import observe_markers, plan_table, run_snapshot
+    from binlake.bronze.tables import (
+        SNAPSHOT_ROWS_PROPERTIES,
+        UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
+        ensure_bronze_tables,
+    )
+    from binlake.contract.lakehouse import Lakehouse
     from binlake.local.mariadb import LocalMariaDB
     from binlake.source.catalog import table_schema
     from binlake.source.mysql import connect
@@ -266,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             "partitioned->delta": lambda: append_to_new_table(frame("layout"), "partitioned", SNAPSHOT_ROWS_PROPERTIES,
                                                               SNAPSHOT_ROWS_PARTITIONS),
             "observed->delta": lambda: append_to_new_table(
-                _observing_markers(frame("layout"), ATTEMPT_ID)[0], "observed", SNAPSHOT_ROWS_PROPERTIES,
+                observe_markers(frame("layout"), ATTEMPT_ID)[0], "observed", SNAPSHOT_ROWS_PROPERTIES,
                 SNAPSHOT_ROWS_PARTITIONS),
             "joined->delta": joined_to_delta,
             "partitioned-string->delta": lambda: append_to_new_table(

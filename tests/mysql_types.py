@@ -1,4 +1,4 @@
-"""Every DESIGN.md section 5 type as a MySQL column, with sample SQL literals per column.
+"""Every type of docs/architecture.md, "Types", as a MySQL column, with sample SQL literals per column.
 
 ``TYPES`` lists (column name, definition, literals). ``literals[0]`` is the column's edge
 value (extremes, zero dates, negative TIME, 4-byte UTF-8), ``literals[1]`` an odd one (zero,

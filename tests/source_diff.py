@@ -3,8 +3,8 @@ value for value.
 
 The source is read with the exact select expressions
 (:func:`binlake.source.mysql.exact_value_sql`; the text protocol prints FLOAT with 6 digits),
-encoded with :func:`binlake.source.types.encode_value` and typed in Spark with
-:func:`binlake.source.types.spark_decode_sql`, the path silver types bronze texts with, so
+encoded with :func:`binlake.contract.types.encode_value` and typed in Spark with
+:func:`binlake.contract.types.spark_decode_sql`, the path silver types bronze texts with, so
 the two sides can only differ where the data differs. Read the source while it is quiet
 (after the last run), or the comparison races the writers.
 
@@ -53,10 +53,11 @@ def diff_with_source(spark, config, layer: str = "gold", examples: int = 3) -> l
 def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", examples: int = 3) -> TableDiff:
     from pyspark.sql import functions as F
 
-    from binlake.lakehouse import Lakehouse
+    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.sql import qualified
+    from binlake.contract.types import encode_value, spark_decode_sql
     from binlake.source.catalog import table_schema
-    from binlake.source.mysql import exact_value_sql, qualified, stream
-    from binlake.source.types import encode_value, spark_decode_sql
+    from binlake.source.mysql import exact_value_sql, stream
 
     if layer not in ("gold", "silver"):
         raise ValueError(f"layer must be 'gold' or 'silver', got {layer!r}")

@@ -1,0 +1,71 @@
+"""binlake: mirror MySQL and MariaDB into a Delta Lake lakehouse, exactly once, without locking a table.
+
+The public API is what a notebook or a job needs; everything else is internal and may move.
+
+    >>> import binlake                                              # doctest: +SKIP
+    >>> config = binlake.load_config("binlake.yml")                # doctest: +SKIP
+    >>> spark = binlake.get_spark()                                 # doctest: +SKIP
+    >>> print(binlake.run_pipeline(spark, config).summary())        # doctest: +SKIP
+    >>> orders = binlake.gold_as_of(spark, config, "shop", "orders",
+    ...                             position="mysql-bin.000042:1234")  # doctest: +SKIP
+
+Every failure is a :class:`BinlakeError` subclass whose message is one line that says what
+to fix, and whose ``exit_code`` is what the CLI returns for it.
+
+Names load on first use, so ``import binlake`` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    # configuration
+    "load_config": "binlake.config",
+    "load_config_text": "binlake.config",
+    "Config": "binlake.config",
+    # a Spark session with Delta (the cluster's on Databricks, local Spark elsewhere)
+    "get_spark": "binlake.spark",
+    # the steps, each idempotent and safe to re-run after a kill
+    "run_preflight": "binlake.source.preflight",
+    "run_snapshot": "binlake.bronze.snapshot",
+    "run_capture": "binlake.bronze.capture",
+    "run_silver": "binlake.silver.run",
+    "run_gold": "binlake.gold.publish",
+    "run_pipeline": "binlake.ops.pipeline",
+    "run_verify": "binlake.ops.verify",
+    "collect_status": "binlake.ops.status",
+    # reading gold as it was published
+    "gold_as_of": "binlake.gold.publish_log",
+    "publish_as_of": "binlake.gold.publish_log",
+    "BinlogPosition": "binlake.contract.position",
+    # failures, one per mode
+    "BinlakeError": "binlake.errors",
+    "ConfigError": "binlake.errors",
+    "SecretError": "binlake.errors",
+    "SourceConnectionError": "binlake.errors",
+    "PreflightError": "binlake.errors",
+    "BinlogPurgedError": "binlake.errors",
+    "SchemaChangeError": "binlake.errors",
+    "QualityCheckFailed": "binlake.errors",
+    "VerifyMismatch": "binlake.errors",
+    "LakehouseError": "binlake.errors",
+    "NotReadyError": "binlake.errors",
+    "DatabricksApiError": "binlake.errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'binlake' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -7,7 +7,6 @@ exit code (see :mod:`binlake.errors`).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from typing import Sequence
@@ -70,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
         if args.debug:
             raise
-        from binlake.lakehouse import storage_error
+        from binlake.contract.lakehouse import storage_error
 
         if (refused := storage_error(exc)) is not None:
             print(f"error: {refused}", file=sys.stderr)
@@ -102,23 +101,27 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     progress = Progress()
     if cmd == "status":
-        from binlake.status import collect_status, format_status
+        from binlake.ops.status import collect_status, format_status, status_json
 
         status = collect_status(get_spark(), config)
-        print(json.dumps(status, indent=2, default=str) if args.json else format_status(status))
+        print(status_json(status) if args.json else format_status(status))
         return 0
 
     spark = get_spark()
-    if cmd == "snapshot":
+    if cmd == "snapshot" and args.reset_capture:
+        from binlake.bronze.capture import recover_from_purge
+
+        result = recover_from_purge(spark, config, tables=args.table or None, progress=progress)
+    elif cmd == "snapshot":
         from binlake.bronze.snapshot import run_snapshot
 
-        result = run_snapshot(spark, config, tables=args.table or None, reset_capture=args.reset_capture, progress=progress)
+        result = run_snapshot(spark, config, tables=args.table or None, progress=progress)
     elif cmd == "capture":
         from binlake.bronze.capture import run_capture
 
         result = run_capture(spark, config, continuous=args.continuous, progress=progress)
     elif cmd == "silver":
-        from binlake.silver.merge import run_silver
+        from binlake.silver.run import run_silver
 
         result = run_silver(spark, config, progress=progress)
     elif cmd == "gold":
@@ -126,11 +129,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         result = run_gold(spark, config, progress=progress)
     elif cmd == "run":
-        from binlake.pipeline import run_pipeline
+        from binlake.ops.pipeline import run_pipeline
 
         result = run_pipeline(spark, config, progress=progress)
     elif cmd == "verify":
-        from binlake.verify import run_verify
+        from binlake.ops.verify import run_verify
 
         result = run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
     else:  # pragma: no cover - argparse rejects unknown commands

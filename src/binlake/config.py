@@ -3,7 +3,7 @@
 Every check raises :class:`~binlake.errors.ConfigError` with a one-line message naming the
 key and saying how to fix it. Values may reference environment variables as ``${NAME}``;
 the password may also be a Databricks secret reference ``{{secrets/<scope>/<key>}}``,
-resolved through databricks-sdk (see :mod:`binlake.deploy.secrets`).
+read through databricks-sdk when a connection first needs it (see :mod:`binlake.secrets`).
 
 Example::
 
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -40,29 +41,47 @@ _BINLOG_POSITION = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<pos>\d+)$")
 
 
 class Secret:
-    """A string that never shows itself in logs, reprs or exception messages."""
+    """A string that never shows itself in logs, reprs or exception messages.
 
-    __slots__ = ("_value",)
+    Either a value, or a Databricks secret reference (``{{secrets/<scope>/<key>}}``) that is
+    read only when :meth:`reveal` is first called (a connection needs it), so loading a config
+    never talks to a workspace.
+    """
 
-    def __init__(self, value: str):
+    __slots__ = ("_value", "_ref")
+
+    def __init__(self, value: str | None = None, *, scope: str | None = None, key: str | None = None):
         self._value = value
+        self._ref = (scope, key) if scope is not None else None
+
+    @staticmethod
+    def reference(scope: str, key: str) -> "Secret":
+        return Secret(scope=scope, key=key)
 
     def reveal(self) -> str:
-        return self._value
+        if self._value is None and self._ref is not None:
+            from binlake.secrets import resolve_secret
+
+            self._value = resolve_secret(*self._ref)
+        return self._value or ""
 
     def __repr__(self) -> str:
-        return "Secret('***')"
+        return f"Secret({{{{secrets/{self._ref[0]}/{self._ref[1]}}}}})" if self._ref else "Secret('***')"
 
     __str__ = __repr__
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
+        if not isinstance(other, Secret):
+            return False
+        if self._ref or other._ref:
+            return self._ref == other._ref
+        return self._value == other._value
 
     def __hash__(self) -> int:
-        return hash(self._value)
+        return hash(self._ref) if self._ref else hash(self._value)
 
     def __bool__(self) -> bool:
-        return bool(self._value)
+        return self._ref is not None or bool(self._value)
 
 
 class StartupMode(str, enum.Enum):
@@ -99,6 +118,14 @@ class TlsConfig:
         return self.ca is not None
 
 
+BINLOG_READERS = 32
+"""The most binlog dumps one capture batch opens: reader ``i`` registers as server id
+``server_id + 1 + i`` (the driver's own probes use ``server_id``), so a deployment takes
+the ids ``server_id .. server_id + BINLOG_READERS``."""
+# Server ids are 32-bit; the readers' ids above server_id must stay valid, with room to spare.
+_MAX_SERVER_ID = 2**32 - 1 - 2 * BINLOG_READERS
+
+
 @dataclass(frozen=True)
 class SourceConfig:
     host: str
@@ -124,9 +151,9 @@ class SourceConfig:
             raise ConfigError(
                 "source.password is empty: set it, e.g. password: ${MYSQL_PASSWORD} and export MYSQL_PASSWORD"
             )
-        if not 1 <= self.server_id <= 2**32 - 1 - 64:
+        if not 1 <= self.server_id <= _MAX_SERVER_ID:
             raise ConfigError(
-                f"source.server_id must be between 1 and {2**32 - 1 - 64}, got {self.server_id}: "
+                f"source.server_id must be between 1 and {_MAX_SERVER_ID}, got {self.server_id}: "
                 "pick a number no other replica or binlog reader of this server uses"
             )
         if not self.tables:
@@ -155,6 +182,31 @@ class SourceConfig:
     def databases(self) -> tuple[str, ...]:
         """Database-name patterns that may hold captured tables (for binlog filtering)."""
         return tuple(sorted({p.split(".", 1)[0] for p in self.tables}))
+
+    def executor_options(self) -> dict[str, str]:
+        """This config as the options of a Spark data source whose readers run on executors:
+        ``source`` (JSON, without the password) and ``password``, an option key Spark's
+        ``spark.redaction.regex`` masks in plan text and the UI."""
+        return {
+            "source": json.dumps({
+                "host": self.host, "port": self.port, "user": self.user, "server_id": self.server_id,
+                "tables": list(self.tables), "exclude": list(self.exclude),
+                "chunk_keys": {k: list(v) for k, v in self.chunk_keys.items()},
+                "tls": asdict(self.tls), "connect_timeout": self.connect_timeout,
+            }),
+            "password": self.password.reveal(),
+        }
+
+    @staticmethod
+    def from_executor_options(options: Mapping[str, str]) -> "SourceConfig":
+        """The inverse of :meth:`executor_options`, on an executor."""
+        d = json.loads(options["source"])
+        return SourceConfig(
+            host=d["host"], port=int(d["port"]), user=d["user"], password=Secret(options["password"]),
+            server_id=int(d["server_id"]), tables=tuple(d["tables"]), exclude=tuple(d["exclude"]),
+            chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()}, tls=TlsConfig(**d["tls"]),
+            connect_timeout=int(d["connect_timeout"]),
+        )
 
 
 @dataclass(frozen=True)
@@ -445,10 +497,6 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
     password = _str(s, "source.password")
     assert password is not None
     secret_ref = _SECRET_REF.match(password)
-    if secret_ref:
-        from binlake.deploy.secrets import resolve_secret
-
-        password = resolve_secret(secret_ref.group(1), secret_ref.group(2))
     tls_raw = s.get("tls") or {}
     if not isinstance(tls_raw, dict):
         raise ConfigError("source.tls must be a mapping with ca, cert, key, verify_identity")
@@ -480,7 +528,7 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
         host=_str(s, "source.host", required=True) or "",
         port=_int(s, "source.port", 3306),
         user=_str(s, "source.user", required=True) or "",
-        password=Secret(password),
+        password=Secret.reference(*secret_ref.groups()) if secret_ref else Secret(password),
         server_id=_int(s, "source.server_id"),
         tables=_str_list(s, "source.tables"),
         exclude=_str_list(s, "source.exclude"),

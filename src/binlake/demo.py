@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show(config_path: Path, db) -> int:
     from binlake.config import load_config
-    from binlake.lakehouse import Lakehouse
+    from binlake.contract.lakehouse import Lakehouse
     from binlake.spark import get_spark
 
     config = load_config(config_path)

@@ -280,8 +280,9 @@ class Harness:
     # -- comparing -------------------------------------------------------------------------
     def compare(self, config_path: Path, db: str, outcome: Outcome) -> None:
         """Every source table against its gold table, value for value (tests/source_diff.py)."""
-        from binlake.config import load_config
         from source_diff import diff_with_source
+
+        from binlake.config import load_config
 
         for d in diff_with_source(self.spark, load_config(config_path)):
             outcome.rows_compared += d.source_rows
@@ -506,7 +507,7 @@ def scenario_ddl(h: Harness, out: Outcome) -> None:
     h.compare(config, db, out)
     # Names that are gone from the source must be gone from gold too (published empty).
     from binlake.config import load_config
-    from binlake.lakehouse import Lakehouse
+    from binlake.contract.lakehouse import Lakehouse
 
     lh = Lakehouse(load_config(config))
     for gone in ("tags", "doomed", "_ledger_gho", "_ledger_del"):
@@ -554,7 +555,7 @@ def scenario_unwritable(h: Harness, out: Outcome) -> None:
     h.converge(config, out)
     lakehouse = config.parent / "lakehouse"
     from binlake.config import load_config
-    from binlake.lakehouse import Lakehouse
+    from binlake.contract.lakehouse import Lakehouse
 
     lh = Lakehouse(load_config(config))
     published = _published_versions(h, lh)

@@ -14,10 +14,12 @@ import pyarrow as pa
 
 from binlake.bronze.binlog_rows import compile_rows_decoder
 from binlake.bronze.binlog_source import ReadRange, read_range, schema_from_table_map
+from binlake.contract.position import BinlogPosition
+from binlake.contract.sql import qualified
+from binlake.contract.types import encode_value
 from binlake.source.binlog import open_stream
 from binlake.source.catalog import table_schema
-from binlake.source.mysql import BinlogPosition, connect, master_status, qualified, query
-from binlake.source.types import encode_value
+from binlake.source.mysql import connect, master_status, query
 
 ENUM_LABELS = [f"l{i}" for i in range(300)]  # more than 255 labels: a two-byte ENUM
 SET_LABELS = [f"s{i}" for i in range(20)]  # a three-byte SET

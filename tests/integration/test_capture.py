@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from binlake.bronze.capture import capture_position, capture_status, reset_capture, run_capture
+from binlake.bronze.capture import (
+    capture_position,
+    capture_status,
+    reset_capture,
+    run_capture,
+)
+from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import BinlogPurgedError
-from binlake.lakehouse import Lakehouse
 from binlake.source.mysql import master_status
 
 

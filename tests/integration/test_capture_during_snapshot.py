@@ -1,5 +1,6 @@
-"""The very first capture, started while the first snapshot is reading (DESIGN.md section 2:
-capture MUST start at or before the smallest low watermark of any chunk it replays against).
+"""The very first capture, started while the first snapshot is reading (docs/architecture.md,
+"The snapshot protocol": capture must start at or before the smallest low watermark of any
+chunk it replays against).
 
 A chunk's low watermark is taken long before its manifest row is committed. A first capture
 that looked only at the manifest started at the server's current position, after that low
@@ -17,8 +18,8 @@ import time
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import BARRIER_ENV, run_snapshot
-from binlake.lakehouse import Lakehouse
-from binlake.silver.merge import run_silver
+from binlake.contract.lakehouse import Lakehouse
+from binlake.silver.run import run_silver
 
 
 def test_first_capture_while_a_chunk_is_in_flight_starts_before_its_low_watermark(spark, mariadb, database,

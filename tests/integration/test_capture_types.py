@@ -1,4 +1,5 @@
-"""Every DESIGN.md section 5 type gives one canonical text whether read by snapshot or binlog.
+"""Every mapped type (docs/architecture.md, "Types") gives one canonical text whether read
+by snapshot or binlog.
 
 The same rows are read by a real snapshot (the Spark data source's chunk SELECT) and from
 the binlog by capture; both land in bronze and must hold identical texts, which silver then
@@ -7,13 +8,15 @@ types with one decoder.
 
 from __future__ import annotations
 
+from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW  # tests/mysql_types.py
+
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import run_snapshot
-from binlake.lakehouse import Lakehouse
+from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.sql import qualified
+from binlake.contract.types import TableSchema, encode_value
 from binlake.source.catalog import table_schema
-from binlake.source.mysql import connect, qualified, query
-from binlake.source.types import TableSchema, encode_value
-from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW  # tests/mysql_types.py
+from binlake.source.mysql import connect, query
 
 
 def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_config):

@@ -23,9 +23,9 @@ import random
 
 import pymysql
 import pytest
-
-from binlake.pipeline import run_pipeline
 from source_diff import diff_with_source  # tests/source_diff.py
+
+from binlake.ops.pipeline import run_pipeline
 
 DDL = [
     "CREATE TABLE p (id INT PRIMARY KEY, v INT)",

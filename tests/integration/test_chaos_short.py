@@ -4,7 +4,6 @@ concurrent write load; gold must equal the source with nothing missing, extra or
 import os
 
 import pytest
-
 from chaos.driver import SHORT, run
 
 

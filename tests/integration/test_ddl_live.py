@@ -4,8 +4,8 @@ its old name while the rows reappear under the new one."""
 
 from __future__ import annotations
 
-from binlake.pipeline import run_pipeline
-from binlake.lakehouse import Lakehouse
+from binlake.contract.lakehouse import Lakehouse
+from binlake.ops.pipeline import run_pipeline
 
 
 def _silver(spark, config, db, table):

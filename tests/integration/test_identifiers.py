@@ -12,10 +12,11 @@ import pytest
 import yaml
 
 from binlake.bronze.chunking import boundary_query, key_to_json, range_condition
+from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.types import encode_value
 from binlake.source import catalog
-from binlake.source.mysql import connect, qualified, query, quote_ident
+from binlake.source.mysql import connect, query
 from binlake.source.preflight import run_preflight
-from binlake.source.types import encode_value
 
 DB = "my db `o'k` \"ünï\""
 TABLE = "order items `x` 'q' 数据"
@@ -154,8 +155,8 @@ def test_snapshot_capture_and_silver_carry_odd_names_end_to_end(mariadb, odd, tm
     ``packedCdc.`back`tick```), a known gap reported to the silver owner."""
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
-    from binlake.lakehouse import Lakehouse
-    from binlake.silver.merge import run_silver
+    from binlake.contract.lakehouse import Lakehouse
+    from binlake.silver.run import run_silver
 
     mariadb.execute(f"ALTER TABLE {qualified(DB, TABLE)} DROP COLUMN {quote_ident('back`tick')}")
     cfg, _ = config(mariadb, tmp_path)

@@ -1,4 +1,4 @@
-"""A concurrent OLTP write load during the snapshot and the capture (issue 3, DESIGN.md 1-4).
+"""A concurrent OLTP write load during the snapshot and the capture (docs/architecture.md).
 
 sysbench (Debian's package, ``make setup`` installs it) writes to two 20k-row tables
 without pause: ``oltp_write_only`` (index and non-index UPDATEs, DELETE + re-INSERT of the
@@ -30,7 +30,7 @@ import pytest
 from binlake.bronze.capture import run_capture
 from binlake.cli import main as binlake_cli
 from binlake.config import load_config
-from binlake.lakehouse import Lakehouse
+from binlake.contract.lakehouse import Lakehouse
 
 TABLES = 2
 TABLE_SIZE = 20_000

@@ -1,13 +1,15 @@
 """The chunked snapshot against a real MariaDB into real Delta tables.
 
-What must hold (DESIGN.md sections 1, 2 and 6): trusted snapshot rows (those whose
-(snapshot_id, chunk_id, attempt_id) has a manifest row) equal the source; chunks partition
-the key space; each chunk's rows carry its low watermark and changes inside the
-watermark window win over the snapshot row; a run killed anywhere converges on re-run.
+What must hold (docs/architecture.md: the change sequence, the snapshot protocol, failure
+behaviour): trusted snapshot rows (those whose (snapshot_id, chunk_id, attempt_id) has a
+manifest row) equal the source; chunks partition the key space; each chunk's rows carry
+its low watermark and changes inside the watermark window win over the snapshot row; a run
+killed anywhere converges on re-run.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -20,11 +22,17 @@ import pytest
 
 from binlake.bronze.chunking import key_from_json
 from binlake.bronze.snapshot import BARRIER_ENV, resnapshot_chunks, run_snapshot
-from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, chunk_checksum, reader_options
+from binlake.bronze.snapshot_source import (
+    FORMAT,
+    SnapshotDataSource,
+    combine_checksum,
+    reader_options,
+)
+from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.sql import qualified
 from binlake.errors import ConfigError
-from binlake.lakehouse import Lakehouse
 from binlake.source.catalog import table_schema
-from binlake.source.mysql import connect, exact_value_sql, master_status, qualified
+from binlake.source.mysql import connect, exact_value_sql, master_status
 
 ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
@@ -38,7 +46,7 @@ def source_rows(config, db: str, table: str) -> dict[tuple, dict]:
     """The source table encoded like the snapshot does it, by key."""
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, table)
-        from binlake.source.types import encode_value
+        from binlake.contract.types import encode_value
 
         with conn.cursor() as cur:
             cur.execute(f"SELECT {', '.join(exact_value_sql(c) for c in schema.columns)} FROM {qualified(db, table)}")
@@ -96,7 +104,7 @@ def assert_snapshot_matches_source(spark, config, db: str, table: str, chunk_siz
     for c in chunks:
         mine = by_chunk.get(c["chunk_id"], [])
         assert c["row_count"] == len(mine)
-        assert c["checksum"] == chunk_checksum(dict(r["row"]) for r in mine)
+        assert c["checksum"] == str(functools.reduce(combine_checksum, (dict(r["row"]) for r in mine), 0))
         # A snapshot row's _cdc_seq is (lw, -1): the rows carry their chunk's low watermark.
         assert all((r["lw_file_index"], r["lw_pos"]) == (c["lw_file_index"], c["lw_pos"]) for r in mine)
         # What every row of a chunk shares is its chunk's.
@@ -172,7 +180,7 @@ def test_snapshot_rows_is_partitioned_by_the_per_chunk_columns_so_its_files_hold
         spark, mariadb, database, make_config):
     import pyarrow.parquet as pq
 
-    from binlake.lakehouse import SNAPSHOT_ROWS_PARTITIONS
+    from binlake.contract.lakehouse import SNAPSHOT_ROWS_PARTITIONS
 
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
                     "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 13)), database=database)
@@ -193,7 +201,7 @@ def test_snapshot_rows_is_partitioned_by_the_per_chunk_columns_so_its_files_hold
 
 def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapshot_rows(
         spark, mariadb, database, make_config):
-    from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
+    from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
                     "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 9)), database=database)
@@ -328,7 +336,7 @@ def test_resnapshot_chunks_rereads_only_the_given_ranges(spark, mariadb, databas
         resnapshot_chunks(spark, config, db, "r", [])
 
 
-# --- the watermark window (DESIGN.md section 1) --------------------------------------------
+# --- the watermark window (docs/architecture.md, "The change sequence") -------------------
 
 
 class BarrierController(threading.Thread):
@@ -437,7 +445,7 @@ def test_changes_inside_the_watermark_window_win_over_the_snapshot_row(spark, ma
     assert merged == source_rows(config, db, "ww")
 
 
-# --- kill -9 anywhere, re-run converges (DESIGN.md section 6) ------------------------------
+# --- kill -9 anywhere, re-run converges (docs/architecture.md, "Failure behaviour") -------
 
 
 def _cli(config_path: Path, env_extra: dict[str, str] | None = None, controller=None, barrier: Path | None = None):

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import ConfigError, VerifyMismatch
-from binlake.lakehouse import Lakehouse
-from binlake.verify import run_verify
+from binlake.ops.verify import run_verify
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -26,7 +26,7 @@ def mirrored(mariadb, database, make_config, spark, tmp_path):
     """A table mirrored into silver (snapshot, capture, silver), 3 chunks of 10 rows."""
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
-    from binlake.silver.merge import run_silver
+    from binlake.silver.run import run_silver
 
     mariadb.execute(
         f"CREATE TABLE `{database}`.accounts (id INT PRIMARY KEY, owner VARCHAR(40), balance DECIMAL(12,2), "
@@ -205,10 +205,11 @@ def _chunk_holding(chunks, key: int):
 def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mariadb, database, make_config,
                                                                          spark_with_code_generation):
     spark = spark_with_code_generation
+    from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW, TYPES
+
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
-    from binlake.silver.merge import run_silver
-    from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW, TYPES
+    from binlake.silver.run import run_silver
 
     names = ", ".join(f"`{name}`" for name, _, _ in TYPES)
     # Zero dates need a permissive sql_mode; a non-UTC session writes the TIMESTAMPs.
@@ -249,7 +250,7 @@ def test_a_case_insensitive_string_key_is_chunked_by_bytes_on_both_sides(mariadb
                                                                         chunk_size):
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
-    from binlake.silver.merge import run_silver
+    from binlake.silver.run import run_silver
 
     # Collation order a < B < c < É; byte order B < a < c < É: the snapshot's chunk bounds
     # follow the collation, verify must put each key in the same chunk on both sides.

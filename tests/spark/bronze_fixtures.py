@@ -1,4 +1,4 @@
-"""Bronze written by hand, exactly as the contract in binlake.lakehouse says capture and
+"""Bronze written by hand, exactly as the contract in binlake.contract.lakehouse says capture and
 snapshot write it, so silver can be specified without a MySQL server.
 
     b = Bronze(spark, tmp_path)
@@ -15,14 +15,18 @@ from datetime import datetime
 
 from binlake.bronze.tables import ensure_bronze_tables
 from binlake.config import load_config_text
-from binlake.lakehouse import (
+from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
     SCHEMA_HISTORY_SCHEMA,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_ROWS_SCHEMA,
+    ChangeRow,
     Lakehouse,
+    ManifestRow,
+    heartbeat_row,
 )
-from binlake.source.types import Column, Kind, TableSchema
+from binlake.contract.position import BinlogPosition
+from binlake.contract.types import Column, Kind, TableSchema
 
 T0 = datetime(2026, 11, 1, 12, 0, 0)
 
@@ -73,8 +77,9 @@ class Bronze:
     # changelog --------------------------------------------------------------------------
     def _rec(self, schema, op, seq, before=None, after=None, ddl=None, version=None):
         fi, pos, row = seq
-        return (schema.database, schema.table, op, fi, pos, row, f"mysql-bin.{fi:06d}", before, after,
-                T0, None, 1, version or self.version(schema.name), ddl, T0)
+        return ChangeRow(db=schema.database, table=schema.table, op=op, file_index=fi, pos=pos, row=row,
+                         binlog_file=f"mysql-bin.{fi:06d}", before=before, after=after, commit_ts=T0, gtid=None,
+                         server_id=1, schema_version=version or self.version(schema.name), ddl=ddl, captured_at=T0)
 
     def insert(self, schema, seq, **after):
         return self._rec(schema, "insert", seq, after=_texts(after))
@@ -95,11 +100,11 @@ class Bronze:
         """One capture commit: the records plus the heartbeat that ends it; returns its version."""
         recs = list(records)
         if heartbeat is None:
-            top = max([(r[3], r[4]) for r in recs] + [self.heartbeat_pos])
+            top = max([(r.file_index, r.pos) for r in recs] + [self.heartbeat_pos])
             heartbeat = (top[0], top[1] + 1)
         self.heartbeat_pos = max(self.heartbeat_pos, tuple(heartbeat))
         fi, pos = heartbeat
-        recs.append((None, None, "heartbeat", fi, pos, 0, f"mysql-bin.{fi:06d}", None, None, T0, None, 1, None, None, T0))
+        recs.append(heartbeat_row(BinlogPosition(f"mysql-bin.{fi:06d}", pos), captured_at=T0))
         self.lh.changelog.save(self.spark.createDataFrame(recs, CHANGELOG_SCHEMA).write.format("delta").mode("append"))
         return self.lh.changelog.delta(self.spark).history(1).first()["version"]
 
@@ -123,9 +128,11 @@ class Bronze:
     def manifest(self, schema, chunk_id, lw, hw, start, end, row_count, snapshot_id="snap1", attempt_id="a1",
                  version=None):
         enc = lambda b: None if b is None else json.dumps([str(x) for x in b])  # noqa: E731
-        row = (snapshot_id, schema.database, schema.table, chunk_id, attempt_id, list(schema.key), enc(start), enc(end),
-               f"mysql-bin.{lw[0]:06d}", lw[0], lw[1], f"mysql-bin.{hw[0]:06d}", hw[0], hw[1], row_count, "x",
-               version or self.version(schema.name), T0)
+        row = ManifestRow(snapshot_id=snapshot_id, db=schema.database, table=schema.table, chunk_id=chunk_id,
+                          attempt_id=attempt_id, key_columns=list(schema.key), start_key=enc(start), end_key=enc(end),
+                          lw_file=f"mysql-bin.{lw[0]:06d}", lw_file_index=lw[0], lw_pos=lw[1],
+                          hw_file=f"mysql-bin.{hw[0]:06d}", hw_file_index=hw[0], hw_pos=hw[1], row_count=row_count,
+                          checksum="x", schema_version=version or self.version(schema.name), committed_at=T0)
         self.lh.snapshot_chunks.save(
             self.spark.createDataFrame([row], SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append"))
 

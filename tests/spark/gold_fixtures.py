@@ -1,5 +1,5 @@
 """A hand-built lakehouse for gold tests: the bronze and silver tables gold reads, written
-directly by the contract in binlake.lakehouse (no MySQL, no capture, no silver job).
+directly by the contract in binlake.contract.lakehouse (no MySQL, no capture, no silver job).
 
     lake = Lake(spark, tmp_path, checks={"shop.items": [{"column": "price", "between": [0, 100], "severity": "drop"}]})
     lake.add_table(ITEMS)
@@ -19,8 +19,12 @@ import yaml
 
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import load_config_text
-from binlake.lakehouse import PROGRESS_SCHEMA, SILVER_METADATA_COLUMNS, Lakehouse
-from binlake.source.types import Column, Kind, TableSchema
+from binlake.contract.lakehouse import (
+    PROGRESS_SCHEMA,
+    SILVER_METADATA_COLUMNS,
+    Lakehouse,
+)
+from binlake.contract.types import Column, Kind, TableSchema
 
 BINLOG = "mysql-bin.{:06d}"
 
@@ -87,7 +91,7 @@ class Lake:
 
     def heartbeats(self, beats: Sequence[tuple[int, int, str | None, str | None]]) -> None:
         """Capture-batch heartbeats (file_index, pos, gtid, commit_ts), in one change-log commit."""
-        from binlake.lakehouse import CHANGELOG_SCHEMA
+        from binlake.contract.lakehouse import CHANGELOG_SCHEMA
 
         rows = [(None, None, "heartbeat", fi, pos, 0, BINLOG.format(fi), None, None, ts(commit) if commit else None,
                  gtid, 1, None, None, dt.datetime(2026, 11, 1)) for fi, pos, gtid, commit in beats]
@@ -97,7 +101,9 @@ class Lake:
                  chunks: Sequence[tuple[tuple[int, int], tuple[int, int]] | None] = (((1, 10), (1, 20)),),
                  planned_at: str = "2026-11-01 07:00:00") -> None:
         """Plan len(chunks) chunks; a chunk given as (lw, hw) is complete, None is not."""
-        from binlake.lakehouse import SNAPSHOT_CHUNKS_SCHEMA, SNAPSHOT_PLAN_SCHEMA
+        from binlake.contract.lakehouse import (
+            SNAPSHOT_PLAN_SCHEMA,
+        )
 
         key = list(self.schemas[(db, table)].key)
         plan = [(snapshot_id, db, table, i, key, None, None, "v1", ts(planned_at)) for i in range(len(chunks))]
@@ -111,7 +117,7 @@ class Lake:
             self.complete_chunks(done)
 
     def complete_chunks(self, rows: list[tuple]) -> None:
-        from binlake.lakehouse import SNAPSHOT_CHUNKS_SCHEMA
+        from binlake.contract.lakehouse import SNAPSHOT_CHUNKS_SCHEMA
 
         self.lh.snapshot_chunks.save(self.spark.createDataFrame(rows, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append"))
 

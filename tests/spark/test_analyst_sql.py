@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from binlake.config import Config, LakehouseConfig, SourceConfig, Secret
-from binlake.lakehouse import (
+from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
+from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
     PROGRESS_SCHEMA,
     PUBLISH_LOG_SCHEMA,

@@ -7,13 +7,9 @@ import re
 from pathlib import Path
 
 import pytest
+from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
 from binlake.gold.publish import run_gold
-
-try:  # tests/spark is a package in some layouts and a plain directory in others
-    from .gold_fixtures import Lake, col, table_schema
-except ImportError:
-    from gold_fixtures import Lake, col, table_schema
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gold.md"
 ORDERS = table_schema("shop", "orders", [col("id", "int", False), col("item_id", "int"), col("qty", "int", False)], key=["id"])

@@ -4,9 +4,9 @@ what the source held then."""
 
 from __future__ import annotations
 
-from binlake.gold.publish import gold_as_of
-from binlake.pipeline import run_pipeline
-from binlake.status import collect_status, format_status
+from binlake.gold.publish_log import gold_as_of
+from binlake.ops.pipeline import run_pipeline
+from binlake.ops.status import collect_status, format_status
 
 
 def source_rows(mariadb, db):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from binlake.errors import NotReadyError
-from binlake.pipeline import STEPS, _steps, run_steps
+from binlake.ops.pipeline import STEPS, pipeline_steps, run_steps
 
 
 class Done:
@@ -18,7 +18,7 @@ class Done:
 
 
 def test_the_scheduled_job_runs_the_four_layers_in_order():
-    assert [name for name, _ in _steps(None, None, None)] == list(STEPS) == ["snapshot", "capture", "silver", "gold"]
+    assert [name for name, _ in pipeline_steps(None, None, None)] == list(STEPS) == ["snapshot", "capture", "silver", "gold"]
 
 
 def test_every_step_runs_and_the_summary_has_one_entry_per_step():

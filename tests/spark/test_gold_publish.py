@@ -1,5 +1,5 @@
 """Gold publishes a whole group of tables at one binlog position P, only when Invariant S
-holds for every table, and records each publish in the publish log (DESIGN.md section 4)."""
+holds for every table, and records each publish in the publish log (docs/architecture.md, "Gold")."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ import pytest
 from chispa import assert_df_equality
 
 from binlake.errors import LakehouseError, NotReadyError
-from binlake.gold.publish import gold_as_of, publish_as_of, run_gold
+from binlake.gold.publish import run_gold
+from binlake.gold.publish_log import gold_as_of, publish_as_of
 
 pytestmark = pytest.mark.slow
 
-try:  # tests/spark is a package in some layouts and a plain directory in others
-    from .gold_fixtures import Lake, col, table_schema
-except ImportError:
-    from gold_fixtures import Lake, col, table_schema
+from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
 ITEMS = table_schema(
     "shop", "items",

@@ -8,16 +8,12 @@ import json
 
 import pytest
 from chispa import assert_df_equality
+from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
 from binlake.config import CheckRule, Severity
 from binlake.errors import ConfigError, QualityCheckFailed
 from binlake.gold.publish import run_gold
 from binlake.quality.checks import builtin_checks, rule_check, run_checks, table_checks
-
-try:  # tests/spark is a package in some layouts and a plain directory in others
-    from .gold_fixtures import Lake, col, table_schema
-except ImportError:
-    from gold_fixtures import Lake, col, table_schema
 
 ITEMS = table_schema(
     "shop", "items",

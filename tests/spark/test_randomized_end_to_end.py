@@ -30,11 +30,11 @@ from pathlib import Path
 
 import pymysql
 import pytest
-
-from binlake.bronze.snapshot import BARRIER_ENV, run_snapshot
-from binlake.pipeline import run_pipeline
 from mysql_types import COLUMNS, TYPES, row  # tests/mysql_types.py
 from source_diff import diff_with_source  # tests/source_diff.py
+
+from binlake.bronze.snapshot import BARRIER_ENV, run_snapshot
+from binlake.ops.pipeline import run_pipeline
 
 pytestmark = pytest.mark.slow
 

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from chispa import assert_df_equality
 
-from binlake.silver.merge import run_silver
-from binlake.source.types import Kind
-
-try:
-    from .bronze_fixtures import Bronze, col, table
-except ImportError:
-    from bronze_fixtures import Bronze, col, table
+from binlake.contract.types import Kind
+from binlake.silver.run import run_silver
 
 
 def fk(name, columns, parent, parent_columns, on_delete="RESTRICT", on_update="RESTRICT"):
@@ -170,7 +166,7 @@ def test_a_child_inserted_again_after_a_cascaded_delete_is_live(spark, fa):
 
 
 def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
-    from binlake.silver import merge
+    from binlake.silver import merge, run
 
     fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
               fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 497, "note": "y"}, {"a_id": 220, "f_id": 497, "note": "y2"}))
@@ -183,7 +179,7 @@ def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
         merged.append(schema.name)
         return real(spark_, ref, schema, source)
 
-    monkeypatch.setattr(merge, "TABLE_THREADS", 1)
+    monkeypatch.setattr(run, "TABLE_THREADS", 1)
     monkeypatch.setattr(merge, "merge_into_silver", dies_after_two)
     with pytest.raises(RuntimeError, match="killed"):
         run_silver(spark, fa.config)

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from chispa import assert_df_equality
 
-from binlake.silver.merge import run_silver
-from binlake.source.types import Kind
-try:
-    from .bronze_fixtures import Bronze, col, table
-except ImportError:
-    from bronze_fixtures import Bronze, col, table
+from binlake.contract.types import Kind
+from binlake.silver.run import run_silver
 
 ORDERS = table("shop.orders", [col("id", comment="order id"), col("v", Kind.STRING), col("d", Kind.DATE)],
                comment="all orders")

@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import itertools
 
+from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from binlake.silver.merge import run_silver
-from binlake.source.types import Kind
-
-try:
-    from .bronze_fixtures import Bronze, col, table
-except ImportError:
-    from bronze_fixtures import Bronze, col, table
+from binlake.contract.types import Kind
+from binlake.silver.run import run_silver
 
 T = table("shop.t", [col("id"), col("v", Kind.STRING)])
 _runs = itertools.count()

@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from bronze_fixtures import col, table  # tests/spark/bronze_fixtures.py
 
+from binlake.contract.types import Kind
 from binlake.silver.ranges import key_range_predicate, reconcile_range_predicate
-from binlake.source.types import Kind
-
-try:
-    from .bronze_fixtures import col, table
-except ImportError:
-    from bronze_fixtures import col, table
 
 COMPOSITE = table("shop.c", [col("a"), col("b", Kind.STRING), col("x", Kind.STRING)], key=("a", "b"))
 SINGLE = table("shop.s", [col("id", Kind.DECIMAL, precision=20), col("x", Kind.STRING)])
@@ -64,5 +60,5 @@ def test_argument_checks_have_exact_messages():
         key_range_predicate(COMPOSITE, '["1", "a", "x"]', None)
     with pytest.raises(ValueError, match="end_key must be a JSON array of canonical key texts or None, got 'nope'"):
         key_range_predicate(COMPOSITE, None, "nope")
-    with pytest.raises(TypeError, match="schema must be a binlake.source.types.TableSchema, got str"):
+    with pytest.raises(TypeError, match="schema must be a binlake.contract.types.TableSchema, got str"):
         key_range_predicate("shop.c", None, None)

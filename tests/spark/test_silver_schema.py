@@ -4,21 +4,17 @@ only that table with SchemaChangeError naming the DDL and the recovery."""
 from __future__ import annotations
 
 import pytest
+from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from chispa import assert_df_equality
 
+from binlake.contract.ddl import column_renames
+from binlake.contract.types import Kind
 from binlake.errors import SchemaChangeError
-from binlake.silver.merge import run_silver
-from binlake.silver.schema_evolution import ddl_renames, widening
-from binlake.source.types import Kind
-
-try:
-    from .bronze_fixtures import Bronze, col, table
-except ImportError:
-    from bronze_fixtures import Bronze, col, table
+from binlake.silver.run import run_silver
+from binlake.silver.schema_evolution import widening
 
 V1 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty")])
 OTHER = table("shop.other", [col("id"), col("x", Kind.STRING)])
-
 
 @pytest.fixture
 def b(spark, tmp_path):
@@ -26,23 +22,18 @@ def b(spark, tmp_path):
     bronze.schema(V1)
     return bronze
 
-
 def silver_df(spark, b, name="items"):
     return b.lh.silver("shop", name).read(spark)
 
-
 def live(spark, b, cols, name="items"):
     return silver_df(spark, b, name).where("NOT _cdc_deleted").select(*cols)
-
 
 def same(actual, spark, rows, schema):
     assert_df_equality(actual, spark.createDataFrame(rows, schema), ignore_row_order=True, ignore_nullable=True,
                        ignore_metadata=True)
 
-
 def data_columns(spark, b, name="items"):
     return [f.name for f in silver_df(spark, b, name).schema.fields if not f.name.startswith("_cdc_")]
-
 
 def test_add_column_after_mid_batch(spark, b):
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -59,7 +50,6 @@ def test_add_column_after_mid_batch(spark, b):
     same(live(spark, b, ["id", "note", "name"]), spark, [(1, "hello", "a"), (2, None, "b"), (3, "n", "c")],
          "id INT, note STRING, name STRING")
 
-
 def test_add_column_first(spark, b):
     v2 = table("shop.items", [col("tenant"), col("id"), col("name", Kind.STRING), col("qty")])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -70,7 +60,6 @@ def test_add_column_first(spark, b):
     assert data_columns(spark, b) == ["tenant", "id", "name", "qty"]
     same(live(spark, b, ["tenant", "id"]), spark, [(None, 1), (9, 2)], "tenant INT, id INT")
 
-
 def test_drop_column(spark, b):
     v2 = table("shop.items", [col("id"), col("name", Kind.STRING)])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -80,7 +69,6 @@ def test_drop_column(spark, b):
     run_silver(spark, b.config)
     assert data_columns(spark, b) == ["id", "name"]
     same(live(spark, b, ["id", "name"]), spark, [(1, "a"), (2, "b")], "id INT, name STRING")
-
 
 def test_rename_column_with_old_images_in_the_same_batch(spark, b):
     v2 = table("shop.items", [col("id"), col("title", Kind.STRING), col("qty")])
@@ -94,7 +82,6 @@ def test_rename_column_with_old_images_in_the_same_batch(spark, b):
     assert data_columns(spark, b) == ["id", "title", "qty"]
     same(live(spark, b, ["id", "title"]), spark, [(1, "a"), (2, "b"), (3, "c")], "id INT, title STRING")
 
-
 def test_widening_modify_keeps_values(spark, b):
     v2 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty", bits=64)])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=7))
@@ -104,7 +91,6 @@ def test_widening_modify_keeps_values(spark, b):
     run_silver(spark, b.config)
     assert silver_df(spark, b).schema["qty"].dataType.simpleString() == "bigint"
     same(live(spark, b, ["id", "qty"]), spark, [(1, 7), (2, 2**40)], "id INT, qty BIGINT")
-
 
 def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b):
     b.schema(OTHER)
@@ -134,7 +120,6 @@ def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b)
     assert silver_df(spark, b).schema["qty"].dataType.simpleString() == "smallint"
     same(live(spark, b, ["id", "qty"]), spark, [(1, 1), (2, 2)], "id INT, qty SMALLINT")
 
-
 def test_key_change_is_incompatible(spark, b):
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
     run_silver(spark, b.config)
@@ -144,11 +129,10 @@ def test_key_change_is_incompatible(spark, b):
     with pytest.raises(SchemaChangeError, match=r"the key changes from \(id\) to \(id, name\)"):
         run_silver(spark, b.config)
 
-
 def test_ddl_rename_parsing_and_widening_rules():
-    assert ddl_renames("ALTER TABLE t RENAME COLUMN a TO b") == [("a", "b")]
-    assert ddl_renames("alter table t change column `x y` `z` int") == [("x y", "z")]
-    assert ddl_renames("ALTER TABLE t CHANGE a a BIGINT") == []
+    assert column_renames("ALTER TABLE t RENAME COLUMN a TO b") == [("a", "b")]
+    assert column_renames("alter table t change column `x y` `z` int") == [("x y", "z")]
+    assert column_renames("ALTER TABLE t CHANGE a a BIGINT") == []
     assert widening("int", "bigint") and widening("decimal(5,2)", "decimal(10,3)") and widening("float", "double")
     assert widening("bigint", "decimal(20,0)")
     assert not widening("bigint", "int") and not widening("decimal(10,2)", "decimal(10,3)")

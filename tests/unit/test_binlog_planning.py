@@ -6,11 +6,16 @@ import datetime as dt
 
 import pytest
 
-from binlake.bronze.binlog_source import ddl_effects
-from binlake.bronze.capture import _lag_bytes, plan_ranges
+from binlake.bronze.capture import plan_ranges
+from binlake.contract.ddl import ddl_effects
+from binlake.contract.position import BinlogPosition
 from binlake.errors import BinlogPurgedError
-from binlake.source.binlog import BinlogFile, check_not_purged, purge_warning
-from binlake.source.mysql import BinlogPosition
+from binlake.source.binlog import (
+    BinlogFile,
+    bytes_between,
+    check_not_purged,
+    purge_warning,
+)
 
 FILES = [BinlogFile("mysql-bin.000003", 1000), BinlogFile("mysql-bin.000004", 2000),
          BinlogFile("mysql-bin.000005", 3000), BinlogFile("mysql-bin.000006", 500)]
@@ -45,9 +50,9 @@ def test_a_resume_position_at_the_end_of_a_file_starts_reading_in_the_next_one()
 
 
 def test_lag_counts_the_bytes_between_resume_and_server_positions():
-    assert _lag_bytes(FILES, pos(3, 400), pos(5, 100)) == 600 + 2000 + 100
-    assert _lag_bytes(FILES, pos(5, 100), pos(5, 350)) == 250
-    assert _lag_bytes(FILES, pos(5, 350), pos(5, 350)) == 0
+    assert bytes_between(FILES, pos(3, 400), pos(5, 100)) == 600 + 2000 + 100
+    assert bytes_between(FILES, pos(5, 100), pos(5, 350)) == 250
+    assert bytes_between(FILES, pos(5, 350), pos(5, 350)) == 0
 
 
 @pytest.mark.parametrize("sql, default_db, expected", [
@@ -107,6 +112,6 @@ def test_no_forecast_where_the_server_never_expires_binlogs():
     (-dt.timedelta(hours=1), -dt.timedelta(hours=1)),
 ])
 def test_negative_fractional_time_from_the_binlog_is_corrected(decoded, stored):
-    from binlake.bronze.binlog_source import _fix_negative_time
+    from binlake.bronze.binlog_source import fix_negative_time
 
-    assert _fix_negative_time(decoded) == stored
+    assert fix_negative_time(decoded) == stored

@@ -13,11 +13,11 @@ import glob
 import json
 import re
 import shlex
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -305,9 +305,9 @@ def _substitute(text: str) -> str:
 
 
 def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
+    from binlake.cli import build_parser
     from binlake.config import load_config_text
     from binlake.deploy.entrypoints import parse_job_args
-    from binlake.cli import build_parser
 
     for job_key, task in _tasks():
         wheel = task.get("python_wheel_task")

@@ -14,7 +14,6 @@ from binlake.bronze.chunking import (
     boundary_query,
     choose_arithmetic,
     chunks_from_boundaries,
-    evaluate_terms,
     key_from_json,
     key_to_json,
     param_value,
@@ -23,11 +22,18 @@ from binlake.bronze.chunking import (
     range_condition,
     tuple_compare_terms,
 )
-from binlake.source.types import Column, Kind
+from binlake.contract.types import Column, Kind
 
 INT = Column("id", Kind.INT, bits=32)
 UBIG = Column("id", Kind.UINT, bits=64)
 NAME = Column("name", Kind.STRING)
+
+
+def evaluate_terms(disjuncts, key, bound) -> bool:
+    """Evaluate a range_condition expansion in Python, to compare it with tuple order."""
+    ops = {"=": lambda a, b: a == b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+           "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+    return any(all(ops[t.op](key[t.index], bound[t.index]) for t in conj) for conj in disjuncts)
 
 
 def _contains(chunk: Chunk, key: tuple) -> bool:

@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from binlake.config import PurgePolicy, Secret, Severity, StartupMode, load_config, load_config_text
+from binlake.config import (
+    PurgePolicy,
+    Secret,
+    Severity,
+    StartupMode,
+    load_config,
+    load_config_text,
+)
 from binlake.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,8 +1,9 @@
 """The change sequence: unique and totally ordered by (file index, position, row)."""
 
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
-from binlake.source.mysql import BinlogPosition, file_index, file_name
+from binlake.contract.position import BinlogPosition, file_index, file_name
 
 positions = st.builds(
     lambda i, p: BinlogPosition(f"mysql-bin.{i:06d}", p),

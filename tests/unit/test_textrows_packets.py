@@ -12,7 +12,7 @@ import io
 import pymysql
 import pytest
 
-from binlake.source.textrows import _PacketReader
+from binlake.source.textrows import PacketReader
 
 
 class FakeConnection:
@@ -63,7 +63,7 @@ def payloads(buf, starts) -> list[bytes]:
 def test_rows_are_cut_at_packet_bounds_whatever_the_reads_return(step):
     rows = [row(b"%d" % i, b"x" * (i % 250)) for i in range(600)]  # seq ids wrap past 255
     conn = FakeConnection(stream(rows), step)
-    reader = _PacketReader(conn)
+    reader = PacketReader(conn)
     got, done = [], False
     while not done:
         buf, starts, done = reader.rows(250)
@@ -79,13 +79,13 @@ def test_a_wrong_sequence_id_on_any_row_closes_the_connection_with_the_ids():
     data[len(packet(1, row(b"a"))) + 3] = 9  # the second row's sequence id
     conn = FakeConnection(bytes(data), 1000)
     with pytest.raises(pymysql.err.InternalError, match="Packet sequence number wrong - got 9 expected 2"):
-        _PacketReader(conn).rows(10)
+        PacketReader(conn).rows(10)
     assert conn.closed
 
 
 def test_an_empty_result_is_just_the_eof_packet():
     conn = FakeConnection(stream([]), 2)
-    reader = _PacketReader(conn)
+    reader = PacketReader(conn)
     buf, starts, done = reader.rows(10)
     assert (len(starts), done, conn._next_seq_id) == (0, True, 2)
 
@@ -96,7 +96,7 @@ def test_a_block_ends_at_the_first_packet_starting_past_block_bytes(monkeypatch)
     monkeypatch.setattr(textrows, "BLOCK_BYTES", 100)
     rows = [row(b"%03d" % i, b"y" * 6) for i in range(40)]  # 15-byte packets
     conn = FakeConnection(stream(rows), 1000)
-    reader = _PacketReader(conn)
+    reader = PacketReader(conn)
     got, done, sizes = [], False, []
     while not done:
         buf, starts, done = reader.rows(1000)

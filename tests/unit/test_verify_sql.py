@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from binlake.source.types import Column, Kind, TableSchema
-from binlake.verify_sql import chunk_of_sql, chunk_stats_sql
+from binlake.contract.types import Column, Kind, TableSchema
+from binlake.ops.verify_sql import chunk_of_sql, chunk_stats_sql
 
 
 def _schema(key_kind: Kind, name: str = "id") -> TableSchema:

@@ -2,7 +2,7 @@
 
 python-mysql-replication decodes every value into a Python object (``datetime``,
 ``Decimal``, a set of labels ...) through a long chain of type tests per column, and binlake
-then turns that object into its canonical text (:func:`binlake.source.types.encode_value`).
+then turns that object into its canonical text (:func:`binlake.contract.types.encode_value`).
 That pair costs about 30 us per row of six columns, which is more than a bare
 python-mysql-replication loop spends on the whole row; on a two-core machine capture could
 then never keep pace with that loop however well Spark parallelises the files.
@@ -29,7 +29,7 @@ import datetime as dt
 import struct
 from typing import Any, Callable
 
-from binlake.source.types import ZERO_DATE, ZERO_DATETIME, Column, Kind, TableSchema
+from binlake.contract.types import ZERO_DATE, ZERO_DATETIME, Column, Kind, TableSchema
 
 # A reader takes (event bytes, offset of the value) and returns (text, offset after it).
 Reader = Callable[[bytes, int], "tuple[str, int]"]

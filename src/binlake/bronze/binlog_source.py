@@ -23,15 +23,16 @@ import datetime as dt
 import fnmatch
 import functools
 import json
-import re
 from dataclasses import asdict, dataclass
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.config import Secret, SourceConfig, TlsConfig
-from binlake.lakehouse import CHANGELOG_SCHEMA
-from binlake.source.types import (
+from binlake.config import BINLOG_READERS, SourceConfig
+from binlake.contract.ddl import ddl_effects
+from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP
+from binlake.contract.position import HEARTBEAT_ROW
+from binlake.contract.types import (
     ZERO_DATE,
     ZERO_DATETIME,
     Column,
@@ -42,9 +43,7 @@ from binlake.source.types import (
 
 SOURCE_NAME = "binlake_binlog"
 READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"
-MAX_PARALLEL_FILES = 32
-# Heartbeats sort after every change at their position: "complete up to and including pos".
-HEARTBEAT_ROW = 2**31 - 1
+MAX_PARALLEL_FILES = BINLOG_READERS
 
 
 @dataclass(frozen=True)
@@ -110,7 +109,7 @@ def column_from_binlog(col: Any, nullable: bool = True) -> Column:
             t in (T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB) and getattr(col, "collation_name", None) is None
         )
         return Column(kind=Kind.BINARY if binary else Kind.STRING, **common)
-    from binlake.source.types import UnsupportedTypeError
+    from binlake.contract.types import UnsupportedTypeError
 
     raise UnsupportedTypeError(f"column {name!r} has binlog type {t}, which binlake does not map")
 
@@ -121,10 +120,7 @@ def _type_names() -> dict[int, str]:
     return {v: k.lower() for k, v in vars(T).items() if k.isupper() and isinstance(v, int)}
 
 
-try:
-    _TYPE_NAMES = _type_names()
-except ImportError:  # pragma: no cover - the dependency is always installed
-    _TYPE_NAMES = {}
+_TYPE_NAMES = _type_names()
 
 
 def schema_from_table_map(event: Any) -> TableSchema:
@@ -178,7 +174,7 @@ def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, non
             out[name] = ZERO_DATETIME
             continue
         if col.kind is Kind.TIME and isinstance(value, dt.timedelta) and value < dt.timedelta(0):
-            value = _fix_negative_time(value)
+            value = fix_negative_time(value)
         if col.kind is Kind.YEAR and value == 1900:
             # The binlog stores YEAR as an offset from 1900; 0 is the zero year 0000, not 1900.
             out[name] = "0"
@@ -190,7 +186,7 @@ def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, non
 _EPOCH = dt.datetime(1970, 1, 1)
 
 
-def _fix_negative_time(value: dt.timedelta) -> dt.timedelta:
+def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
     """Undo python-mysql-replication's decoding of negative TIME(fsp) with a fraction.
 
     It returns -(W + 1 - f) for the stored -(W + f) (W whole seconds, f the fraction), as
@@ -207,103 +203,12 @@ def _fix_negative_time(value: dt.timedelta) -> dt.timedelta:
 # DDL
 
 
-_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
-_QUALIFIED = rf"{_NAME}(?:\s*\.\s*{_NAME})?"
-_DDL_TABLE = re.compile(
-    r"^(?:CREATE\s+(?:OR\s+REPLACE\s+)?(?P<temporary>TEMPORARY\s+)?TABLE(?:\s+IF\s+NOT\s+EXISTS)?"
-    r"|(?P<alter>ALTER)\s+(?:ONLINE\s+)?(?:IGNORE\s+)?TABLE(?:\s+IF\s+EXISTS)?"
-    r"|(?P<drop>DROP)\s+(?P<drop_temporary>TEMPORARY\s+)?TABLE(?:\s+IF\s+EXISTS)?"
-    r"|(?P<rename>RENAME)\s+TABLES?"
-    r"|(?P<truncate>TRUNCATE)(?:\s+TABLE)?)"
-    rf"\s+(?P<name>{_QUALIFIED})",
-    re.IGNORECASE,
-)
-_COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|#[^\n]*\n\s*|--[^\n]*\n\s*)*", re.DOTALL)
-_MORE_NAMES = re.compile(rf"\s*,\s*(?P<name>{_QUALIFIED})")
-_RENAME_PAIR = re.compile(rf"\s*(?P<old>{_QUALIFIED})\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+(?P<new>{_QUALIFIED})\s*,?", re.IGNORECASE)
-# ALTER TABLE a ... RENAME [TO|AS] b; not RENAME COLUMN/INDEX/KEY, which keep the table.
-_ALTER_RENAME = re.compile(rf"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)(?P<new>{_QUALIFIED})", re.IGNORECASE)
-
-# What a DDL statement does to a table's rows, as recorded in bronze's ``op``:
-DDL_OP = "ddl"  # the schema (or nothing about the rows) changed
-TRUNCATE_OP = "truncate"  # every row is gone, the table stays
-DROP_OP = "drop"  # the table is gone under this name (DROP TABLE, or renamed away)
-RENAMED_INTO_OP = "renamed_into"  # another table's rows now live under this name
-DDL_OPS = (DDL_OP, TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
-# Ops after which none of the table's older rows exist any more under its name.
-EMPTYING_OPS = (TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
-
-
-def _unquote(part: str) -> str:
-    part = part.strip()
-    return part[1:-1].replace("``", "`") if part.startswith("`") else part
-
-
-def _qualified(text: str, default_db: str | None) -> tuple[str | None, str]:
-    parts = re.findall(_NAME, text)
-    return (_unquote(parts[0]), _unquote(parts[1])) if len(parts) == 2 else (default_db, _unquote(parts[0]))
-
-
-def ddl_effects(query: str, default_db: str | None) -> list[tuple[str | None, str | None, str]]:
-    """``(db, table, op)`` for each table a DDL statement changes, ``op`` one of the ``*_OP``
-    constants; ``[(default_db, None, 'ddl')]`` when it names no table (CREATE DATABASE ...).
-
-    Multi-table forms (``DROP TABLE a, b``, ``RENAME TABLE a TO b, c TO d`` as gh-ost and
-    pt-online-schema-change swap tables) give one entry per table; temporary tables give none.
-    """
-    text = _COMMENT.sub("", query, count=1)
-    m = _DDL_TABLE.match(text)
-    if not m:
-        return [(default_db, None, DDL_OP)]
-    if m.group("temporary") or m.group("drop_temporary"):
-        return []
-    first = _qualified(m.group("name"), default_db)
-    if m.group("truncate"):
-        return [(*first, TRUNCATE_OP)]
-    if m.group("drop"):
-        names, rest = [first], text[m.end():]
-        while (more := _MORE_NAMES.match(rest)):
-            names.append(_qualified(more.group("name"), default_db))
-            rest = rest[more.end():]
-        return [(db, t, DROP_OP) for db, t in names]
-    if m.group("rename"):
-        out, rest = [], text[m.start("name"):]
-        while (pair := _RENAME_PAIR.match(rest)):
-            out += [(*_qualified(pair.group("old"), default_db), DROP_OP),
-                    (*_qualified(pair.group("new"), default_db), RENAMED_INTO_OP)]
-            rest = rest[pair.end():]
-        return out or [(*first, DDL_OP)]
-    if m.group("alter") and (renamed := _ALTER_RENAME.search(text, m.end())):
-        return [(*first, DDL_OP), (*first, DROP_OP), (*_qualified(renamed.group("new"), first[0]), RENAMED_INTO_OP)]
-    return [(*first, DDL_OP)]
-
-
 def _db_captured(source: SourceConfig, db: str | None) -> bool:
     return db is not None and any(fnmatch.fnmatchcase(db, p) for p in source.databases)
 
 
 # ---------------------------------------------------------------------------------------
 # The reader (runs on executors)
-
-
-def source_spec(source: SourceConfig) -> str:
-    """The source settings an executor needs, as JSON, without the password."""
-    return json.dumps({
-        "host": source.host, "port": source.port, "user": source.user, "server_id": source.server_id,
-        "tables": list(source.tables), "exclude": list(source.exclude),
-        "chunk_keys": {k: list(v) for k, v in source.chunk_keys.items()},
-        "tls": asdict(source.tls), "connect_timeout": source.connect_timeout,
-    })
-
-
-def source_from_spec(spec: str, password: str) -> SourceConfig:
-    d = json.loads(spec)
-    return SourceConfig(
-        host=d["host"], port=d["port"], user=d["user"], password=Secret(password), server_id=d["server_id"],
-        tables=tuple(d["tables"]), exclude=tuple(d["exclude"]),
-        chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()}, tls=TlsConfig(**d["tls"]),
-        connect_timeout=d["connect_timeout"],
-    )
 
 
 class BinlogEndedEarly(RuntimeError):
@@ -438,17 +343,22 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     op as JSON, so the driver needs no aggregation job. ``fast_rows=False`` decodes every row
     through python-mysql-replication (tests compare both paths).
     """
+    from pymysqlreplication.constants import BINLOG, FIELD_TYPE
     from pymysqlreplication.event import (
         GtidEvent,
         MariadbGtidEvent,
         QueryEvent,
     )
-    from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-    from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+    from pymysqlreplication.row_event import (
+        DeleteRowsEvent,
+        TableMapEvent,
+        UpdateRowsEvent,
+        WriteRowsEvent,
+    )
 
     from binlake.bronze.binlog_rows import compile_rows_decoder
+    from binlake.contract.position import BinlogPosition, file_index
     from binlake.source.binlog import is_transaction_end, open_stream
-    from binlake.source.mysql import BinlogPosition, file_index
 
     plain_rows_events = {BINLOG.WRITE_ROWS_EVENT_V1, BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V1,
                          BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V1, BINLOG.DELETE_ROWS_EVENT_V2}
@@ -458,7 +368,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
 
     def finish(heartbeat_pos: int | None):
         if rng.last:
-            out.add(None, None, "heartbeat", heartbeat_pos, HEARTBEAT_ROW)
+            out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
         out.add(None, None, "stats", rng.start_pos, 0, ddl=json.dumps(counts))
         return out.batch()
 
@@ -575,19 +485,19 @@ class _Partition(InputPartition):
 
 class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
-        self.spec = options["spec"]
-        self.password = options["password"]
+        self.options = {k: options[k] for k in ("source", "password")}
         self.ranges = [ReadRange(**r) for r in json.loads(options["ranges"])]
 
     def partitions(self):
         return [_Partition(r) for r in self.ranges]
 
     def read(self, partition):
-        yield from read_range(source_from_spec(self.spec, self.password), partition.rng)
+        yield from read_range(SourceConfig.from_executor_options(self.options), partition.rng)
 
 
 class BinlogDataSource(DataSource):
-    """``spark.read.format("binlake_binlog")``: options ``spec``, ``password``, ``ranges``."""
+    """``spark.read.format("binlake_binlog")``: options ``source`` and ``password``
+    (:meth:`SourceConfig.executor_options`) and ``ranges``."""
 
     @classmethod
     def name(cls) -> str:
@@ -612,8 +522,7 @@ def read_dataframe(spark, source: SourceConfig, ranges: list[ReadRange]):
     return (
         spark.read.format(SOURCE_NAME)
         .schema(READ_SCHEMA)  # given, so Spark need not start a Python worker to ask for it
-        .option("spec", source_spec(source))
-        .option("password", source.password.reveal())
+        .options(**source.executor_options())
         .option("ranges", json.dumps([asdict(r) for r in ranges]))
         .load()
     )

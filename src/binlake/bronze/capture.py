@@ -22,25 +22,36 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from pyspark.errors import AnalysisException
 
 from binlake import faults
 from binlake.bronze.binlog_source import (
-    DDL_OPS,
-    HEARTBEAT_ROW,
     MAX_PARALLEL_FILES,
-    RENAMED_INTO_OP,
     SIDE_OPS,
     ReadRange,
     read_dataframe,
 )
+from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
+from binlake.contract.lakehouse import (
+    CHANGELOG_SCHEMA,
+    DATA_OPS,
+    DDL_OPS,
+    HEARTBEAT_OP,
+    RENAMED_INTO_OP,
+    Lakehouse,
+    heartbeat_row,
+    storage_error,
+)
+from binlake.contract.position import BinlogPosition, file_name
+from binlake.contract.types import TableSchema
 from binlake.errors import BinlakeError, BinlogPurgedError, SourceConnectionError
-from binlake.lakehouse import CHANGELOG_SCHEMA, Lakehouse, storage_error
 from binlake.source.binlog import (
     BinlogFile,
+    bytes_between,
     check_not_purged,
     expire_seconds,
     first_event_time,
@@ -49,8 +60,8 @@ from binlake.source.binlog import (
     purge_warning,
     wait_for_server,
 )
-from binlake.source.mysql import BinlogPosition, connect, master_status
-from binlake.source.types import TableSchema
+from binlake.source.catalog import captured_tables
+from binlake.source.mysql import connect, master_status
 
 log = logging.getLogger("binlake.capture")
 
@@ -112,7 +123,7 @@ def run_capture(spark, config: Config, continuous: bool = False, progress=None) 
             resume = _startup_position(spark, config, lh, conn, files)
             log.info("no capture state yet: starting (%s) at %s", config.capture.startup.value, resume)
             # Persist the start at once, so a later run never recomputes it differently.
-            _commit(spark, lh, [], resume, resume, _heartbeat_rows(resume), result)
+            _commit(spark, lh, [], resume, resume, [heartbeat_row(resume)], result)
         resume = _ensure_not_purged(spark, config, conn, files, resume, result)
         target = master_status(conn)
     result.start = resume
@@ -154,7 +165,7 @@ def capture_position(spark, lh: Lakehouse) -> BinlogPosition | None:
     if tagged is not None:
         return tagged
     rows = spark.sql(
-        f"SELECT binlog_file, pos FROM {lh.changelog.sql} WHERE op = 'heartbeat' "
+        f"SELECT binlog_file, pos FROM {lh.changelog.sql} WHERE op = '{HEARTBEAT_OP}' "
         "ORDER BY file_index DESC, pos DESC LIMIT 1"
     ).collect()
     return BinlogPosition(rows[0]["binlog_file"], int(rows[0]["pos"])) if rows else None
@@ -166,6 +177,15 @@ def _tag_end(history_rows) -> BinlogPosition | None:
         return BinlogPosition.parse(tag["capture_end"])
     except (IndexError, TypeError, ValueError, KeyError):
         return None
+
+
+def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, progress=None):
+    """``binlake snapshot --reset-capture``: restart capture at the server's current position
+    and re-snapshot ``tables`` (all captured tables when None), since the changes between the
+    old resume position and the new one are lost to the change log. Returns the snapshot's
+    result."""
+    reset_capture(spark, config)
+    return run_snapshot(spark, config, tables=tables, fresh=True, progress=progress)
 
 
 def reset_capture(spark, config: Config) -> BinlogPosition:
@@ -182,7 +202,7 @@ def reset_capture(spark, config: Config) -> BinlogPosition:
     if old is not None and current <= old:
         return old
     result = CaptureResult()
-    _commit(spark, lh, [], old or current, current, _heartbeat_rows(current, note="reset-capture"), result)
+    _commit(spark, lh, [], old or current, current, [heartbeat_row(current, note="reset-capture")], result)
     log.warning("capture reset from %s to %s: re-snapshot the captured tables", old, current)
     return current
 
@@ -200,7 +220,7 @@ def capture_status(spark, config: Config) -> dict:
         "resume_pos": resume.pos if resume else None,
         "server_file": server.file,
         "server_pos": server.pos,
-        "lag_bytes": _lag_bytes(files, resume, server) if resume else None,
+        "lag_bytes": bytes_between(files, resume, server) if resume else None,
         "oldest_binlog": files[0].name if files else None,
         "binlog_files": len(files),
         "binlog_expire_seconds": expiry,
@@ -254,9 +274,7 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
             "ORDER BY h.file_index, h.pos LIMIT 1"
         ).collect()
         if rows:
-            base, _, suffix = current.file.rpartition(".")
-            index = int(rows[0]["file_index"])
-            candidates.append(BinlogPosition(f"{base}.{index:0{len(suffix)}d}", int(rows[0]["pos"])))
+            candidates.append(BinlogPosition(file_name(current.file, int(rows[0]["file_index"])), int(rows[0]["pos"])))
     if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
             f"SELECT lw_file, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
@@ -267,8 +285,6 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
 
 
 def _captured_table_names(config: Config, conn) -> list[str]:
-    from binlake.source.catalog import captured_tables
-
     return [f"{db}.{t}" for db, t in captured_tables(conn, config.source)]
 
 
@@ -281,8 +297,6 @@ def _ensure_not_purged(spark, config: Config, conn, files, resume: BinlogPositio
             raise
         log.warning("%s; capture.on_purge=resnapshot: resetting capture and re-snapshotting", exc)
         new = reset_capture(spark, config)
-        from binlake.bronze.snapshot import run_snapshot
-
         run_snapshot(spark, config, tables=exc.tables)
         result.resnapshot_tables = list(exc.tables)
         return new
@@ -294,22 +308,6 @@ def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
             return purge_warning(list_binlogs(conn), resume, config.capture.purge_warning_files, expire_seconds(conn))
     except BinlakeError:
         return None
-
-
-def _lag_bytes(files: list[BinlogFile], resume: BinlogPosition, server: BinlogPosition) -> int:
-    if resume >= server:
-        return 0
-    if resume.file_index == server.file_index:
-        return server.pos - resume.pos
-    lag = 0
-    for f in files:
-        if f.index == resume.file_index:
-            lag += max(0, f.size - resume.pos)
-        elif resume.file_index < f.index < server.file_index:
-            lag += f.size
-        elif f.index == server.file_index:
-            lag += server.pos
-    return lag
 
 
 # ---------------------------------------------------------------------------------------
@@ -364,7 +362,7 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
                 ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
                 changes_before = result.changes
                 if not ranges:
-                    new = _commit(spark, lh, [], resume, target, _heartbeat_rows(target), result)
+                    new = _commit(spark, lh, [], resume, target, [heartbeat_row(target)], result)
                 else:
                     new = _read_and_commit(spark, config, lh, resume, ranges, result)
                 attempts = 0
@@ -409,14 +407,14 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition
     try:
         # One pass builds the cache and returns the few side rows: schema versions, each
         # partition's counts per op and the heartbeat. No aggregation, no shuffle.
-        side = (df.where(F.col("op").isin("heartbeat", *SIDE_OPS))
+        side = (df.where(F.col("op").isin(HEARTBEAT_OP, *SIDE_OPS))
                 .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json").collect())
         counts: dict[str, int] = {}
         for r in side:
             if r["op"] == "stats":
                 for op, n in json.loads(r["ddl"]).items():
                     counts[op] = counts.get(op, 0) + n
-        beats = [r for r in side if r["op"] == "heartbeat"]
+        beats = [r for r in side if r["op"] == HEARTBEAT_OP]
         if len(beats) != 1:
             raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
         end = BinlogPosition(beats[0]["binlog_file"], int(beats[0]["pos"]))
@@ -439,9 +437,6 @@ def _snapshot_renamed_into(spark, config: Config, names: list[str], result: Capt
     ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
     re-reads the batch and plans again, so the need for it can never be lost.
     """
-    from binlake.bronze.snapshot import run_snapshot
-    from binlake.source.catalog import captured_tables
-
     with connect(config.source) as conn:
         present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
     # A name renamed away again later has a DROP after this point, which empties it.
@@ -450,12 +445,6 @@ def _snapshot_renamed_into(spark, config: Config, names: list[str], result: Capt
         log.info("capture: %s received another table's rows by RENAME: snapshotting", ", ".join(targets))
         run_snapshot(spark, config, tables=targets)
         result.renamed_into = sorted(set(result.renamed_into) | set(targets))
-
-
-def _heartbeat_rows(pos: BinlogPosition, note: str | None = None):
-    now = dt.datetime.now(dt.timezone.utc)
-    return [(None, None, "heartbeat", pos.file_index, pos.pos, HEARTBEAT_ROW, pos.file, None, None,
-             None, None, None, None, note, now)]
 
 
 def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPosition, changes,
@@ -487,7 +476,7 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPos
         log.warning("another capture run committed the batch starting at %s; continuing from %s", start, stored)
         return stored or end
     result.batches += 1
-    result.changes += sum(n for op, n in counts.items() if op in ("insert", "update", "delete"))
+    result.changes += sum(n for op, n in counts.items() if op in DATA_OPS)
     result.ddl += sum(n for op, n in counts.items() if op in DDL_OPS)
     return end
 

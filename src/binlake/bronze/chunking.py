@@ -2,7 +2,7 @@
 
 A chunk is a key range ``[start, end)`` over the table's key columns (the primary key, or
 the configured ``source.chunk_keys``). ``start``/``end`` are tuples of canonical texts
-(:func:`binlake.source.types.encode_value`), one per key column; ``None`` is unbounded. In
+(:func:`binlake.contract.types.encode_value`), one per key column; ``None`` is unbounded. In
 Delta they are stored as JSON arrays (:func:`key_to_json`).
 
 Two ways to cut a table, both keeping every chunk at most ``chunk_size`` rows *at plan time*:
@@ -32,8 +32,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from binlake.source.mysql import qualified, quote_ident
-from binlake.source.types import Column, Kind
+from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.types import Column, Kind
 
 Key = tuple  # tuple[str, ...]: canonical texts, one per key column
 
@@ -216,13 +216,6 @@ def range_condition(key_columns: Sequence[Column], start: Key | None, end: Key |
             disjuncts.append("(" + " AND ".join(texts) + ")")
         parts.append("(" + " OR ".join(disjuncts) + ")")
     return (" AND ".join(parts) if parts else "1=1"), params
-
-
-def evaluate_terms(disjuncts: list[list[Term]], key: Sequence, bound: Sequence) -> bool:
-    """Evaluate an expansion in Python (for the property tests)."""
-    ops = {"=": lambda a, b: a == b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
-           "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
-    return any(all(ops[t.op](key[t.index], bound[t.index]) for t in conj) for conj in disjuncts)
 
 
 def param_value(col: Column, text: str) -> Any:

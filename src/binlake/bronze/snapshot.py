@@ -16,8 +16,8 @@ Which tables a run snapshots:
   an unfinished (open) snapshot is resumed, or re-planned if the table's schema changed.
 - ``run_snapshot(spark, config, tables=["db.t"])``: a new snapshot of those tables, even
   if they have one and even while capture runs (rows are ordered by their low watermark).
-- ``reset_capture=True``: capture restarts at the server's current position first (after
-  a purge), then the given tables, or all captured tables, get a new snapshot.
+- ``fresh=True``: a new snapshot of every target, complete or not (after a purge,
+  :func:`binlake.bronze.capture.recover_from_purge` restarts capture and then does this).
 
 Example::
 
@@ -49,14 +49,24 @@ from binlake.bronze.chunking import (
     plan_by_boundaries,
 )
 from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_options
-from binlake.bronze.tables import ensure_bronze_tables, record_schemas, tune_snapshot_rows
+from binlake.bronze.tables import (
+    ensure_bronze_tables,
+    record_schemas,
+    tune_snapshot_rows,
+)
 from binlake.config import Config
-from binlake.errors import ConfigError, LakehouseError, NotReadyError, PreflightError
-from binlake.lakehouse import SNAPSHOT_CHUNKS_SCHEMA, SNAPSHOT_PLAN_SCHEMA, Lakehouse
+from binlake.contract.lakehouse import (
+    SNAPSHOT_CHUNKS_SCHEMA,
+    SNAPSHOT_PLAN_SCHEMA,
+    Lakehouse,
+    ManifestRow,
+)
+from binlake.contract.position import file_index
+from binlake.contract.types import TableSchema, encode_value
+from binlake.errors import LakehouseError, PreflightError
 from binlake.progress import Progress
-from binlake.source.catalog import captured_tables, table_schema
-from binlake.source.mysql import connect, file_index, master_status, query
-from binlake.source.types import TableSchema, encode_value
+from binlake.source.catalog import table_arguments, table_schema
+from binlake.source.mysql import connect, master_status, query
 
 log = logging.getLogger("binlake")
 
@@ -133,38 +143,27 @@ class _Pending:
 # Public entry points
 
 
-def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, reset_capture: bool = False,
+def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False,
                  progress: Progress | None = None) -> SnapshotResult:
-    """Snapshot captured tables into bronze; see the module docstring for which ones."""
+    """Snapshot captured tables into bronze; see the module docstring for which ones.
+
+    ``fresh``: plan a new snapshot of every target, whatever is complete or open (named
+    ``tables`` are always planned anew)."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
-    wanted = _parse_tables(tables or ())
     started = time.monotonic()
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
     tune_snapshot_rows(spark, lh)
-    if reset_capture:
-        try:
-            from binlake.bronze.capture import reset_capture as _reset_capture
-        except ImportError:
-            raise NotReadyError("--reset-capture needs binlake.bronze.capture, which this installation lacks") from None
-        _reset_capture(spark, config)
 
     result = SnapshotResult()
     plan_committed: Future | None = None
     with connect(config.source) as conn:
-        captured = captured_tables(conn, config.source)
-        for db, t in wanted:
-            if (db, t) not in captured:
-                raise ConfigError(
-                    f"--table {db}.{t} is not a captured table: it must exist and match source.tables "
-                    "(and no source.exclude pattern)"
-                )
-        force = bool(wanted) or reset_capture
-        targets = wanted or captured
+        targets = table_arguments(conn, config.source, tables or ())
+        force = bool(tables) or fresh
         # A forced run plans every target anew: what is open does not matter then.
         state = {} if force else _open_state(spark, lh, targets)
         to_plan: list[tuple[TableSchema, str]] = []
@@ -357,17 +356,6 @@ def _unmanifested(spark, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str
     return [(r["chunk_id"], r["start_key"], r["end_key"]) for r in rows]
 
 
-def _parse_tables(tables: Sequence[str]) -> list[tuple[str, str]]:
-    out = []
-    for t in tables:
-        db, dot, name = t.partition(".")
-        if not dot or not db or not name or "." in name:
-            raise ConfigError(f"--table {t!r} is not db.table: write it like shop.orders")
-        if (db, name) not in out:
-            out.append((db, name))
-    return out
-
-
 # ---------------------------------------------------------------------------------------
 # Reading
 
@@ -390,7 +378,7 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
             attempt_id = uuid.uuid4().hex
             schemas = {p.schema.name: p.schema.to_json() for p in wave}
             opts = reader_options(config.source, [p.as_option() for p in wave], schemas, attempt_id, barrier)
-            df, observed = _observing_markers(spark.read.format(FORMAT).options(**opts).load(), attempt_id)
+            df, observed = observe_markers(spark.read.format(FORMAT).options(**opts).load(), attempt_id)
             try:
                 lh.snapshot_rows.save(df.write.format("delta").mode("append"))
             except Exception as exc:  # noqa: BLE001 - re-raised as one line without the options
@@ -410,10 +398,12 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
                 s = m["chunk_stats"]
                 n = int(s["row_count"])
                 rows_in_wave += n
-                manifest.append((p.snapshot_id, p.schema.database, p.schema.table, p.chunk_id, attempt_id,
-                                 list(p.schema.key), p.start_key, p.end_key, s["lw_file"], m["lw_file_index"],
-                                 m["lw_pos"], s["hw_file"], file_index(s["hw_file"]), int(s["hw_pos"]), n,
-                                 s["checksum"], p.schema.version(), now))
+                manifest.append(ManifestRow(
+                    snapshot_id=p.snapshot_id, db=p.schema.database, table=p.schema.table, chunk_id=p.chunk_id,
+                    attempt_id=attempt_id, key_columns=list(p.schema.key), start_key=p.start_key, end_key=p.end_key,
+                    lw_file=s["lw_file"], lw_file_index=m["lw_file_index"], lw_pos=m["lw_pos"],
+                    hw_file=s["hw_file"], hw_file_index=file_index(s["hw_file"]), hw_pos=int(s["hw_pos"]),
+                    row_count=n, checksum=s["checksum"], schema_version=p.schema.version(), committed_at=now))
                 t = by_table[p.schema.name]
                 t.chunks_read += 1
                 t.rows += n
@@ -425,7 +415,7 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
 _MARKER_COLUMNS = ("snapshot_id", "chunk_id", "lw_file_index", "lw_pos", "chunk_stats")
 
 
-def _observing_markers(df, attempt_id: str):
+def observe_markers(df, attempt_id: str):
     """``df`` with a Spark observation that collects its marker rows while the write runs.
 
     Spark merges an observation from the one successful attempt of each write task, the

@@ -4,7 +4,7 @@ Each partition reads one chunk on an executor: low watermark (``SHOW MASTER STAT
 autocommit SELECT of the key range (a consistent read, no locks), high watermark. It
 yields the chunk's data rows and then one marker row (``row`` NULL) whose ``chunk_stats``
 hold ``lw_file``, ``hw_file``, ``hw_pos``, ``row_count`` and ``checksum`` (see
-:func:`row_hashes`). The schema is :data:`binlake.lakehouse.SNAPSHOT_ROWS_SCHEMA`; rows go to
+:func:`row_hashes`). The schema is :data:`binlake.contract.lakehouse.SNAPSHOT_ROWS_SCHEMA`; rows go to
 Spark as Arrow record batches (:func:`arrow_schema`), never one Python tuple per row.
 
 The reader keeps no state between partitions and pickles: everything a partition needs is
@@ -26,7 +26,7 @@ from typing import Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.lakehouse import SNAPSHOT_ROWS_SCHEMA
+from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
 ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
 
@@ -95,14 +95,6 @@ def combine_checksum(total: int, row: Mapping[str, str | None]) -> int:
     return (total + row_hash(row)) & _MASK64
 
 
-def chunk_checksum(rows: Iterator[Mapping[str, str | None]]) -> str:
-    """The checksum of a whole chunk as stored in ``chunk_stats`` and the manifest (decimal text)."""
-    total = 0
-    for row in rows:
-        total = combine_checksum(total, row)
-    return str(total)
-
-
 class ChunkPartition(InputPartition):
     """One chunk to read: picklable, plain values only."""
 
@@ -125,14 +117,7 @@ def reader_options(source, chunks: Sequence[dict], schemas: Mapping[str, str], a
     """Options for one read: chunks (dicts with snapshot_id, db, table, chunk_id, start_key,
     end_key, schema_version), table schemas as JSON by ``db.table``, and the connection."""
     opts = {
-        "source": json.dumps({
-            "host": source.host, "port": source.port, "user": source.user,
-            "connect_timeout": source.connect_timeout,
-            "tls": {"ca": source.tls.ca, "cert": source.tls.cert, "key": source.tls.key,
-                    "verify_identity": source.tls.verify_identity},
-        }),
-        # Spark redacts option values whose key matches spark.redaction.regex ((?i)secret|password|...).
-        "password": source.password.reveal(),
+        **source.executor_options(),
         "chunks": json.dumps(list(chunks), separators=(",", ":")),
         "schemas": json.dumps(dict(schemas), separators=(",", ":")),
         "attempt_id": attempt_id,
@@ -172,21 +157,6 @@ class SnapshotReader(DataSourceReader):
         yield from read_chunk(self.options, partition)
 
 
-def _source_config(options: Mapping[str, str]):
-    from binlake.config import Secret, SourceConfig, TlsConfig
-
-    s = json.loads(options["source"])
-    tls = s.get("tls") or {}
-    return SourceConfig(
-        host=s["host"], port=int(s["port"]), user=s["user"], password=Secret(options["password"]),
-        # Only the connection settings matter on an executor; these two are required fields.
-        server_id=1, tables=("_._",),
-        tls=TlsConfig(ca=tls.get("ca"), cert=tls.get("cert"), key=tls.get("key"),
-                      verify_identity=tls.get("verify_identity", True)),
-        connect_timeout=int(s.get("connect_timeout", 10)),
-    )
-
-
 def _barrier(options: Mapping[str, str], p: ChunkPartition, stage: str) -> None:
     """Testing only: announce ``stage`` with a file, then wait until the test releases it."""
     directory = options.get("testing.barrier_dir")
@@ -215,11 +185,11 @@ def raw_is_canonical(col) -> bool:
     """True when the text protocol's value is already the column's canonical text.
 
     Those values go from the socket into Arrow untouched; every other column goes through
-    pymysql's decoder and :func:`binlake.source.types.encode_value`, exactly as a plain
+    pymysql's decoder and :func:`binlake.contract.types.encode_value`, exactly as a plain
     pymysql cursor plus ``encode_value`` would (``test_capture_types`` holds both to the
     binlog's texts). ZEROFILL pads (``0042``) where the canonical text has no padding.
     """
-    from binlake.source.types import Kind
+    from binlake.contract.types import Kind
 
     if col.kind in (Kind.INT, Kind.UINT, Kind.DECIMAL):
         return "zerofill" not in col.mysql_type.lower()
@@ -252,7 +222,7 @@ _MEMO_COLUMNS = 1_000
 def _encoder(col, type_code: int) -> _Memo:
     import pymysql.converters
 
-    from binlake.source.types import encode_value
+    from binlake.contract.types import encode_value
 
     memo = _MEMOS.get((col, type_code))
     if memo is None or len(memo) > _MEMO_VALUES:
@@ -280,10 +250,12 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
     import pymysql.cursors
 
     from binlake.bronze.chunking import key_from_json, range_condition
+    from binlake.config import SourceConfig
+    from binlake.contract.sql import qualified, quote_ident
+    from binlake.contract.types import TableSchema
     from binlake.errors import SchemaChangeError
     from binlake.source import textrows
-    from binlake.source.mysql import connect, exact_value_sql, master_status, qualified, quote_ident
-    from binlake.source.types import TableSchema
+    from binlake.source.mysql import connect, exact_value_sql, master_status
 
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
     attempt_id = options["attempt_id"]
@@ -305,7 +277,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
         consts = [pa.repeat(pa.scalar(values[f.name], f.type), n) for f in out_schema if f.name in values]
         return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=out_schema)
 
-    conn = connect(_source_config(options))
+    conn = connect(SourceConfig.from_executor_options(options))
     try:
         lw = master_status(conn)
         _barrier(options, p, "lw")

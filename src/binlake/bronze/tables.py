@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from binlake.lakehouse import (
+from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
     SCHEMA_HISTORY_SCHEMA,
     SNAPSHOT_CHUNKS_SCHEMA,
@@ -11,7 +11,7 @@ from binlake.lakehouse import (
     SNAPSHOT_ROWS_SCHEMA,
     Lakehouse,
 )
-from binlake.source.types import TableSchema
+from binlake.contract.types import TableSchema
 
 # Silver reads the change log and the chunk manifest incrementally through the change
 # data feed; the log is append-only by contract.
@@ -87,7 +87,7 @@ def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, i
     """
     from datetime import datetime, timezone
 
-    from binlake.lakehouse import SCHEMA_HISTORY_SCHEMA
+    from binlake.contract.lakehouse import SCHEMA_HISTORY_SCHEMA
 
     if not entries:
         return 0

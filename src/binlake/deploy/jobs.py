@@ -96,7 +96,7 @@ def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:
         spark = SparkSession.getActiveSession()
         if spark is None:
             return None
-    from binlake.lakehouse import Lakehouse
+    from binlake.contract.lakehouse import Lakehouse
 
     log = Lakehouse(config).publish_log
     try:

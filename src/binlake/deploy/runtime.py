@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from binlake.config import Config, LakehouseConfig, load_config
+from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import ConfigError, DatabricksApiError, NotReadyError, SecretError
+from binlake.secrets import notebook_dbutils, resolve_secret, workspace_client
 
 
 class RuntimeKind(str, enum.Enum):
@@ -56,24 +58,12 @@ class Runtime:
         return get_spark()
 
     def workspace_client(self, purpose: str = "reach the Databricks workspace"):
-        """A ``databricks.sdk.WorkspaceClient``: on a cluster it authenticates as the job's identity
-        by itself; elsewhere through ``DATABRICKS_HOST``/``DATABRICKS_TOKEN`` or ``~/.databrickscfg``."""
+        """A ``databricks.sdk.WorkspaceClient`` (see :func:`binlake.secrets.workspace_client`)."""
         if self.client_factory is not None:
             return self.client_factory()
-        from databricks.sdk import WorkspaceClient
-
-        try:
-            return WorkspaceClient()
-        except ValueError:
-            # The SDK's message lists every variable it probed; one line with the fix is enough.
-            raise DatabricksApiError(
-                f"cannot {purpose}: no Databricks authentication is configured here; set DATABRICKS_HOST "
-                "and DATABRICKS_TOKEN (or DATABRICKS_CONFIG_PROFILE), or run `databricks auth login`"
-            ) from None
+        return workspace_client(purpose)
 
     def secret(self, scope: str, key: str) -> str:
-        from binlake.deploy.secrets import resolve_secret
-
         if self.dbutils is not None:
             return resolve_secret(scope, key, dbutils=self.dbutils)
         try:
@@ -103,8 +93,6 @@ class Runtime:
         return config
 
     def lakehouse(self, config: Config):
-        from binlake.lakehouse import Lakehouse
-
         self.check_lakehouse(config.lakehouse)
         return Lakehouse(config)
 
@@ -148,18 +136,7 @@ def current_runtime(environ: Mapping[str, str] | None = None, dbutils: Any = Non
     env = os.environ if environ is None else environ
     if "DATABRICKS_RUNTIME_VERSION" not in env:
         return Runtime(RuntimeKind.LOCAL)
-    found = dbutils if dbutils is not None else _notebook_dbutils()
+    found = dbutils if dbutils is not None else notebook_dbutils()
     if found is not None:
         return Runtime(RuntimeKind.DATABRICKS_NOTEBOOK, dbutils=found)
     return Runtime(RuntimeKind.DATABRICKS_JOB)
-
-
-def _notebook_dbutils() -> Any:
-    try:
-        from IPython import get_ipython  # type: ignore[import-not-found]
-    except ImportError:
-        return None
-    shell = get_ipython()
-    if shell is None:
-        return None
-    return shell.user_ns.get("dbutils")

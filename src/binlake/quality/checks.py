@@ -2,7 +2,7 @@
 
 Every table gets the built-in checks (primary key unique and not null, declared NOT NULL
 columns, row count equal to silver's live rows) plus its rules from ``gold.checks`` in the
-config. Each check has a severity (DESIGN.md section 4):
+config. Each check has a severity (docs/architecture.md, "Gold"):
 
 - ``warn``: publish anyway, record the result;
 - ``drop``: the failing rows go to the quarantine table, the rest is published;
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from binlake.config import CheckRule, Severity
-from binlake.source.types import Kind, TableSchema
+from binlake.contract.sql import quote_ident
+from binlake.contract.types import Kind, TableSchema
 
 ENGINE_GE = "great_expectations"
 
@@ -108,10 +109,6 @@ class TableChecks:
         return json.dumps([r.to_dict() for r in self.results], default=str, separators=(",", ":"))
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _lit(value: Any) -> str:
     if value is None:
         return "NULL"
@@ -132,23 +129,23 @@ def rule_check(rule: CheckRule) -> Check:
     col = rule.column
     if kind == "between":
         lo, hi = rule.between  # type: ignore[misc]
-        conds = ([f"{_q(col)} < {_lit(lo)}"] if lo is not None else []) + ([f"{_q(col)} > {_lit(hi)}"] if hi is not None else [])
-        pred = f"{_q(col)} IS NOT NULL AND ({' OR '.join(conds) or 'FALSE'})"
+        conds = ([f"{quote_ident(col)} < {_lit(lo)}"] if lo is not None else []) + ([f"{quote_ident(col)} > {_lit(hi)}"] if hi is not None else [])
+        pred = f"{quote_ident(col)} IS NOT NULL AND ({' OR '.join(conds) or 'FALSE'})"
         return Check(f"between({col}, {_fmt(lo)}, {_fmt(hi)})", kind, rule.severity, col,
                      params=(("min_value", lo), ("max_value", hi)), failing_rows=pred)
     if kind == "values":
         values = tuple(rule.values or ())
         listed = ", ".join(_lit(v) for v in values) or "NULL"
-        pred = f"{_q(col)} IS NOT NULL AND NOT ({_q(col)} IN ({listed}))"
+        pred = f"{quote_ident(col)} IS NOT NULL AND NOT ({quote_ident(col)} IN ({listed}))"
         return Check(f"values({col}, {list(values)})", kind, rule.severity, col,
                      params=(("value_set", values),), failing_rows=pred)
     if kind == "regex":
         # GE's Spark regex expectation is rlike (a search, Java syntax); so is the predicate.
-        pred = f"{_q(col)} IS NOT NULL AND NOT (CAST({_q(col)} AS STRING) RLIKE {_lit(rule.regex)})"
+        pred = f"{quote_ident(col)} IS NOT NULL AND NOT (CAST({quote_ident(col)} AS STRING) RLIKE {_lit(rule.regex)})"
         return Check(f"regex({col}, {rule.regex})", kind, rule.severity, col,
                      params=(("regex", rule.regex),), failing_rows=pred)
     if kind == "not_null":
-        return Check(f"not_null({col})", kind, rule.severity, col, failing_rows=f"{_q(col)} IS NULL")
+        return Check(f"not_null({col})", kind, rule.severity, col, failing_rows=f"{quote_ident(col)} IS NULL")
     lo, hi = rule.row_count  # type: ignore[misc]
     return Check(f"row_count({_fmt(lo)}, {_fmt(hi)})", "row_count", rule.severity,
                  params=(("min_value", lo), ("max_value", hi)))
@@ -165,15 +162,15 @@ def builtin_checks(schema: TableSchema, silver_live_rows: int) -> list[Check]:
                             origin="builtin", params=(("column_list", tuple(key)),)))
     for k in key:
         checks.append(Check(f"primary_key_not_null({k})", "primary_key_not_null", Severity.FAIL, k, origin="builtin",
-                            failing_rows=f"{_q(k)} IS NULL"))
+                            failing_rows=f"{quote_ident(k)} IS NULL"))
     for c in schema.columns:
         if c.nullable or c.name in key:
             continue
         # A NOT NULL DATE/DATETIME may hold MySQL's zero date, which silver maps to NULL by
-        # design (DESIGN.md section 5): that is recorded, not a reason to stop publishing.
+        # design (docs/architecture.md, "Types"): that is recorded, not a reason to stop publishing.
         zero_date_capable = c.kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP)
         checks.append(Check(f"not_null({c.name})", "not_null", Severity.WARN if zero_date_capable else Severity.FAIL,
-                            c.name, origin="builtin", failing_rows=f"{_q(c.name)} IS NULL"))
+                            c.name, origin="builtin", failing_rows=f"{quote_ident(c.name)} IS NULL"))
     checks.append(Check(f"row_count_equals_silver({silver_live_rows})", "row_count_equals_silver", Severity.FAIL,
                         origin="builtin", params=(("value", silver_live_rows),)))
     return checks

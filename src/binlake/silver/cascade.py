@@ -34,6 +34,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable
 
+from binlake.contract.lakehouse import DELETE, UPDATE
+from binlake.contract.position import seq_literal
+from binlake.contract.sql import quote_ident, spark_string
 from binlake.errors import BinlakeError
 
 log = logging.getLogger("binlake.silver")
@@ -50,10 +53,6 @@ class CascadeError(BinlakeError):
     """The foreign-key actions of one batch did not settle (a chain longer than MAX_ROUNDS)."""
 
     exit_code = 6
-
-
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
 
 
 def old(name: str) -> str:
@@ -154,12 +153,14 @@ def derived_records(changes, schema):
     """Derived changes as silver records: the row after the change, and a tombstone for the
     key it left (a cascaded delete, or a cascaded update of key columns)."""
     cols = [c.name for c in schema.columns]
-    moved = " OR ".join(f"NOT ({_q(old(k))} <=> {_q(new(k))})" for k in schema.key)
+    moved = " OR ".join(f"NOT ({quote_ident(old(k))} <=> {quote_ident(new(k))})" for k in schema.key)
     meta = ["seq AS _cdc_seq", "ts AS _cdc_commit_ts", f"{PRIO_DERIVED} AS _prio"]
-    after = changes.where("kind = 'update'").selectExpr(
-        *[f"{_q(new(c))} AS {_q(c)}" for c in cols], *meta, "'update' AS _cdc_op", "false AS _cdc_deleted")
-    gone = changes.where(f"kind = 'delete' OR ({moved})").selectExpr(
-        *[f"{_q(old(c))} AS {_q(c)}" for c in cols], *meta, "'delete' AS _cdc_op", "true AS _cdc_deleted")
+    after = changes.where(f"kind = '{UPDATE}'").selectExpr(
+        *[f"{quote_ident(new(c))} AS {quote_ident(c)}" for c in cols], *meta, f"'{UPDATE}' AS _cdc_op",
+        "false AS _cdc_deleted")
+    gone = changes.where(f"kind = '{DELETE}' OR ({moved})").selectExpr(
+        *[f"{quote_ident(old(c))} AS {quote_ident(c)}" for c in cols], *meta, f"'{DELETE}' AS _cdc_op",
+        "true AS _cdc_deleted")
     return after.unionByName(gone)
 
 
@@ -173,33 +174,28 @@ def _events(link: Link, logged, derived):
     if not frames:
         return None
     pcols = link.parent_columns
-    cols = ["kind", "seq", "ts", *[f"{_q(old(p))} AS p{i}" for i, p in enumerate(pcols)],
-            *[f"{_q(new(p))} AS q{i}" for i, p in enumerate(pcols)]]
+    cols = ["kind", "seq", "ts", *[f"{quote_ident(old(p))} AS p{i}" for i, p in enumerate(pcols)],
+            *[f"{quote_ident(new(p))} AS q{i}" for i, p in enumerate(pcols)]]
     events = frames[0].selectExpr(*cols)
     for f in frames[1:]:
         events = events.unionByName(f.selectExpr(*cols))
     kinds = []
     if link.on_delete in ACTIONS:
-        kinds.append("kind = 'delete'")
+        kinds.append(f"kind = '{DELETE}'")
     if link.on_update in ACTIONS:
         changed = " OR ".join(f"NOT (p{i} <=> q{i})" for i in range(len(pcols)))
-        kinds.append(f"(kind = 'update' AND ({changed}))")
+        kinds.append(f"(kind = '{UPDATE}' AND ({changed}))")
     present = " AND ".join(f"p{i} IS NOT NULL" for i in range(len(pcols)))
     return events.where(f"({' OR '.join(kinds)}) AND {present}")
 
 
 def _state_records(child: CascadeTable, base, derived):
     """Every record of the child known to this derivation: columns, _cdc_seq, _cdc_deleted."""
-    cols = [_q(c.name) for c in child.schema.columns] + ["_cdc_seq", "_cdc_deleted"]
+    cols = [quote_ident(c.name) for c in child.schema.columns] + ["_cdc_seq", "_cdc_deleted"]
     out = base.selectExpr(*cols).unionByName(child.records.selectExpr(*cols))
     if derived is not None:
         out = out.unionByName(derived_records(derived, child.schema).selectExpr(*cols))
     return out
-
-
-def _seq_sql(seq: tuple[int, int, int]) -> str:
-    a, b, c = (int(x) for x in seq)
-    return f"named_struct('file_index', CAST({a} AS BIGINT), 'pos', CAST({b} AS BIGINT), 'row', CAST({c} AS INT))"
 
 
 def _derive_link(link: Link, child: CascadeTable, events, state):
@@ -213,34 +209,34 @@ def _derive_link(link: Link, child: CascadeTable, events, state):
     refs = [f"p{i}" for i in range(n)]
     # Candidates: (parent change, child key) where a record of the key referenced the old
     # parent values before the change.
-    matches = " AND ".join(f"r.{_q(c)} = e.p{i}" for i, c in enumerate(link.columns))
+    matches = " AND ".join(f"r.{quote_ident(c)} = e.p{i}" for i, c in enumerate(link.columns))
     cand = (state.alias("r").join(events.alias("e"), F.expr(f"{matches} AND r._cdc_seq < e.seq"))
-            .select("e.*", *[F.col(f"r.{_q(k)}").alias(f"k__{k}") for k in schema.key])
+            .select("e.*", *[F.col(f"r.{quote_ident(k)}").alias(f"k__{k}") for k in schema.key])
             .dropDuplicates(["seq", *refs, *[f"k__{k}" for k in schema.key]]))
     # The key's state just before the parent change: its latest record older than it.
-    same_key = " AND ".join(f"r.{_q(k)} <=> c.{_q('k__' + k)}" for k in schema.key)
+    same_key = " AND ".join(f"r.{quote_ident(k)} <=> c.{quote_ident('k__' + k)}" for k in schema.key)
     joined = cand.alias("c").join(state.alias("r"), F.expr(f"{same_key} AND r._cdc_seq < c.seq"))
-    w = Window.partitionBy("c.seq", *[f"c.{r}" for r in refs], *[f"c.{_q('k__' + k)}" for k in schema.key]) \
+    w = Window.partitionBy("c.seq", *[f"c.{r}" for r in refs], *[f"c.{quote_ident('k__' + k)}" for k in schema.key]) \
         .orderBy(F.col("r._cdc_seq").desc())
     latest = joined.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
     alive = "NOT r._cdc_deleted"
     if child.emptied:
-        seqs = ", ".join(_seq_sql(s) for s in child.emptied)
+        seqs = ", ".join(seq_literal(s) for s in child.emptied)
         alive += f" AND NOT exists(array({seqs}), t -> r._cdc_seq < t AND t < c.seq)"
-    still = " AND ".join(f"r.{_q(c)} = c.p{i}" for i, c in enumerate(link.columns))
+    still = " AND ".join(f"r.{quote_ident(c)} = c.p{i}" for i, c in enumerate(link.columns))
     hit = latest.where(f"{alive} AND {still}")
 
-    deletes = "c.kind = 'delete'"
+    deletes = f"c.kind = '{DELETE}'"
     if link.on_delete == "CASCADE":
-        kind = f"CASE WHEN {deletes} THEN 'delete' ELSE 'update' END"
+        kind = f"CASE WHEN {deletes} THEN '{DELETE}' ELSE '{UPDATE}' END"
     else:
-        kind = "'update'"
+        kind = f"'{UPDATE}'"
     fk_pos = {c: i for i, c in enumerate(link.columns)}
 
     def after(c: str) -> str:
         typ = schema.column(c).spark_type
         if c not in fk_pos:
-            value = f"r.{_q(c)}"
+            value = f"r.{quote_ident(c)}"
         elif link.on_update == "CASCADE":
             value = f"CASE WHEN {deletes} THEN NULL ELSE CAST(c.q{fk_pos[c]} AS {typ}) END"
         else:
@@ -251,14 +247,10 @@ def _derive_link(link: Link, child: CascadeTable, events, state):
 
     return hit.selectExpr(
         f"{kind} AS kind", "c.seq AS seq", "c.ts AS ts",
-        *[f"r.{_q(c)} AS {_q(old(c))}" for c in cols],
-        *[f"{after(c)} AS {_q(new(c))}" for c in cols],
-        f"{_sql_string(link.name)} AS _link",
+        *[f"r.{quote_ident(c)} AS {quote_ident(old(c))}" for c in cols],
+        *[f"{after(c)} AS {quote_ident(new(c))}" for c in cols],
+        f"{spark_string(link.name)} AS _link",
     )
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _one_change_per_row(frames, schema):
@@ -271,7 +263,7 @@ def _one_change_per_row(frames, schema):
     df = frames[0]
     for f in frames[1:]:
         df = df.unionByName(f)
-    w = Window.partitionBy("seq", *[F.col(_q(old(k))) for k in schema.key]).orderBy(
+    w = Window.partitionBy("seq", *[F.col(quote_ident(old(k))) for k in schema.key]).orderBy(
         F.col("kind").asc(), F.col("_link").asc())  # 'delete' < 'update'
     return df.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn", "_link")
 

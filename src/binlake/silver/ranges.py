@@ -1,7 +1,7 @@
 """Chunk key ranges ``[start, end)`` as Spark predicates over typed silver key columns.
 
 A snapshot chunk's bounds are JSON arrays of canonical texts, one per key column (see
-:mod:`binlake.source.types`); ``NULL`` means unbounded on that side. Composite keys compare
+:mod:`binlake.contract.types`); ``NULL`` means unbounded on that side. Composite keys compare
 lexicographically, as MySQL orders a composite primary key::
 
     >>> pred = key_range_predicate(schema, '[10, "a"]', '[20]')   # doctest: +SKIP
@@ -20,13 +20,9 @@ from __future__ import annotations
 import json
 from typing import Callable, Sequence
 
-from binlake.source.types import Column as SourceColumn
-from binlake.source.types import Kind, TableSchema, spark_decode_sql
-
-
-def sql_string(text: str) -> str:
-    """A Spark SQL string literal for ``text`` (Spark parses backslash escapes)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+from binlake.contract.sql import spark_string
+from binlake.contract.types import Column as SourceColumn
+from binlake.contract.types import Kind, TableSchema, spark_decode_sql
 
 
 def _bound_texts(schema: TableSchema, bound, which: str) -> list[str | None] | None:
@@ -53,7 +49,7 @@ def _typed_literal(col: SourceColumn, text: str | None):
 
     if text is None:
         return F.lit(None)
-    return F.expr(spark_decode_sql(col, sql_string(text)))
+    return F.expr(spark_decode_sql(col, spark_string(text)))
 
 
 def _lex(cols, bounds, strict_op: str, inclusive: bool):
@@ -72,7 +68,7 @@ def _range(schema: TableSchema, start_key, end_key, transform: Callable | None =
     from pyspark.sql import functions as F
 
     if not isinstance(schema, TableSchema):
-        raise TypeError(f"schema must be a binlake.source.types.TableSchema, got {type(schema).__name__}")
+        raise TypeError(f"schema must be a binlake.contract.types.TableSchema, got {type(schema).__name__}")
     if not schema.key:
         raise ValueError(f"{schema.name} has no key columns: ranges need a primary key or a configured chunk key")
     start = _bound_texts(schema, start_key, "start_key")

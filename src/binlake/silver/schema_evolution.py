@@ -20,9 +20,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from binlake.contract.ddl import column_renames
+from binlake.contract.lakehouse import SILVER_METADATA_COLUMNS, TableRef
+from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.types import Column, TableSchema
 from binlake.errors import SchemaChangeError
-from binlake.lakehouse import SILVER_METADATA_COLUMNS, TableRef
-from binlake.source.types import Column, TableSchema
 
 SCHEMA_VERSION_PROPERTY = "binlake.schema_version"
 TRUNCATED_SEQ_PROPERTY = "binlake.truncated_seq"
@@ -109,24 +111,6 @@ def _with_ddl_texts(spark, lh, db: str, table: str, entries: list[HistoryEntry])
 # ---------------------------------------------------------------------------------------
 # DDL steps
 
-_IDENT = r"(`(?:[^`]|``)+`|[^\s`,();]+)"
-_RENAME = re.compile(r"\bRENAME\s+COLUMN\s+" + _IDENT + r"\s+TO\s+" + _IDENT, re.IGNORECASE)
-_CHANGE = re.compile(r"\bCHANGE\s+(?:COLUMN\s+)?(?:IF\s+EXISTS\s+)?" + _IDENT + r"\s+" + _IDENT, re.IGNORECASE)
-
-
-def _unquote(ident: str) -> str:
-    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident
-
-
-def ddl_renames(ddl: str | None) -> list[tuple[str, str]]:
-    """(old, new) column renames stated in an ALTER TABLE text."""
-    if not ddl:
-        return []
-    out = [(_unquote(a), _unquote(b)) for a, b in _RENAME.findall(ddl)]
-    out += [(_unquote(a), _unquote(b)) for a, b in _CHANGE.findall(ddl) if _unquote(a) != _unquote(b)]
-    return out
-
-
 @dataclass(frozen=True)
 class Step:
     """What one schema version change does to silver."""
@@ -174,7 +158,7 @@ def diff(prev: TableSchema, nxt: TableSchema, ddl: str | None) -> Step:
     """The silver changes that take ``prev`` to ``nxt``."""
     prev_names = [c.name for c in prev.columns]
     next_names = [c.name for c in nxt.columns]
-    renames = tuple((a, b) for a, b in ddl_renames(ddl) if a in prev_names and b in next_names and a not in next_names)
+    renames = tuple((a, b) for a, b in column_renames(ddl) if a in prev_names and b in next_names and a not in next_names)
     renamed_from = {b: a for a, b in renames}
     renamed_to = {a: b for a, b in renames}
     drops = tuple(n for n in prev_names if n not in next_names and n not in renamed_to)
@@ -233,16 +217,8 @@ def name_maps(history: list[HistoryEntry], target: TableSchema) -> dict[str, dic
 # Silver DDL
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _s(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def _column_ddl(c: Column) -> str:
-    return f"{_q(c.name)} {c.spark_type}" + (f" COMMENT {_s(c.comment)}" if c.comment else "")
+    return f"{quote_ident(c.name)} {c.spark_type}" + (f" COMMENT {spark_string(c.comment)}" if c.comment else "")
 
 
 def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool = False) -> bool:
@@ -261,13 +237,13 @@ def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool
         shutil.rmtree(ref.path, ignore_errors=True)
         replace = False
     cols = [_column_ddl(c) for c in schema.columns]
-    cols += [f"{name} {typ} COMMENT {_s(comment)}" for name, typ, comment in SILVER_METADATA_COLUMNS]
+    cols += [f"{name} {typ} COMMENT {spark_string(comment)}" for name, typ, comment in SILVER_METADATA_COLUMNS]
     props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version()}
-    tbl = ", ".join(f"{_s(k)} = {_s(v)}" for k, v in props.items())
-    comment = f" COMMENT {_s(schema.comment)}" if schema.comment else ""
+    tbl = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
+    comment = f" COMMENT {spark_string(schema.comment)}" if schema.comment else ""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     head = f"{verb} {ref.sql} ({', '.join(cols)}) USING DELTA"
-    cluster = f" CLUSTER BY ({', '.join(_q(k) for k in schema.key)})"
+    cluster = f" CLUSTER BY ({', '.join(quote_ident(k) for k in schema.key)})"
     try:
         spark.sql(f"{head}{cluster}{comment} TBLPROPERTIES ({tbl})")
     except Exception as exc:  # noqa: BLE001 - Delta's clustering limits vary by type and version
@@ -286,7 +262,7 @@ def table_property(spark, ref: TableRef, key: str) -> str | None:
 
 
 def set_table_property(spark, ref: TableRef, key: str, value: str) -> None:
-    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({_s(key)} = {_s(value)})")
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({spark_string(key)} = {spark_string(value)})")
 
 
 def _silver_fields(spark, ref: TableRef) -> dict[str, str]:
@@ -299,20 +275,20 @@ def _apply_step(spark, ref: TableRef, step: Step) -> None:
     for old, new in step.renames:
         fields = _silver_fields(spark, ref)
         if old in fields and new not in fields:
-            spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {_q(old)} TO {_q(new)}")
+            spark.sql(f"ALTER TABLE {ref.sql} RENAME COLUMN {quote_ident(old)} TO {quote_ident(new)}")
     for name in step.drops:
         if name in _silver_fields(spark, ref):
-            spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {_q(name)}")
+            spark.sql(f"ALTER TABLE {ref.sql} DROP COLUMN {quote_ident(name)}")
     for col, after in step.adds:
         if col.name in _silver_fields(spark, ref):
             continue
-        position = f" AFTER {_q(after)}" if after else " FIRST"
+        position = f" AFTER {quote_ident(after)}" if after else " FIRST"
         spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMN {_column_ddl(col)}{position}")
     for col in step.retypes:
         if _silver_fields(spark, ref).get(col.name, "").replace(" ", "") != col.spark_type.lower().replace(" ", ""):
-            spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {_q(col.name)} TYPE {col.spark_type}")
+            spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(col.name)} TYPE {col.spark_type}")
     for col in step.recomments:
-        spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {_q(col.name)} COMMENT {_s(col.comment)}")
+        spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(col.name)} COMMENT {spark_string(col.comment)}")
 
 
 def incompatible_error(schema: TableSchema, entry: HistoryEntry, problem: str) -> SchemaChangeError:

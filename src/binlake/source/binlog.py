@@ -15,8 +15,9 @@ from typing import Any
 import pymysql
 
 from binlake.config import SourceConfig
+from binlake.contract.position import BinlogPosition, file_index
 from binlake.errors import BinlogPurgedError
-from binlake.source.mysql import BinlogPosition, binary_logs, connection_kwargs, file_index, server_variables
+from binlake.source.mysql import binary_logs, connection_kwargs, server_variables
 
 # The first event of every binlog file starts here (after the 4-byte magic number).
 FILE_START = 4
@@ -44,6 +45,23 @@ def list_binlogs(conn: pymysql.connections.Connection) -> list[BinlogFile]:
     """Every binlog file still on the server, oldest first."""
     files = [BinlogFile(name, size) for name, size in binary_logs(conn)]
     return sorted(files, key=lambda f: f.index)
+
+
+def bytes_between(files: list[BinlogFile], start: BinlogPosition, end: BinlogPosition) -> int:
+    """Binlog bytes from ``start`` to ``end`` (0 when ``end`` is not after ``start``), over ``files``."""
+    if start >= end:
+        return 0
+    if start.file_index == end.file_index:
+        return end.pos - start.pos
+    total = 0
+    for f in files:
+        if f.index == start.file_index:
+            total += max(0, f.size - start.pos)
+        elif start.file_index < f.index < end.file_index:
+            total += f.size
+        elif f.index == end.file_index:
+            total += end.pos
+    return total
 
 
 def check_not_purged(files: list[BinlogFile], resume: BinlogPosition, tables: list[str]) -> None:
@@ -125,7 +143,12 @@ def position_for_timestamp(
 
 
 def _scan_for_timestamp(source: SourceConfig, server_id: int, file: BinlogFile, when: dt.datetime) -> BinlogPosition:
-    from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+    from pymysqlreplication.event import (
+        GtidEvent,
+        MariadbGtidEvent,
+        QueryEvent,
+        XidEvent,
+    )
 
     target = when.timestamp()
     boundary = file.start

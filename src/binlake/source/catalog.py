@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 import pymysql
 
 from binlake.config import SourceConfig
-from binlake.source.mysql import qualified, query
-from binlake.source.types import TableSchema, column_from_information_schema
+from binlake.contract.sql import qualified
+from binlake.contract.types import TableSchema, column_from_information_schema
+from binlake.errors import ConfigError
+from binlake.source.mysql import query
 
 _SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
 
@@ -22,6 +25,25 @@ def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) 
         (_SYSTEM_DBS,),
     )
     return [(r["db"], r["t"]) for r in rows if source.captures(r["db"], r["t"])]
+
+
+def table_arguments(conn: pymysql.connections.Connection, source: SourceConfig,
+                    names: Sequence[str]) -> list[tuple[str, str]]:
+    """The ``--table db.t`` arguments of a command as (database, table) pairs, each checked
+    to be a captured table; all captured tables when ``names`` is empty."""
+    wanted: list[tuple[str, str]] = []
+    for name in names:
+        db, dot, table = name.partition(".")
+        if not dot or not db or not table or "." in table:
+            raise ConfigError(f"--table {name!r} is not db.table: write it like shop.orders")
+        if (db, table) not in wanted:
+            wanted.append((db, table))
+    captured = captured_tables(conn, source)
+    for db, table in wanted:
+        if (db, table) not in captured:
+            raise ConfigError(f"--table {db}.{table} is not a captured table: it must exist and match source.tables "
+                              "(and no source.exclude pattern)")
+    return wanted or captured
 
 
 def primary_key(conn: pymysql.connections.Connection, database: str, table: str) -> tuple[str, ...]:

@@ -1,35 +1,23 @@
-"""Connections to the MySQL/MariaDB source, identifier quoting and binlog positions.
+"""Connections to the MySQL/MariaDB source and the few statements every part asks it.
 
-Every SQL string binlake builds quotes identifiers with :func:`quote_ident` and passes
-values as parameters: no name or value is ever pasted unquoted.
+Every SQL string binlake builds quotes identifiers with
+:func:`binlake.contract.sql.quote_ident` and passes values as parameters: no name or value
+is ever pasted unquoted.
 """
 
 from __future__ import annotations
 
-import re
 import ssl
-from dataclasses import dataclass
-from functools import total_ordering
 from typing import Any, Iterator
 
 import pymysql
 import pymysql.cursors
 
 from binlake.config import SourceConfig
+from binlake.contract.position import BinlogPosition
+from binlake.contract.sql import quote_ident
+from binlake.contract.types import Kind
 from binlake.errors import SourceConnectionError
-
-_BINLOG_FILE = re.compile(r"^(?P<base>.+)\.(?P<index>\d+)$")
-
-
-def quote_ident(name: str) -> str:
-    """Quote a MySQL identifier: ```a`b``` -> ```` `a``b` ````."""
-    if not isinstance(name, str) or name == "":
-        raise ValueError("identifier must be a non-empty string")
-    return "`" + name.replace("`", "``") + "`"
-
-
-def qualified(database: str, table: str) -> str:
-    return f"{quote_ident(database)}.{quote_ident(table)}"
 
 
 def exact_value_sql(column) -> str:
@@ -39,65 +27,8 @@ def exact_value_sql(column) -> str:
     float32 ``0.48237514...``), while the binlog carries the exact bits; widening to DOUBLE
     in the server keeps every bit, so a snapshot and a binlog image give one value.
     """
-    from binlake.source.types import Kind
-
     name = quote_ident(column.name)
     return f"CAST({name} AS DOUBLE)" if column.kind is Kind.FLOAT else name
-
-
-@total_ordering
-@dataclass(frozen=True)
-class BinlogPosition:
-    """A point in the binlog: file name and byte position. Ordered by (file index, pos)."""
-
-    file: str
-    pos: int
-
-    def __post_init__(self) -> None:
-        if not _BINLOG_FILE.match(self.file):
-            raise ValueError(f"binlog file name {self.file!r} has no numeric suffix (expected like mysql-bin.000123)")
-
-    @property
-    def file_index(self) -> int:
-        return file_index(self.file)
-
-    def key(self) -> tuple[int, int]:
-        return (self.file_index, self.pos)
-
-    def __lt__(self, other: "BinlogPosition") -> bool:
-        return self.key() < other.key()
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.pos}"
-
-    @staticmethod
-    def parse(text: str) -> "BinlogPosition":
-        file, _, pos = text.rpartition(":")
-        if not file or not pos.isdigit():
-            raise ValueError(f"binlog position {text!r} is not FILE:POS (e.g. mysql-bin.000003:4)")
-        return BinlogPosition(file, int(pos))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "pos": self.pos}
-
-    @staticmethod
-    def from_dict(d: dict[str, Any]) -> "BinlogPosition":
-        return BinlogPosition(str(d["file"]), int(d["pos"]))
-
-
-def file_index(file: str) -> int:
-    m = _BINLOG_FILE.match(file)
-    if not m:
-        raise ValueError(f"binlog file name {file!r} has no numeric suffix")
-    return int(m.group("index"))
-
-
-def file_name(template: str, index: int) -> str:
-    """The binlog file with ``index`` in the same series as ``template`` (same base, same width)."""
-    m = _BINLOG_FILE.match(template)
-    if not m:
-        raise ValueError(f"binlog file name {template!r} has no numeric suffix")
-    return f"{m.group('base')}.{index:0{len(m.group('index'))}d}"
 
 
 def connection_kwargs(source: SourceConfig, database: str | None = None) -> dict[str, Any]:
@@ -218,7 +149,3 @@ def server_variables(conn: pymysql.connections.Connection, *names: str) -> dict[
         if rows:
             out[name] = str(rows[0]["Value"])
     return out
-
-
-def is_mariadb(conn: pymysql.connections.Connection) -> bool:
-    return "mariadb" in query(conn, "SELECT VERSION() AS v")[0]["v"].lower()

@@ -1,6 +1,6 @@
 """``binlake preflight``: is the source set up for change capture? Every problem, with its fix.
 
-Runs before anything touches data (DESIGN.md section 6). All checks run, whatever fails
+Runs before anything touches data (docs/architecture.md, "Failure behaviour"). All checks run, whatever fails
 first, so one run lists everything an operator has to change::
 
     >>> report = run_preflight(config)      # doctest: +SKIP
@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 
 import pymysql
 
-from binlake.config import Config, SourceConfig
+from binlake.config import BINLOG_READERS, Config, SourceConfig
+from binlake.contract.sql import mysql_string, quote_ident, unquote_ident
+from binlake.contract.types import UnsupportedTypeError, column_from_information_schema
 from binlake.errors import PreflightError
 from binlake.source import catalog
-from binlake.bronze.binlog_source import MAX_PARALLEL_FILES
-from binlake.source.mysql import connect, query, quote_ident
-from binlake.source.types import UnsupportedTypeError, column_from_information_schema
+from binlake.source.mysql import connect, query
 
 # The driver's probes use server_id and the parallel binlog readers server_id + 1 + i.
-READER_IDS = 1 + MAX_PARALLEL_FILES
+READER_IDS = 1 + BINLOG_READERS
 
 # Below a day, a capture that is stopped over a night or a weekend finds its binlog gone.
 SHORT_EXPIRY_SECONDS = 24 * 3600
@@ -212,20 +212,12 @@ def _duration(seconds: int) -> str:
 
 def _account(current_user: str) -> str:
     user, _, host = current_user.rpartition("@")
-    return f"{_sql_string(user)}@{_sql_string(host)}"
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    return f"{mysql_string(user)}@{mysql_string(host)}"
 
 
 _IDENT = r"(?:`(?:[^`]|``)*`|\*|[^\s.`]+)"
 _ROLE_GRANT = re.compile(r"^GRANT (?!PROXY )\S+ TO ")
 _GRANT = re.compile(rf"^GRANT (?P<privs>.+?) ON (?:TABLE )?(?P<db>{_IDENT})\.(?P<table>{_IDENT}) TO ", re.S)
-
-
-def _unquote(ident: str) -> str:
-    return ident[1:-1].replace("``", "`") if ident.startswith("`") else ident
 
 
 def _split_privileges(text: str) -> list[str]:
@@ -270,9 +262,9 @@ class _Grants:
             if db == "*":
                 g.global_ |= privs
             elif table == "*":
-                g.databases.append((_unquote(db), privs))
+                g.databases.append((unquote_ident(db), privs))
             else:
-                g.tables.setdefault((_unquote(db), _unquote(table)), set()).update(privs)
+                g.tables.setdefault((unquote_ident(db), unquote_ident(table)), set()).update(privs)
         return g
 
     def has_global(self, *any_of: str) -> bool:

@@ -131,7 +131,7 @@ def blocks(cursor, max_rows: int) -> Iterator[RowBlock]:
     if conn is None or not result.unbuffered_active:
         return
     binary = [encoding is None for encoding, _ in result.converters]
-    reader = _PacketReader(conn)
+    reader = PacketReader(conn)
     try:
         while True:
             buf, starts, done = reader.rows(max_rows)
@@ -154,7 +154,7 @@ def blocks(cursor, max_rows: int) -> Iterator[RowBlock]:
         result.warning_count, result.has_next = reader.warning_count, reader.has_next
 
 
-class _PacketReader:
+class PacketReader:
     def __init__(self, conn):
         self.conn = conn
         self.pending = b""

@@ -5,10 +5,11 @@
 3. silver: apply what bronze has;
 4. gold: check and publish at one binlog position.
 
-Every step is idempotent and resumes where a killed run stopped (DESIGN.md section 6), so a
-failed run is fixed by fixing the cause and running again. The failing step's own
-exception propagates unchanged (the CLI exits with its code); the steps that completed
-before it are logged, and attached to the exception as ``exc.pipeline_result``.
+Every step is idempotent and resumes where a killed run stopped (docs/architecture.md,
+"Failure behaviour"), so a failed run is fixed by fixing the cause and running again. The
+failing step's own exception propagates unchanged (the CLI exits with its code); the steps
+that completed before it are logged, and attached to the exception as
+``exc.pipeline_result``.
 
 Example::
 
@@ -62,11 +63,11 @@ class PipelineResult:
         return "\n".join(s.summary() for s in self.steps)
 
 
-def _steps(spark, config: Config, progress) -> list[tuple[str, Callable[[], Any]]]:
+def pipeline_steps(spark, config: Config, progress) -> list[tuple[str, Callable[[], Any]]]:
     def snapshot():
         from binlake.bronze.snapshot import run_snapshot
 
-        return run_snapshot(spark, config, tables=None, reset_capture=False, progress=progress)
+        return run_snapshot(spark, config, tables=None, progress=progress)
 
     def capture():
         from binlake.bronze.capture import run_capture
@@ -74,7 +75,7 @@ def _steps(spark, config: Config, progress) -> list[tuple[str, Callable[[], Any]
         return run_capture(spark, config, continuous=False, progress=progress)
 
     def silver():
-        from binlake.silver.merge import run_silver
+        from binlake.silver.run import run_silver
 
         return run_silver(spark, config, progress=progress)
 
@@ -114,4 +115,4 @@ def run_pipeline(spark, config: Config, progress=None) -> PipelineResult:
     """snapshot (only what needs it), capture until now, silver, gold; stops at the first failure."""
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
-    return run_steps(_steps(spark, config, progress))
+    return run_steps(pipeline_steps(spark, config, progress))

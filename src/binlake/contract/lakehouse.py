@@ -20,10 +20,13 @@ On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<nam
 
 from __future__ import annotations
 
+import logging
 import re
+import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, NamedTuple, Sequence, TypeVar
 
 from binlake.config import Config
 from binlake.errors import LakehouseError
@@ -38,9 +41,50 @@ CHANGELOG_SCHEMA = (
     "commit_ts TIMESTAMP, gtid STRING, server_id BIGINT, schema_version STRING, "
     "ddl STRING, captured_at TIMESTAMP"
 )
-"""bronze/changelog. ``op``: insert, update, delete, truncate, ddl, heartbeat.
+"""bronze/changelog: one row per :class:`ChangeRow`; ``op`` is one of the ops below.
 Heartbeats (db and table NULL) mark the end of each capture batch: the transaction
 boundary up to which the log is complete, also when no captured table changed."""
+
+# The change log's ops. Row changes:
+INSERT, UPDATE, DELETE = "insert", "update", "delete"
+DATA_OPS = (INSERT, UPDATE, DELETE)
+# What a DDL statement did to a table's rows:
+DDL_OP = "ddl"  # the schema (or nothing about the rows) changed
+TRUNCATE_OP = "truncate"  # every row is gone, the table stays
+DROP_OP = "drop"  # the table is gone under this name (DROP TABLE, or renamed away)
+RENAMED_INTO_OP = "renamed_into"  # another table's rows now live under this name
+DDL_OPS = (DDL_OP, TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
+EMPTYING_OPS = (TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
+"""Ops after which none of the table's older rows exist any more under its name."""
+HEARTBEAT_OP = "heartbeat"  # the end of a capture batch
+
+
+class ChangeRow(NamedTuple):
+    """One row of bronze/changelog, in :data:`CHANGELOG_SCHEMA` order."""
+
+    db: str | None
+    table: str | None
+    op: str
+    file_index: int
+    pos: int
+    row: int
+    binlog_file: str
+    before: dict | None
+    after: dict | None
+    commit_ts: datetime | None
+    gtid: str | None
+    server_id: int | None
+    schema_version: str | None
+    ddl: str | None
+    captured_at: datetime | None
+
+
+def heartbeat_row(position, note: str | None = None, captured_at: datetime | None = None) -> ChangeRow:
+    """The row that ends a capture batch at ``position`` (a BinlogPosition)."""
+    from binlake.contract.position import HEARTBEAT_ROW
+
+    return ChangeRow(None, None, HEARTBEAT_OP, position.file_index, position.pos, HEARTBEAT_ROW, position.file,
+                     None, None, None, None, None, None, note, captured_at or datetime.now(timezone.utc))
 
 SNAPSHOT_PLAN_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, "
@@ -75,6 +119,29 @@ SNAPSHOT_CHUNKS_SCHEMA = (
 """bronze/snapshot_chunks. Silver trusts only rows whose (snapshot_id, chunk_id, attempt_id)
 has a row here, so a chunk half-written by a killed run is invisible."""
 
+
+class ManifestRow(NamedTuple):
+    """One row of bronze/snapshot_chunks, in :data:`SNAPSHOT_CHUNKS_SCHEMA` order."""
+
+    snapshot_id: str
+    db: str
+    table: str
+    chunk_id: int
+    attempt_id: str
+    key_columns: list
+    start_key: str | None
+    end_key: str | None
+    lw_file: str
+    lw_file_index: int
+    lw_pos: int
+    hw_file: str
+    hw_file_index: int
+    hw_pos: int
+    row_count: int
+    checksum: str
+    schema_version: str
+    committed_at: datetime
+
 SCHEMA_HISTORY_SCHEMA = (
     "db STRING, `table` STRING, schema_version STRING, file_index BIGINT, pos BIGINT, "
     "ddl STRING, schema_json STRING, recorded_at TIMESTAMP"
@@ -94,6 +161,21 @@ PROGRESS_SCHEMA = (
 )
 """silver/_progress, one row per table. ``silver_version`` is the silver table's version once
 the run that wrote the row had applied its batch."""
+
+
+class ProgressRow(NamedTuple):
+    """One row of silver/_progress, in :data:`PROGRESS_SCHEMA` order."""
+
+    db: str
+    table: str
+    changelog_version: int | None
+    chunks_version: int | None
+    applied_file: str | None
+    applied_file_index: int | None
+    applied_pos: int | None
+    zero_dates: int
+    updated_at: datetime
+    silver_version: int | None
 
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
@@ -121,6 +203,35 @@ class TableRef:
 
     def read(self, spark):
         return spark.read.table(self.name) if self.name else spark.read.format("delta").load(self.path)
+
+    def latest_version(self, spark) -> int:
+        """The table's newest version (one Delta log read)."""
+        return int(self.delta(spark).history(1).select("version").first()[0])
+
+    def last_commit(self, spark, since: int | None = None) -> tuple[int, dict[str, int]]:
+        """(version, integer metrics) of the newest commit; metrics are ``{}`` when no commit
+        came after version ``since`` (Delta commits nothing for a MERGE that matched nothing)."""
+        row = self.delta(spark).history(1).select("version", "operationMetrics").first()
+        version = int(row["version"])
+        if since is not None and version <= since:
+            return version, {}
+        metrics = {}
+        for k, v in (row["operationMetrics"] or {}).items():
+            try:
+                metrics[k] = int(v)
+            except (TypeError, ValueError):
+                pass
+        return version, metrics
+
+    def read_changes(self, spark, start: int, end: int):
+        """Rows inserted in versions ``[start, end]`` (its change data feed; bronze tables are
+        append-only, so inserts are all there is)."""
+        from pyspark.sql import functions as F
+
+        reader = (spark.read.format("delta").option("readChangeFeed", "true")
+                  .option("startingVersion", start).option("endingVersion", end))
+        df = reader.table(self.name) if self.name else reader.load(self.path)
+        return df.where(F.col("_change_type") == "insert")
 
     def read_version(self, spark, version: int):
         """The table as of an earlier version (Delta time travel)."""
@@ -154,6 +265,42 @@ class TableRef:
         cmt = f" COMMENT '{comment.replace(chr(39), chr(39) * 2)}'" if comment else ""
         parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})" if partitioned_by else ""
         spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
+
+
+_T = TypeVar("_T")
+_RETRIES = 6
+log = logging.getLogger("binlake.lakehouse")
+
+
+def is_write_conflict(exc: BaseException) -> bool:
+    """True when a Delta write lost a race with a concurrent writer (retrying is safe for
+    every binlake write, each being conditional or idempotent)."""
+    names = {type(exc).__name__} | {c.__name__ for c in type(exc).__mro__}
+    text = str(exc)
+    return any("Concurrent" in n or n in ("MetadataChangedException", "ProtocolChangedException") for n in names) or any(
+        marker in text for marker in ("ConcurrentAppendException", "ConcurrentDeleteReadException",
+                                      "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+                                      "DELTA_CONCURRENT_")
+    )
+
+
+def with_retry(what: str, fn: Callable[[], _T], retries: int = _RETRIES) -> _T:
+    """Run a Delta write, retrying when a concurrent writer (OPTIMIZE, another job) won the race.
+
+    Only for writes that are correct when re-run against a newer table version: conditional
+    on ``_cdc_seq`` (silver) or replacing what they write (progress, gold).
+    """
+    for attempt in range(1, retries + 1):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - filtered by is_write_conflict
+            if attempt == retries or not is_write_conflict(exc):
+                raise
+            wait = min(0.5 * 2 ** (attempt - 1), 8.0)
+            log.warning("%s conflicted with a concurrent write (%s); retry %d in %.1fs", what, type(exc).__name__,
+                        attempt, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")
 
 
 class Lakehouse:

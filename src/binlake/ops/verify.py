@@ -4,7 +4,7 @@ Per table, the key space is cut into chunks as the snapshot cuts it
 (:func:`binlake.bronze.snapshot.plan_table`). Per chunk, both sides compute the row count and
 an order-independent checksum: the sum, as an exact DECIMAL, of each row's hash (the first 15
 hex digits of the MD5 of the row's canonical "verify text", as an integer). The texts are
-defined twice over one encoding (:mod:`binlake.verify_sql`): once in MySQL/MariaDB SQL over
+defined twice over one encoding (:mod:`binlake.ops.verify_sql`): once in MySQL/MariaDB SQL over
 the source columns, once in Spark SQL over silver's typed columns, byte-identical for
 identical values (FLOAT/DOUBLE included: they are compared through their exact IEEE
 significand and exponent, not a decimal rendering).
@@ -30,7 +30,7 @@ more, and a chunk that differs again while the table keeps changing is reported 
 (:func:`binlake.bronze.snapshot.resnapshot_chunks`; snapshot-made rows in those chunks first
 yield their tie with a re-read at the same binlog position, see :func:`_yield_snapshot_ties`),
 applies them with
-:func:`binlake.silver.merge.run_silver` (newer-sequence-wins MERGE plus chunk
+:func:`binlake.silver.run.run_silver` (newer-sequence-wins MERGE plus chunk
 reconciliation, which also removes rows the source no longer has) and verifies those tables
 again. :class:`~binlake.errors.VerifyMismatch` is raised when mismatches remain.
 
@@ -46,15 +46,26 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Sequence
 
+from binlake.bronze.capture import run_capture
+from binlake.bronze.snapshot import plan_table, resnapshot_chunks
 from binlake.config import Config
-from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
-from binlake.lakehouse import Lakehouse
+from binlake.contract.lakehouse import DATA_OPS, EMPTYING_OPS, Lakehouse
+from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW
+from binlake.contract.sql import quote_ident
+from binlake.contract.types import TableSchema
+from binlake.errors import NotReadyError, VerifyMismatch
+from binlake.ops.verify_sql import chunk_stats_sql, spark_row_hash_sql
 from binlake.progress import Progress
-from binlake.source.types import TableSchema
+from binlake.silver import schema_evolution as se
+from binlake.silver.batch import Decoder
+from binlake.silver.ranges import key_range_predicate
+from binlake.silver.run import run_silver
+from binlake.source.catalog import table_arguments, table_schema
+from binlake.source.mysql import connect, master_status
 
 log = logging.getLogger("binlake.verify")
 
@@ -165,9 +176,7 @@ def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str
 
     result = VerifyResult(tables=_verify_tables(spark, config, lh, targets, progress))
     if repair and result.mismatches:
-        from binlake.bronze.snapshot import resnapshot_chunks
-        from binlake.silver.merge import run_silver
-
+        
         by_table: dict[str, TableCheck] = {t.name: t for t in result.tables if t.mismatches}
         for name, t in by_table.items():
             ranges = [(c.start_key, c.end_key) for c in t.mismatches]
@@ -196,23 +205,8 @@ def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str
 
 
 def _targets(config: Config, names: Sequence[str]) -> list[tuple[str, str]]:
-    from binlake.source.catalog import captured_tables
-    from binlake.source.mysql import connect
-
-    wanted = []
-    for name in names:
-        db, dot, table = name.partition(".")
-        if not dot or not db or not table or "." in table:
-            raise ConfigError(f"--table {name!r} is not db.table: write it like shop.orders")
-        if (db, table) not in wanted:
-            wanted.append((db, table))
     with connect(config.source) as conn:
-        captured = captured_tables(conn, config.source)
-    for db, table in wanted:
-        if (db, table) not in captured:
-            raise ConfigError(f"--table {db}.{table} is not a captured table: it must exist and match source.tables "
-                              "(and no source.exclude pattern)")
-    return wanted or captured
+        return table_arguments(conn, config.source, names)
 
 
 def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: str,
@@ -230,9 +224,6 @@ def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: s
     """
     from pyspark.sql import functions as F
 
-    from binlake.source.catalog import table_schema
-    from binlake.source.mysql import connect
-    from binlake.silver.ranges import key_range_predicate
 
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, table)
@@ -241,8 +232,8 @@ def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: s
         pred = key_range_predicate(schema, start, end)
         in_ranges = pred if in_ranges is None else in_ranges | pred
     demoted = F.struct(F.col("_cdc_seq.file_index").alias("file_index"), F.col("_cdc_seq.pos").alias("pos"),
-                       F.lit(-2).cast("INT").alias("row"))
-    lh.silver(db, table).delta(spark).update((F.col("_cdc_seq.row") == -1) & in_ranges, {"_cdc_seq": demoted})
+                       F.lit(DERIVED_ROW).cast("INT").alias("row"))
+    lh.silver(db, table).delta(spark).update((F.col("_cdc_seq.row") == SNAPSHOT_ROW) & in_ranges, {"_cdc_seq": demoted})
 
 
 # ---------------------------------------------------------------------------------------
@@ -251,9 +242,6 @@ def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: s
 
 def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]],
                    progress: Progress) -> list[TableCheck]:
-    from binlake.bronze.snapshot import plan_table
-    from binlake.source.catalog import table_schema
-    from binlake.source.mysql import connect
 
     out = []
     with progress.task("verify", total=len(targets), unit="tables") as task:
@@ -282,7 +270,6 @@ def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str
 
 
 def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:
-    from dataclasses import replace
 
     return replace(c, status=status)
 
@@ -306,10 +293,6 @@ def _verify_table(spark, config: Config, lh: Lakehouse, schema: TableSchema,
 # The two sides, hashed the same way
 
 
-def _q(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def _typed_columns(schema: TableSchema) -> list[str]:
     """Aliases ``_v0, _v1, ...`` for the typed columns: names never meet SQL text."""
     return [f"_v{i}" for i in range(len(schema.columns))]
@@ -317,7 +300,6 @@ def _typed_columns(schema: TableSchema) -> list[str]:
 
 def _key_schema(schema: TableSchema) -> TableSchema:
     """The schema as seen on the aliased frame, so range predicates use the aliases."""
-    from dataclasses import replace
 
     alias = {c.name: f"_v{i}" for i, c in enumerate(schema.columns)}
     return replace(schema, columns=tuple(replace(c, name=alias[c.name]) for c in schema.columns),
@@ -328,7 +310,6 @@ def _chunk_of(schema: TableSchema, chunks: list[tuple[int, str | None, str | Non
     """A Column: the id of the chunk whose range holds the row's typed key (-1: none)."""
     from pyspark.sql import functions as F
 
-    from binlake.silver.ranges import key_range_predicate
 
     keyed = _key_schema(schema)
     expr = None
@@ -345,8 +326,6 @@ def _source_side(config: Config, schema: TableSchema, chunks):
     The statement reads one consistent snapshot (autocommit InnoDB), taken after the first
     position, so everything committed before it is in the read and nothing after the second.
     """
-    from binlake.source.mysql import connect, master_status
-    from binlake.verify_sql import chunk_stats_sql
 
     sql, params = chunk_stats_sql(schema, chunks)
     with connect(config.source) as conn:  # connect() pins time_zone '+00:00': TIMESTAMP texts are UTC
@@ -365,7 +344,6 @@ def _source_side(config: Config, schema: TableSchema, chunks):
 def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
     from pyspark.sql import functions as F
 
-    from binlake.verify_sql import spark_row_hash_sql
 
     silver = lh.silver(schema.database, schema.table).read(spark)
     missing = [c.name for c in schema.columns if c.name not in silver.columns]
@@ -373,7 +351,7 @@ def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int,
         raise NotReadyError(f"silver table {schema.name} lacks column(s) {', '.join(missing)} that the source has: "
                             "run binlake capture and binlake silver, then verify again")
     typed = silver.where(~F.col("_cdc_deleted")).select(
-        *[F.col(_q(c.name)).cast(c.spark_type).alias(v) for c, v in zip(schema.columns, _typed_columns(schema))])
+        *[F.col(quote_ident(c.name)).cast(c.spark_type).alias(v) for c, v in zip(schema.columns, _typed_columns(schema))])
     row_hash = F.expr(spark_row_hash_sql(schema, _typed_columns(schema)))
     rows = (typed.groupBy(_chunk_of(schema, chunks).alias("g"))
             .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h")).collect())
@@ -401,11 +379,6 @@ def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tup
     applied = _applied(spark, lh, schema)
     if applied is not None and applied >= hw:
         return
-    try:
-        from binlake.bronze.capture import run_capture
-        from binlake.silver.merge import run_silver
-    except ImportError as exc:  # pragma: no cover - a partial installation
-        raise NotReadyError(f"verify needs capture and silver to catch up ({exc}): install binlake fully") from None
     log.info("verify: silver of %s is at %s, the source was read up to %s; capturing and applying first",
              schema.name, applied, hw)
     run_capture(spark, config)
@@ -424,26 +397,24 @@ def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, in
     image, so a key moved by an UPDATE touches both chunks; a TRUNCATE touches all)."""
     from pyspark.sql import functions as F
 
-    from binlake.bronze.binlog_source import EMPTYING_OPS
-    from binlake.silver.ranges import key_range_predicate, sql_string
-    from binlake.source.types import spark_decode_sql
-
     if not chunks:
         return set()
     fi, pos = lw
     after = (F.col("file_index") > fi) | ((F.col("file_index") == fi) & (F.col("pos") > pos))
     changes = (lh.changelog.read(spark)
                .where((F.col("db") == schema.database) & (F.col("table") == schema.table) & after
-                      & F.col("op").isin("insert", "update", "delete", *EMPTYING_OPS)))
+                      & F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)))
     if changes.where(F.col("op").isin(*EMPTYING_OPS)).limit(1).count():
         return {c.chunk_id for c in chunks}
+    # Images decode as silver decodes them: under the schema version each was written with.
+    history = se.load_history(spark, lh, schema.database, schema.table)
+    decoder = Decoder(schema, se.name_maps(history, schema))
     keyed = _key_schema(schema)
     index = {c.name: i for i, c in enumerate(schema.columns)}
     images = None
     for image in ("before", "after"):
-        part = changes.select(*[
-            F.expr(spark_decode_sql(c, f"try_element_at({image}, {sql_string(c.name)})")).alias(f"_v{index[c.name]}")
-            for c in schema.key_columns])
+        part = changes.select(*[F.expr(decoder.column_sql(c.name, image)).alias(f"_v{index[c.name]}")
+                                for c in schema.key_columns])
         images = part if images is None else images.unionByName(part)
     flags = [F.max(F.when(key_range_predicate(keyed, c.start_key, c.end_key), 1).otherwise(0)).alias(f"c{c.chunk_id}")
              for c in chunks]

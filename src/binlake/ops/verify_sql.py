@@ -1,10 +1,10 @@
 """The canonical "verify text" of a row, defined twice: in MySQL/MariaDB SQL over the source
-columns and in Spark SQL over silver's typed columns (:mod:`binlake.verify`).
+columns and in Spark SQL over silver's typed columns (:mod:`binlake.ops.verify`).
 
 Both definitions must give byte-identical text for identical values, so that the row hash
 (first 15 hex digits of the MD5 of the row's UTF-8 text, as an integer) and the per-chunk
 sum of it can be computed by the server on one side and by Spark on the other. Per kind
-(silver types: DESIGN.md section 5, :attr:`binlake.source.types.Column.spark_type`):
+(silver types: docs/architecture.md, "Types", :attr:`binlake.contract.types.Column.spark_type`):
 
 ======================  =============================================================
 INT / UINT / YEAR       decimal digits
@@ -44,8 +44,8 @@ import json
 from decimal import Decimal
 from typing import Any, Callable, Sequence
 
-from binlake.source.mysql import qualified, quote_ident
-from binlake.source.types import Column, Kind, TableSchema
+from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.types import Column, Kind, TableSchema
 
 # ---------------------------------------------------------------------------------------
 # Column texts

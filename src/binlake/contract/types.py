@@ -1,4 +1,4 @@
-"""One type mapping (DESIGN.md section 5) and one canonical text encoding, used by both paths.
+"""One type mapping (docs/architecture.md, "Types") and one canonical text encoding, used by both paths.
 
 Bronze keeps row images as ``MAP<STRING, STRING>``: column name -> canonical text (or NULL).
 Text never fails on a schema change, so bronze keeps capturing through DDL; silver does the
@@ -33,7 +33,7 @@ import json
 import re
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 ZERO_DATE = "0000-00-00"
 ZERO_DATETIME = "0000-00-00 00:00:00"
@@ -270,16 +270,6 @@ def format_time(value: Any, fsp: int = 0) -> str:
     if fsp > 0:
         text += "." + f"{micros:06d}"[:fsp]
     return text
-
-
-def encode_row(columns: Iterable[Column], values: dict[str, Any]) -> dict[str, str | None]:
-    """Encode a row given as {column name: python value}; unknown names are kept as text."""
-    by_name = {c.name: c for c in columns}
-    out: dict[str, str | None] = {}
-    for name, value in values.items():
-        col = by_name.get(name)
-        out[name] = encode_value(col, value) if col is not None else (None if value is None else str(value))
-    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -2,14 +2,15 @@
 
 In a notebook the value comes from ``dbutils.secrets`` (no extra credentials needed); everywhere
 else (job tasks, a laptop) from the Secrets REST API through databricks-sdk, which returns it
-base64-encoded. Which one is used is the runtime's decision (:mod:`binlake.deploy.runtime`).
+base64-encoded. A config holds the reference (:class:`binlake.config.Secret`) and reads the
+value only when a connection needs it.
 
 The value is never logged, never part of an exception message and never chained into a
 traceback: errors name the scope and key and say how to fix the problem.
 
 Example (a configured workspace, e.g. ``DATABRICKS_HOST`` and ``DATABRICKS_TOKEN`` set)::
 
-    >>> from binlake.deploy.secrets import resolve_secret
+    >>> from binlake.secrets import resolve_secret
     >>> password = resolve_secret("binlake", "mysql-cdc")  # doctest: +SKIP
 """
 
@@ -21,9 +22,9 @@ import logging
 import re
 from typing import Any
 
-from binlake.errors import SecretError
+from binlake.errors import DatabricksApiError, SecretError
 
-log = logging.getLogger("binlake.deploy.secrets")
+log = logging.getLogger("binlake.secrets")
 
 # The Secrets API's own rule for scope and key names.
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
@@ -33,8 +34,9 @@ def resolve_secret(scope: str, key: str, *, client: Any = None, dbutils: Any = N
     """Return the secret ``key`` of ``scope`` as text.
 
     ``dbutils`` (a notebook's) or ``client`` (a ``databricks.sdk.WorkspaceClient``) choose the
-    source explicitly; with neither, the current runtime decides. Raises
-    :class:`~binlake.errors.SecretError` naming ``scope/key`` and the fix.
+    source explicitly; with neither, a notebook's ``dbutils`` is used when there is one, else the
+    Secrets API with the SDK's own authentication. Raises :class:`~binlake.errors.SecretError`
+    naming ``scope/key`` and the fix.
     """
     for what, name in (("scope", scope), ("key", key)):
         if not isinstance(name, str) or not _NAME.match(name):
@@ -43,9 +45,9 @@ def resolve_secret(scope: str, key: str, *, client: Any = None, dbutils: Any = N
                 "(at most 128 characters), as in {{secrets/binlake/mysql-cdc}}"
             )
     if client is None and dbutils is None:
-        from binlake.deploy.runtime import current_runtime
-
-        return current_runtime().secret(scope, key)
+        dbutils = notebook_dbutils()
+        if dbutils is None:
+            client = workspace_client(f"read Databricks secret {scope}/{key}", error=SecretError)
     if dbutils is not None:
         value = _via_dbutils(dbutils, scope, key)
         source = "dbutils.secrets"
@@ -83,7 +85,12 @@ def _via_dbutils(dbutils: Any, scope: str, key: str) -> str:
 
 
 def _via_api(client: Any, scope: str, key: str) -> str:
-    from databricks.sdk.errors import DatabricksError, NotFound, PermissionDenied, Unauthenticated
+    from databricks.sdk.errors import (
+        DatabricksError,
+        NotFound,
+        PermissionDenied,
+        Unauthenticated,
+    )
 
     try:
         response = client.secrets.get_secret(scope=scope, key=key)
@@ -118,4 +125,32 @@ def _via_api(client: Any, scope: str, key: str) -> str:
         raise SecretError(
             f"Databricks secret {scope}/{key} is not base64-encoded UTF-8 text as the Secrets API returns it: "
             f"store the password again with `databricks secrets put-secret {scope} {key}`"
+        ) from None
+
+
+def notebook_dbutils() -> Any:
+    """The ``dbutils`` of the Databricks notebook this runs in, or None."""
+    try:
+        from IPython import get_ipython  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None:
+        return None
+    return shell.user_ns.get("dbutils")
+
+
+def workspace_client(purpose: str, error: type = DatabricksApiError):
+    """A ``databricks.sdk.WorkspaceClient``: on a cluster it authenticates as the job's identity
+    by itself; elsewhere through ``DATABRICKS_HOST``/``DATABRICKS_TOKEN`` or ``~/.databrickscfg``.
+    Raises ``error`` with the fix when no authentication is configured."""
+    from databricks.sdk import WorkspaceClient
+
+    try:
+        return WorkspaceClient()
+    except ValueError:
+        # The SDK's message lists every variable it probed; one line with the fix is enough.
+        raise error(
+            f"cannot {purpose}: no Databricks authentication is configured here; set DATABRICKS_HOST "
+            "and DATABRICKS_TOKEN (or DATABRICKS_CONFIG_PROFILE), or run `databricks auth login`"
         ) from None

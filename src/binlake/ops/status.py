@@ -2,8 +2,8 @@
 what silver has applied and what gold last published.
 
 The source side (server position, lag in bytes, purge risk) comes from
-:func:`binlake.bronze.capture.capture_status`. When that cannot run (module missing, source
-unreachable) the lakehouse side is still reported, with a note saying what is missing.
+:func:`binlake.bronze.capture.capture_status`. When the source cannot be reached the
+lakehouse side is still reported, with a note saying what is missing.
 
 Example::
 
@@ -20,9 +20,12 @@ import json
 from datetime import datetime, timezone
 from typing import Any, Mapping
 
+from binlake.bronze.capture import capture_status
 from binlake.config import Config
+from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
 from binlake.errors import BinlakeError
-from binlake.lakehouse import Lakehouse
+from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
+from binlake.gold.readiness import silver_progress
 
 
 def _plain(value: Any) -> Any:
@@ -41,11 +44,8 @@ def _plain(value: Any) -> Any:
 
 
 def _capture_side(spark, config: Config, notes: list[str]) -> dict[str, Any] | None:
-    try:
-        from binlake.bronze.capture import capture_status
-    except ImportError as exc:
-        notes.append(f"source position, lag and purge risk unavailable: binlake.bronze.capture cannot be imported ({exc})")
-        return None
+    """What capture_status reports of the source (server position, lag, purge risk), or None
+    with a note when the source cannot be asked."""
     try:
         out = _plain(capture_status(spark, config))
         # capture_status reports file and pos apart; status shows them as FILE:POS.
@@ -73,14 +73,11 @@ def _captured(spark, lh: Lakehouse) -> dict[str, Any] | None:
 
     Reads only the latest :data:`RECENT_COMMITS` commits' rows, so ``status`` costs the same
     on a log of years as on a new one."""
-    from binlake.gold.publish import _latest_version
-    from binlake.silver.merge import read_cdf
-
     if not lh.changelog.exists(spark):
         return None
-    latest = _latest_version(spark, lh.changelog)
+    latest = lh.changelog.latest_version(spark)
     first = max(0, latest - RECENT_COMMITS + 1)
-    hb, last_commit_ts = _last_batch(read_cdf(spark, lh.changelog, first, latest))
+    hb, last_commit_ts = _last_batch(lh.changelog.read_changes(spark, first, latest))
     if first > 0 and (hb is None or last_commit_ts is None):
         old_hb, old_ts = _last_batch(lh.changelog.read(spark))
         hb, last_commit_ts = hb or old_hb, last_commit_ts or old_ts
@@ -98,10 +95,60 @@ def _last_batch(rows) -> tuple[Any, Any]:
     from pyspark.sql import functions as F
 
     r = rows.agg(
-        F.max(F.when(F.col("op") == "heartbeat", F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias("hb"),
+        F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias("hb"),
         F.max("commit_ts").alias("last_commit_ts"),
     ).first()
     return r["hb"], r["last_commit_ts"]
+
+
+def _lag(capture: dict | None, captured: dict | None, now: datetime) -> dict[str, Any]:
+    """Lag in binlog bytes (from the source) and in seconds: 0 when caught up, else an upper
+    bound, since every uncaptured event committed after the last captured one."""
+    lag_bytes = capture.get("lag_bytes") if capture else None
+    seconds, basis = None, None
+    if lag_bytes == 0:
+        seconds, basis = 0.0, "caught up"
+    elif lag_bytes is not None and captured and captured["last_commit_ts"] is not None:
+        seconds = round((now - captured["last_commit_ts"]).total_seconds(), 1)
+        basis = "upper bound: now - commit time of the last captured change"
+    return {"bytes": lag_bytes, "seconds": seconds, "seconds_basis": basis}
+
+
+def _last_attempts(spark, lh: Lakehouse) -> dict[str, dict]:
+    """The latest publish attempt per table, published or failed."""
+    from pyspark.sql import functions as F
+
+    if not lh.publish_log.exists(spark):
+        return {}
+    return {f"{r['db']}.{r['table']}": r["a"].asDict()
+            for r in (lh.publish_log.read(spark).groupBy("db", "table")
+                      .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a")).collect())}
+
+
+def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str]) -> list[dict[str, Any]]:
+    progress = {s.name: s for s in silver_progress(spark, config, lh)}
+    published = last_published(spark, lh)
+    attempts = _last_attempts(spark, lh)
+    rows = []
+    for name in sorted(set(progress) | {n for n in published if config.source.captures(*n.split(".", 1))}):
+        db, table = name.split(".", 1)
+        s, p, a = progress.get(name), published.get(name), attempts.get(name)
+        gold_ref = lh.gold(db, table)
+        rows.append({
+            "table": name,
+            "silver_position": str(s.position) if s else None,
+            "published_position": _position_text(p) if p else None,
+            "publish_id": p["publish_id"] if p else None,
+            "published_at": _plain(p["published_at"]) if p else None,
+            "source_time": _plain(p["source_time"]) if p else None,
+            "gold_version": gold_ref.latest_version(spark) if gold_ref.exists(spark) else None,
+            "published_gold_version": p["gold_version"] if p else None,
+            "last_attempt_status": a["status"] if a else None,
+        })
+        if a and a["status"] != STATUS_PUBLISHED:
+            warnings.append(f"{name}: the last publish attempt {a['publish_id']} {a['status']}; gold still holds publish "
+                            f"{p['publish_id'] if p else '(none)'}")
+    return rows
 
 
 def collect_status(spark, config: Config) -> dict[str, Any]:
@@ -110,12 +157,10 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     Keys: ``generated_at``, ``capture`` (what capture_status reports, or None), ``captured``
     (the change log's last batch), ``lag`` (``bytes``, ``seconds``, ``seconds_basis``),
     ``warnings``, ``notes``, ``last_publish`` and ``tables`` (one dict per table:
-    ``table``, ``silver_position``, ``silver_updated_at``, ``published_position``,
-    ``publish_id``, ``published_at``, ``source_time``, ``gold_version``,
+    ``table``, ``silver_position``, ``published_position``, ``publish_id``,
+    ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
     ``last_attempt_status``).
     """
-    from binlake.gold.publish import STATUS_PUBLISHED, _last_published, _silver_progress
-
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
@@ -124,68 +169,21 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     warnings: list[str] = []
     capture = _capture_side(spark, config, notes)
     captured = _captured(spark, lh)
-
-    lag_bytes = capture.get("lag_bytes") if capture else None
-    lag_seconds = capture.get("lag_seconds") if capture else None
-    basis = "capture_status" if lag_seconds is not None else None
-    if lag_seconds is None and lag_bytes is not None:
-        if lag_bytes == 0:
-            lag_seconds, basis = 0.0, "caught up"
-        elif captured and captured["last_commit_ts"] is not None:
-            # Every uncaptured event committed after the last captured one: an upper bound.
-            lag_seconds = round((now - captured["last_commit_ts"]).total_seconds(), 1)
-            basis = "upper bound: now - commit time of the last captured change"
-    if capture:
-        purge = capture.get("purge_warning")
-        if purge:
-            warnings.append(purge if isinstance(purge, str) else "the resume position is close to being purged from the server")
+    lag = _lag(capture, captured, now)
+    purge = capture.get("purge_warning") if capture else None
+    if purge:
+        warnings.append(purge if isinstance(purge, str) else "the resume position is close to being purged from the server")
     if captured:
         captured["last_commit_ts"] = _plain(captured["last_commit_ts"])
-
-    progress = {f"{s.db}.{s.table}": s for s in _silver_progress(spark, config, lh)}
-    published = _last_published(spark, lh)
-    attempts: dict[str, dict] = {}
-    if lh.publish_log.exists(spark):
-        from pyspark.sql import functions as F
-
-        for r in (lh.publish_log.read(spark).groupBy("db", "table")
-                  .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a")).collect()):
-            attempts[f"{r['db']}.{r['table']}"] = r["a"].asDict()
-
-    tables = []
-    for name in sorted(set(progress) | {n for n in published if config.source.captures(*n.split(".", 1))}):
-        db, table = name.split(".", 1)
-        s, p, a = progress.get(name), published.get(name), attempts.get(name)
-        gold_ref = lh.gold(db, table)
-        gold_version = None
-        if gold_ref.exists(spark):
-            from binlake.gold.publish import _latest_version
-
-            gold_version = _latest_version(spark, gold_ref)
-        tables.append({
-            "table": name,
-            "silver_position": str(s.position) if s else None,
-            "published_position": _position_text(p) if p else None,
-            "publish_id": p["publish_id"] if p else None,
-            "published_at": _plain(p["published_at"]) if p else None,
-            "source_time": _plain(p["source_time"]) if p else None,
-            "gold_version": gold_version,
-            "published_gold_version": p["gold_version"] if p else None,
-            "last_attempt_status": a["status"] if a else None,
-        })
-        if a and a["status"] != STATUS_PUBLISHED:
-            warnings.append(f"{name}: the last publish attempt {a['publish_id']} {a['status']}; gold still holds publish "
-                            f"{p['publish_id'] if p else '(none)'}")
-
-    last = _last_publish(spark, lh)
+    tables = _table_rows(spark, config, lh, warnings)
     return {
         "generated_at": _plain(now),
         "capture": capture,
         "captured": captured,
-        "lag": {"bytes": lag_bytes, "seconds": lag_seconds, "seconds_basis": basis},
+        "lag": lag,
         "warnings": warnings,
         "notes": notes,
-        "last_publish": last,
+        "last_publish": _last_publish(spark, lh),
         "tables": tables,
     }
 
@@ -195,7 +193,7 @@ def _last_publish(spark, lh: Lakehouse) -> dict[str, Any] | None:
 
     if not lh.publish_log.exists(spark):
         return None
-    r = (lh.publish_log.read(spark).where(F.col("status") == "published")
+    r = (lh.publish_log.read(spark).where(F.col("status") == STATUS_PUBLISHED)
          .orderBy(F.col("published_at").desc(), F.col("file_index").desc(), F.col("pos").desc()).limit(1).collect())
     if not r:
         return None

@@ -1,0 +1,117 @@
+"""``gold/_publish_log``: one row per table per publish attempt, and gold as of a position or time.
+
+A publish appends its rows LAST, after every gold table is written: the log is the commit
+point. A reader who wants a consistent cut across tables takes one ``publish_id`` from it and
+reads each table ``VERSION AS OF gold_version`` (:func:`gold_as_of`, docs/gold.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from binlake.config import Config
+from binlake.contract.lakehouse import PUBLISH_LOG_SCHEMA, Lakehouse
+from binlake.contract.position import BinlogPosition, describe_key, position_key
+from binlake.errors import NotReadyError
+
+STATUS_PUBLISHED = "published"
+STATUS_FAILED = "failed"
+
+
+def ensure_publish_log(spark, lh: Lakehouse) -> None:
+    lh.publish_log.create_if_missing(spark, PUBLISH_LOG_SCHEMA, comment="binlake gold: one row per table per publish (the commit point)")
+
+
+def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
+    """The latest published publish-log row per table, by ``db.table``."""
+    from pyspark.sql import functions as F
+
+    if not lh.publish_log.exists(spark):
+        return {}
+    rows = (lh.publish_log.read(spark).where(F.col("status") == STATUS_PUBLISHED)
+            .groupBy("db", "table").agg(F.max(F.struct("file_index", "pos", "published_at", "publish_id", "gold_version",
+                                                        "silver_version", "row_count", "checks", "binlog_file",
+                                                        "source_time", "gtid")).alias("r"))
+            .collect())
+    return {f"{r['db']}.{r['table']}": r["r"].asDict() for r in rows}
+
+
+def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: str | None, source_time: str | None,
+               tables: list, status: str, checks_json: dict[str, str]) -> None:
+    """Append one row per table of ``tables`` (TablePublish) for this publish attempt."""
+    from pyspark.sql import functions as F
+
+    rows = [
+        (publish_id, t.db, t.table, t.gold_version, t.silver_version, p.file, p.file_index, p.pos, gtid, source_time,
+         t.row_count, checks_json[t.name], status)
+        for t in tables
+    ]
+    staged = spark.createDataFrame(rows, PUBLISH_LOG_SCHEMA.replace("source_time TIMESTAMP", "source_time STRING")
+                                   .replace("published_at TIMESTAMP, ", ""))
+    df = staged.select(
+        "publish_id", "db", "table", "gold_version", "silver_version", "binlog_file", "file_index", "pos", "gtid",
+        F.to_timestamp("source_time").alias("source_time"), F.current_timestamp().alias("published_at"),
+        "row_count", "checks", "status",
+    )
+    lh.publish_log.save(df.write.format("delta").mode("append"))
+
+
+def _utc_text(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f'time must be a datetime or an ISO-8601 string such as "2026-11-01T08:00:00Z", got {value!r}') from None
+    if not isinstance(value, datetime):
+        raise ValueError(f'time must be a datetime or an ISO-8601 string such as "2026-11-01T08:00:00Z", got {value!r}')
+    # Naive times are UTC, like every timestamp binlake writes.
+    if value.tzinfo is not None:
+        value = value.astimezone(timezone.utc).replace(tzinfo=None)
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")
+
+
+def publish_as_of(spark, config: Config, db: str, table: str, position: Any = None, time: Any = None) -> dict:
+    """The publish-log row ``gold_as_of`` uses (the latest publish at or before position/time)."""
+    from pyspark.sql import functions as F
+
+    for arg, value in (("db", db), ("table", table)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{arg} must be a non-empty string, got {value!r}")
+    if position is not None and time is not None:
+        raise ValueError("give position or time, not both")
+    lh = Lakehouse(config)
+    if not lh.publish_log.exists(spark):
+        raise NotReadyError("gold has never been published: run binlake gold first")
+    rows = lh.publish_log.read(spark).where(
+        (F.col("db") == db) & (F.col("table") == table) & (F.col("status") == STATUS_PUBLISHED))
+    what = "latest"
+    if position is not None:
+        index, pos = position_key(position)
+        rows = rows.where((F.col("file_index") < index) | ((F.col("file_index") == index) & (F.col("pos") <= pos)))
+        label = str(position) if isinstance(position, (str, BinlogPosition)) else describe_key((index, pos))
+        what = f"at or before {label}"
+    elif time is not None:
+        ts = _utc_text(time)
+        rows = rows.where(F.col("source_time") <= F.expr(f"CAST('{ts}' AS TIMESTAMP)"))
+        what = f"with source time at or before {ts} UTC"
+    best = rows.orderBy(F.col("file_index").desc(), F.col("pos").desc(), F.col("published_at").desc()).limit(1).collect()
+    if not best:
+        raise NotReadyError(f"no gold publish of {db}.{table} {what}: see binlake status for the published positions")
+    return best[0].asDict()
+
+
+def gold_as_of(spark, config: Config, db: str, table: str, position: Any = None, time: Any = None):
+    """Gold ``db.table`` as it was published at a binlog position or source time.
+
+    ``position``: ``"mysql-bin.000003:1234"`` or ``(file_index, pos)``; the latest publish at
+    or before it. ``time``: a datetime (naive = UTC) or ISO-8601 string; the latest publish
+    whose source commit time is at or before it. Neither: the latest publish. Reads the gold
+    table ``VERSION AS OF`` the version the publish log recorded.
+
+    >>> gold_as_of(spark, config, "shop", "orders", position="mysql-bin.000003:1234")  # doctest: +SKIP
+    """
+    row = publish_as_of(spark, config, db, table, position=position, time=time)
+    return Lakehouse(config).gold(db, table).read_version(spark, row["gold_version"])
+
+

@@ -1,0 +1,1 @@
+"""The commands that span the layers: ``run`` (the pipeline), ``status`` and ``verify``."""

@@ -1,0 +1,267 @@
+"""A silver table's batch: its new bronze records, read and decoded to typed records.
+
+What is new for a table is what bronze committed after the versions its progress row
+names: change-log rows (the change data feed of ``bronze/changelog``) and rows of snapshot
+chunks whose manifest row is new (``bronze/snapshot_chunks`` joined to ``snapshot_rows``).
+Each row image is decoded with the schema version it was written under, to the table's
+latest schema (:class:`Decoder`), so a rename or an added column reads the same from any
+image. Nothing here writes rows; :mod:`binlake.silver.merge` applies a batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from binlake.contract.lakehouse import (
+    DATA_OPS,
+    DELETE,
+    EMPTYING_OPS,
+    INSERT,
+    UPDATE,
+    Lakehouse,
+    TableRef,
+)
+from binlake.contract.position import (
+    CHANGELOG_SEQ_SQL,
+    DERIVED_ROW,
+    SNAPSHOT_ROW,
+    parse_seq,
+    seq_literal,
+    seq_sql,
+)
+from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.types import TableSchema, is_zero_date_sql, spark_decode_sql
+from binlake.errors import NotReadyError, SchemaChangeError
+from binlake.silver import schema_evolution as se
+from binlake.silver.cascade import PRIO_DERIVED, new, old
+
+log = logging.getLogger("binlake.silver")
+
+PRIO_LOGGED = 2
+"""Ties on ``_cdc_seq`` inside a table: a logged record beats one silver derived for it
+(:data:`~binlake.silver.cascade.PRIO_DERIVED`)."""
+
+
+class Decoder:
+    """Typed decoding of row images written under any recorded schema version."""
+
+    def __init__(self, target: TableSchema, name_maps: dict[str, dict[str, str]]):
+        self.target = target
+        self.name_maps = name_maps
+
+    def column_sql(self, col_name: str, img: str = "img") -> str:
+        col = self.target.column(col_name)
+        cases = []
+        default = spark_decode_sql(col, f"try_element_at({img}, {spark_string(col_name)})")
+        for version, mapping in self.name_maps.items():
+            source = mapping.get(col_name)
+            if source == col_name:
+                continue
+            expr = "NULL" if source is None else spark_decode_sql(col, f"try_element_at({img}, {spark_string(source)})")
+            cases.append(f"WHEN {spark_string(version)} THEN {expr}")
+        if not cases:
+            return default
+        return f"CASE schema_version {' '.join(cases)} ELSE {default} END"
+
+    def zero_dates_sql(self, img: str = "img") -> str:
+        parts = []
+        for col in self.target.columns:
+            versions = {v: m.get(col.name) for v, m in self.name_maps.items()}
+            text = f"try_element_at({img}, {spark_string(col.name)})"
+            if any(src not in (None, col.name) for src in versions.values()):
+                whens = " ".join(f"WHEN {spark_string(v)} THEN try_element_at({img}, {spark_string(src)})"
+                                 for v, src in versions.items() if src not in (None, col.name))
+                text = f"(CASE schema_version {whens} ELSE {text} END)"
+            z = is_zero_date_sql(col, text)
+            if z:
+                parts.append(f"CASE WHEN {z} THEN 1 ELSE 0 END")
+        return " + ".join(parts) if parts else "0"
+
+
+@dataclass
+class TableBatch:
+    """One table's new bronze records, decoded and ready to apply (see :func:`prepare`)."""
+
+    db: str
+    table: str
+    ref: TableRef
+    schema: TableSchema
+    records: object  # typed records before dedup (batch_records)
+    changes: object | None  # logged updates and deletes with before/after values, or None
+    truncated: tuple | None  # everything older is gone (this batch's or an earlier TRUNCATE)
+    batch_truncate: tuple | None  # a TRUNCATE-like record in this batch
+    emptied: tuple  # sequences of every TRUNCATE-like record that bounds this batch's rows
+    chunks: list  # new manifest rows
+    fresh: bool  # created or rebuilt by this run: empty before it
+    pending: bool  # records to MERGE
+    change_count: int = 0
+    snapshot_rows: int = 0
+    zero_dates: int = 0
+    schema_changes: list = field(default_factory=list)
+    rebuilt: bool = False  # replaced from a snapshot after an incompatible schema change
+
+    @property
+    def name(self) -> str:
+        return f"{self.db}.{self.table}"
+
+
+def changelog_records(cl, db: str, table: str, start_version: int):
+    """The table's rows of the change feed ``cl`` from ``start_version`` on."""
+    from pyspark.sql import functions as F
+
+    return cl.where((F.col("db") == db) & (F.col("table") == table) & (F.col("_commit_version") >= start_version))
+
+
+def snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
+    """Data rows of the given (trusted) chunks of one table."""
+    from pyspark.sql import functions as F
+
+    manifest = spark.createDataFrame(
+        [(c["snapshot_id"], c["chunk_id"], c["attempt_id"]) for c in chunks],
+        "snapshot_id STRING, chunk_id INT, attempt_id STRING",
+    )
+    snapshot_ids = sorted({c["snapshot_id"] for c in chunks})
+    rows = (lh.snapshot_rows.read(spark)
+            .where(F.col("snapshot_id").isin(snapshot_ids) & F.col("row").isNotNull())
+            .where((F.col("db") == chunks[0]["db"]) & (F.col("table") == chunks[0]["table"])))
+    return rows.join(F.broadcast(manifest), ["snapshot_id", "chunk_id", "attempt_id"], "left_semi")
+
+
+def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
+    """Typed records of the batch, before dedup: the table's columns plus ``_cdc_seq``,
+    ``_cdc_op``, ``_cdc_deleted``, ``_cdc_commit_ts`` and ``_prio`` (ties on ``_cdc_seq``)."""
+    unified = changes.selectExpr(
+        "op",
+        "schema_version",
+        f"{CHANGELOG_SEQ_SQL} AS seq",
+        f"CASE WHEN op = '{DELETE}' THEN before ELSE after END AS img",
+        "commit_ts",
+        f"{PRIO_LOGGED} AS prio",
+    )
+    # A key change is one update record; its before image names the key that is gone.
+    key_diff = " OR ".join(
+        f"NOT ({decoder.column_sql(k, 'before')} <=> {decoder.column_sql(k, 'after')})" for k in schema.key
+    )
+    moved = changes.where(f"op = '{UPDATE}' AND ({key_diff})").selectExpr(
+        f"'{DELETE}' AS op", "schema_version", f"{CHANGELOG_SEQ_SQL} AS seq",
+        "before AS img", "commit_ts", f"{PRIO_DERIVED} AS prio",
+    )
+    parts = [unified, moved]
+    if snaps is not None:
+        parts.append(snaps.selectExpr(
+            "'snapshot' AS op", "schema_version", seq_sql("lw_file_index", "lw_pos", str(SNAPSHOT_ROW)) + " AS seq",
+            "`row` AS img", "CAST(NULL AS TIMESTAMP) AS commit_ts", f"{PRIO_LOGGED} AS prio",
+        ))
+    records = parts[0]
+    for p in parts[1:]:
+        records = records.unionByName(p)
+
+    typed = [f"{decoder.column_sql(c.name)} AS {quote_ident(c.name)}" for c in schema.columns]
+    return records.selectExpr(*typed, "seq AS _cdc_seq", "op AS _cdc_op", f"op = '{DELETE}' AS _cdc_deleted",
+                              "commit_ts AS _cdc_commit_ts", "prio AS _prio")
+
+
+def logged_changes(schema: TableSchema, decoder: Decoder, changes):
+    """The batch's updates and deletes with typed before (``o__``) and after (``n__``) values
+    of every column: what foreign-key actions of this table's children start from."""
+    cols = [c.name for c in schema.columns]
+    return changes.where(f"op IN ('{UPDATE}', '{DELETE}')").selectExpr(
+        "op AS kind", f"{CHANGELOG_SEQ_SQL} AS seq", "commit_ts AS ts",
+        *[f"{decoder.column_sql(c, 'before')} AS {quote_ident(old(c))}" for c in cols],
+        *[f"CASE WHEN op = '{UPDATE}' THEN {decoder.column_sql(c, 'after')} END AS {quote_ident(new(c))}"
+          for c in cols],
+    )
+
+
+def _prepare_table(spark, ref: TableRef, history, new_chunks, name: str):
+    """Create or evolve the silver table; returns ``(cutoff, fresh, schema changes, rebuilt)``:
+    the seq below which changelog rows are dropped (after a re-snapshot recovered an
+    incompatible change) or None, and whether the table is new or rebuilt (empty before)."""
+    target = history[-1]
+    if se.create_silver_table(spark, ref, target.schema):
+        return None, True, [], False
+    try:
+        return None, False, [d for d in se.evolve(spark, ref, history) if d], False
+    except SchemaChangeError:
+        # Recovery: a snapshot taken with the new schema replaces the table's content.
+        fresh = [c for c in new_chunks if c["schema_version"] == target.version
+                 and (c["lw_file_index"], c["lw_pos"]) >= (target.file_index or 0, target.pos or 0)]
+        if not fresh:
+            raise
+        log.warning("%s: incompatible schema change recovered by snapshot %s: rebuilding silver",
+                    name, fresh[0]["snapshot_id"])
+        se.create_silver_table(spark, ref, target.schema, replace=True)
+        se.set_table_property(spark, ref, se.SCHEMA_VERSION_PROPERTY, target.version)
+        return target.seq, True, [], True
+
+
+def prepare(spark, lh: Lakehouse, db: str, table: str, cl, cl_start: int | None, new_chunks: list[dict]) -> TableBatch:
+    """Bring the table's schema up to date and decode its new records; writes no rows.
+
+    ``cl``: the change feed of the change log read by this run (or None), ``cl_start``: the
+    first version new to this table (or None), ``new_chunks``: its new manifest rows.
+    """
+    from pyspark.sql import functions as F
+
+    name = f"{db}.{table}"
+    ref = lh.silver(db, table)
+    history = se.load_history(spark, lh, db, table)
+    if not history:
+        raise NotReadyError(f"{name} has no schema in bronze schema_history yet: run binlake snapshot or capture")
+    schema = history[-1].schema
+    cutoff, fresh, schema_changes, rebuilt = _prepare_table(spark, ref, history, new_chunks, name)
+    decoder = Decoder(schema, se.name_maps(history, schema))
+
+    records = changelog_records(cl, db, table, cl_start) if cl is not None and cl_start is not None else None
+    if records is not None and cutoff is not None:
+        records = records.where(F.expr(f"{CHANGELOG_SEQ_SQL} >= {seq_literal(cutoff)}"))
+    if cutoff is not None:
+        new_chunks = [c for c in new_chunks if c["schema_version"] == history[-1].version]
+
+    stored_truncate = parse_seq(se.table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY))
+    truncated, batch_truncate, emptied = stored_truncate, None, ()
+    changes = None
+    counts = {"n": 0, "ud": 0, "t": [], "z": 0}
+    if records is not None:
+        changes = records.where(F.col("op").isin(*DATA_OPS))
+        # TRUNCATE, DROP TABLE and a RENAME away or into this name all end every older row.
+        emptying = ", ".join(f"'{op}'" for op in EMPTYING_OPS)
+        data = ", ".join(f"'{op}'" for op in DATA_OPS)
+        agg = records.where(F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)).selectExpr(
+            f"coalesce(sum(CASE WHEN op IN ({data}) THEN 1 ELSE 0 END), 0) AS n",
+            f"coalesce(sum(CASE WHEN op IN ('{UPDATE}', '{DELETE}') THEN 1 ELSE 0 END), 0) AS ud",
+            f"collect_list(CASE WHEN op IN ({emptying}) THEN {CHANGELOG_SEQ_SQL} END) AS t",
+            f"coalesce(sum(CASE WHEN op IN ('{INSERT}', '{UPDATE}') THEN {decoder.zero_dates_sql('after')} ELSE 0 END), 0) AS z",
+        ).first()
+        counts = {"n": agg["n"], "ud": agg["ud"], "t": agg["t"] or [], "z": agg["z"]}
+        # pos is where the statement's event ends: a snapshot whose low watermark is that
+        # same position was read after it, and its rows, at (lw, -1), must outlive it. So the
+        # boundary sorts just below them; no row event ends at a DDL statement's position.
+        bounds = sorted((t["file_index"], t["pos"], DERIVED_ROW) for t in counts["t"])
+        if bounds:
+            batch_truncate = bounds[-1]
+            truncated = max(truncated or batch_truncate, batch_truncate)
+        emptied = tuple(bounds)
+    if stored_truncate is not None:
+        emptied = tuple(sorted({*emptied, stored_truncate}))
+
+    snaps = snapshot_records(spark, lh, new_chunks) if new_chunks else None
+    snap_count, snap_zero = 0, 0
+    if snaps is not None:
+        s = snaps.selectExpr("count(*) AS n", f"coalesce(sum({decoder.zero_dates_sql('`row`')}), 0) AS z").first()
+        snap_count, snap_zero = s["n"], s["z"]
+
+    if changes is None:
+        changes = spark.createDataFrame(
+            [], "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
+                "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP")
+    return TableBatch(
+        db=db, table=table, ref=ref, schema=schema,
+        records=batch_records(schema, decoder, changes, snaps),
+        changes=logged_changes(schema, decoder, changes) if counts["ud"] else None,
+        truncated=truncated, batch_truncate=batch_truncate, emptied=emptied, chunks=new_chunks, fresh=fresh,
+        pending=bool(counts["n"]) or bool(snap_count),
+        change_count=int(counts["n"]), snapshot_rows=int(snap_count),
+        zero_dates=int(counts["z"] or 0) + int(snap_zero or 0), schema_changes=schema_changes, rebuilt=rebuilt,
+    )
