@@ -191,20 +191,18 @@ class Workload:
         return f"DELETE FROM g WHERE id = {self.rng.randint(1, G_IDS)}"
 
 
-def _seeds() -> list[int]:
-    if os.environ.get("BINLAKE_TEST_SEED"):
-        return [int(os.environ["BINLAKE_TEST_SEED"])]
-    base = random.SystemRandom().randrange(1_000_000)
-    return [base + i for i in range(int(os.environ.get("BINLAKE_CASCADE_SEEDS", "2")))]
-
-
+# One random base per worker process; the test ids are indices, the same on every worker.
+BASE_SEED = int(os.environ.get("BINLAKE_TEST_SEED") or random.SystemRandom().randrange(1_000_000))
+SEEDS = 1 if os.environ.get("BINLAKE_TEST_SEED") else int(os.environ.get("BINLAKE_CASCADE_SEEDS", "2"))
 CUTS = 5
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", _seeds())
+@pytest.mark.parametrize("index", range(SEEDS))
 def test_random_interleavings_of_parent_and_child_changes_end_with_gold_equal_to_the_source(
-        spark, mariadb, database, make_config, seed):
+        spark, mariadb, database, make_config, index):
+    seed = BASE_SEED + index
+    print(f"BINLAKE_TEST_SEED={seed}")
     rng = random.Random(seed)
     log: list[str] = [f"-- BINLAKE_TEST_SEED={seed}"]
     mariadb.execute(*DDL, database=database)
