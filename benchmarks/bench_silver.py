@@ -51,6 +51,7 @@ def _changes(spark, schema, changes: int, small_rows: int):
         F.lit("changed").alias("v"), F.lit(7).alias("n"),
         F.struct(F.lit(9).cast("bigint").alias("file_index"), F.col("id").alias("pos"), F.lit(0).alias("row")).alias("_cdc_seq"),
         F.lit("update").alias("_cdc_op"), F.lit(False).alias("_cdc_deleted"), F.current_timestamp().alias("_cdc_commit_ts"),
+        F.lit(0).alias("_zero_dates"),
     )
     return df.localCheckpoint()
 

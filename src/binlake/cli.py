@@ -37,7 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("silver", help="apply new bronze records to the silver current-state tables")
     sub.add_parser("gold", help="check and publish gold at one consistent binlog position")
-    sub.add_parser("run", help="what a scheduled job does: snapshot if needed, capture until now, silver, gold")
+    p = sub.add_parser("run", help="what a scheduled job does: snapshot if needed, capture until now, silver, gold")
+    p.add_argument("--continuous", action="store_true",
+                   help="loop capture -> silver -> gold in one long-lived process until interrupted")
 
     p = sub.add_parser("status", help="capture position, lag, purge risk, last publish per table")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -128,6 +130,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from binlake.gold.publish import run_gold
 
         result = run_gold(spark, config, progress=progress)
+    elif cmd == "run" and args.continuous:
+        from binlake.ops.continuous import run_continuous
+
+        state = run_continuous(spark, config, progress=progress)
+        print(f"continuous: stopped after {state.loops} loop(s)")
+        return 0
     elif cmd == "run":
         from binlake.ops.pipeline import run_pipeline
 

@@ -284,7 +284,7 @@ class LakehouseConfig:
     bronze_schema: str = "bronze"
     silver_schema: str = "silver"
     gold_schema: str = "gold"
-    # Checkpoints and other files: defaults to <path>/_system locally; a UC volume on Databricks.
+    # Files that are not tables (the continuous mode's state): <path>/_system locally; a UC volume on Databricks.
     system_path: str | None = None
 
     def __post_init__(self) -> None:

@@ -4,7 +4,9 @@
    ENUM, JSON and an unsigned BIGINT) in the local MariaDB;
 2. runs ``binlake run`` (snapshot, capture, silver, gold);
 3. applies inserts, updates and deletes, and runs ``binlake run`` again;
-4. prints what an analyst sees: a per-table summary and one SQL query on gold.
+4. prints what an analyst sees: a per-table summary and one SQL query on gold;
+5. runs ``binlake run --continuous`` for a few seconds: a change made on the source appears
+   in gold, and the freshness it measured is printed.
 """
 
 from __future__ import annotations
@@ -108,19 +110,19 @@ def main(argv: list[str] | None = None) -> int:
             gold={"checks": {"shop.products": [{"column": "price", "between": [0, 100000], "severity": "drop"}]}},
         )
     )
-    _banner(f"1/4  sample database 'shop' on MariaDB 127.0.0.1:{db.port}; config {config_path}")
+    _banner(f"1/5  sample database 'shop' on MariaDB 127.0.0.1:{db.port}; config {config_path}")
     db.execute(*SCHEMA, *SEED)
 
     from binlake.cli import main as binlake
 
-    _banner("2/4  binlake run  (snapshot -> capture -> silver -> gold)")
+    _banner("2/5  binlake run  (snapshot -> capture -> silver -> gold)")
     started = time.monotonic()
     rc = binlake(["--config", str(config_path), "run"])
     if rc != 0:
         return rc
     print(f"     first run took {time.monotonic() - started:,.1f}s")
 
-    _banner("3/4  inserts, updates and deletes on the source, then binlake run again")
+    _banner("3/5  inserts, updates and deletes on the source, then binlake run again")
     db.execute(*CHANGES)
     for sql in CHANGES:
         print("     " + " ".join(sql.split())[:110])
@@ -130,8 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     print(f"     second run took {time.monotonic() - started:,.1f}s")
 
-    _banner("4/4  what an analyst sees")
-    return _show(config_path, db)
+    _banner("4/5  what an analyst sees")
+    rc = _show(config_path, db)
+    if rc != 0:
+        return rc
+    _banner("5/5  binlake run --continuous: a change on the source, watched until it is in gold")
+    return _continuous(config_path, db)
 
 
 def _show(config_path: Path, db) -> int:
@@ -166,6 +172,47 @@ def _show(config_path: Path, db) -> int:
     spark.sql(sql).show(truncate=False)
     print("     gold row counts equal the source" if all_equal else "     MISMATCH between source and gold row counts")
     return 0 if all_equal else 1
+
+
+def _continuous(config_path: Path, db) -> int:
+    import threading
+
+    from binlake.config import load_config
+    from binlake.contract.lakehouse import Lakehouse
+    from binlake.ops.continuous import read_state, run_continuous
+    from binlake.spark import get_spark
+
+    config = load_config(config_path)
+    lh = Lakehouse(config)
+    spark = get_spark()
+    stop = threading.Event()
+    loop = threading.Thread(target=run_continuous, kwargs={"spark": spark, "config": config, "stop": stop},
+                            daemon=True)
+    loop.start()
+    try:
+        while not (read_state(lh) or {}).get("loops"):
+            time.sleep(0.2)  # the first loop: nothing new yet
+        db.execute("UPDATE shop.products SET price = 23.90, updated_at = NOW() WHERE sku = 1002")
+        changed = time.monotonic()
+        print("     UPDATE shop.products SET price = 23.90 WHERE sku = 1002   (committed on the source)")
+        gold = lh.gold("shop", "products")
+        while time.monotonic() - changed < 120:
+            if gold.read(spark).where("sku = 1002 AND price = 23.90").count():
+                break
+            time.sleep(0.5)
+        else:
+            print("     the change did not reach gold within 120 s")
+            return 1
+        print(f"     readable in gold {time.monotonic() - changed:,.1f}s after the commit")
+    finally:
+        stop.set()
+        loop.join(timeout=120)
+    state = read_state(lh) or {}
+    fresh = state.get("recent_freshness") or []
+    if fresh:
+        print(f"     freshness the loop measured for its last publish: {fresh[-1]:,.1f}s "
+              f"(source commit of the newest change -> gold publish; {state.get('loops')} loops)")
+    return 0
 
 
 def _banner(text: str) -> None:

@@ -166,7 +166,8 @@ def _build(spark, lh: Lakehouse) -> None:
         spark.sql(f"INSERT OVERWRITE {gold.sql} SELECT * FROM VALUES {values}")
 
     def publish(pid, version, fi, pos, src, at, rows, status="published"):
-        return (pid, "shop", "orders", version, version, f"mysql-bin.{fi:06d}", fi, pos, None, _ts(src), _ts(at), rows, "[]", status)
+        return (pid, "shop", "orders", version, version, f"mysql-bin.{fi:06d}", fi, pos, None, _ts(src), _ts(at), rows, "[]", status,
+                rows)
 
     spark.createDataFrame([
         publish("p1", 1, 41, 600, "2026-11-20 09:31:00", "2026-11-20 10:00:00", 3),

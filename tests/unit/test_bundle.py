@@ -348,9 +348,9 @@ def test_snapshot_continuous_and_verify_jobs_take_their_parameters():
     snapshot = jobs["binlake_snapshot"]
     assert {p["name"] for p in snapshot["parameters"]} >= {"tables"}
     assert "--table-list={{job.parameters.tables}}" in snapshot["tasks"][0]["python_wheel_task"]["parameters"]
-    continuous = jobs["binlake_capture_continuous"]
+    continuous = jobs["binlake_continuous"]
     assert "continuous" in continuous and "schedule" not in continuous
-    assert continuous["tasks"][0]["python_wheel_task"]["parameters"][-2:] == ["capture", "--continuous"]
+    assert continuous["tasks"][0]["python_wheel_task"]["parameters"][-2:] == ["run", "--continuous"]
     verify = jobs["binlake_verify"]
     assert {p["name"]: p["default"] for p in verify["parameters"]}["repair"] == "false"
     assert "--repair-if={{job.parameters.repair}}" in verify["tasks"][0]["python_wheel_task"]["parameters"]

@@ -99,7 +99,7 @@ def api():
             _job(11, "[dev alice] binlake_pipeline", schedule=cron),
             _job(12, "[dev alice] binlake_verify"),
             _job(13, "nightly_finance_export"),
-            _job(14, "binlake_capture_continuous", continuous=j.Continuous(pause_status=j.PauseStatus.UNPAUSED)),
+            _job(14, "binlake_continuous", continuous=j.Continuous(pause_status=j.PauseStatus.UNPAUSED)),
         ],
         runs={
             11: [_run(901, 11, 30, j.RunResultState.SUCCESS), _run(902, 11, 15, j.RunResultState.FAILED,
@@ -121,7 +121,7 @@ def config(tmp_path):
 def test_lists_only_the_bundles_jobs_also_behind_the_dev_prefix_across_pages(api, config):
     report = json.loads(jobs_status(config, "binlake", as_json=True, client=api.client()))
     assert [job["name"] for job in report["jobs"]] == [
-        "[dev alice] binlake_pipeline", "[dev alice] binlake_verify", "binlake_capture_continuous"]
+        "[dev alice] binlake_pipeline", "[dev alice] binlake_verify", "binlake_continuous"]
     assert sum(1 for path, _ in api.requests if path == "/api/2.2/jobs/list") == 2, "4 jobs at 2 per page"
 
 

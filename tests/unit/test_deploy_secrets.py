@@ -229,7 +229,7 @@ def test_on_databricks_a_local_lakehouse_path_is_refused_with_the_fix():
     assert Runtime(RuntimeKind.LOCAL).lakehouse(cfg).root == "/tmp/lake"
 
 
-def test_on_databricks_checkpoints_must_be_on_a_volume():
+def test_on_databricks_the_system_files_must_be_on_a_volume():
     cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
         "/Volumes/main/binlake_bronze/binlake_system", "dbfs:/tmp/cp"))
     with pytest.raises(ConfigError, match=r"lakehouse.system_path 'dbfs:/tmp/cp' is not a Unity Catalog volume"):
@@ -237,7 +237,7 @@ def test_on_databricks_checkpoints_must_be_on_a_volume():
     lake = Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw")))
     assert lake.changelog.name == "`main`.`bronze`.`changelog`"
     assert lake.silver("shop", "orders").name == "`main`.`silver`.`shop__orders`"
-    assert lake.checkpoint("capture") == "/Volumes/main/binlake_bronze/binlake_system/checkpoints/capture"
+    assert lake.system_dir("continuous") == "/Volumes/main/binlake_bronze/binlake_system/continuous"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -157,7 +157,6 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fre
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
-    tune_snapshot_rows(spark, lh)
 
     result = SnapshotResult()
     plan_committed: Future | None = None
@@ -169,12 +168,13 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fre
         to_plan: list[tuple[TableSchema, str]] = []
         pending: list[_Pending] = []
         for db, t in targets:
-            current = table_schema(conn, config.source, db, t)
             latest = state.get((db, t))
+            if not force and latest is not None and latest["complete"]:
+                result.skipped.append(f"{db}.{t}")  # nothing asked of the source for it
+                continue
+            current = table_schema(conn, config.source, db, t)
             if force or latest is None:
                 to_plan.append((current, "new"))
-            elif latest["complete"]:
-                result.skipped.append(f"{db}.{t}")
             elif latest["schema_version"] != current.version():
                 to_plan.append((current, "replanned"))
             else:
@@ -186,6 +186,8 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fre
             for schema, snapshot_id, chunks, mode in planned:
                 pending.extend(_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json) for c in chunks)
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
+    if pending:
+        tune_snapshot_rows(spark, lh)
     _read_waves(spark, config, lh, pending, result, progress, plan_committed)
     result.seconds = time.monotonic() - started
     return result

@@ -39,8 +39,9 @@ UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {"delta.dataSkippingStatsColumns": "sna
                                           **_PLAIN_ROW_VALUES}
 
 
-def ensure_bronze_tables(spark, lh: Lakehouse) -> None:
-    """Create every bronze table that does not exist yet (idempotent, safe to race)."""
+def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
+    """Create every bronze table that does not exist yet (idempotent, safe to race); True if
+    any was created."""
     from concurrent.futures import ThreadPoolExecutor
 
     tables = [
@@ -52,13 +53,19 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> None:
         (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA, _CDF, "binlake bronze: manifest of completed snapshot chunks", ()),
         (lh.schema_history, SCHEMA_HISTORY_SCHEMA, None, "binlake bronze: table schema versions by binlog position", ()),
     ]
+    # Telling a table exists is a file-system (or catalog) look-up; a CREATE TABLE IF NOT
+    # EXISTS reads the table's log even when it is there, on every run of every command.
+    missing = [t for t in tables if not t[0].exists(spark)]
+    if not missing:
+        return False
     # Creating a Delta table is driver-side latency (commit, log listing), not cluster work:
     # the five at once took 5-6 s where one after another took 11-15 s.
-    with ThreadPoolExecutor(len(tables)) as pool:
+    with ThreadPoolExecutor(len(missing)) as pool:
         created = [pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment, partitioned_by=parts)
-                   for ref, schema, properties, comment, parts in tables]
+                   for ref, schema, properties, comment, parts in missing]
         for future in created:
             future.result()  # re-raises the first failure here
+    return True
 
 
 def tune_snapshot_rows(spark, lh: Lakehouse) -> None:
@@ -104,6 +111,18 @@ def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, i
         df = spark.createDataFrame(rows, SCHEMA_HISTORY_SCHEMA.replace("TIMESTAMP", "TIMESTAMP"))
         lh.schema_history.save(df.write.format("delta").mode("append"))
     return len(rows)
+
+
+def latest_schemas(spark, lh: Lakehouse) -> dict[tuple[str, str], TableSchema]:
+    """Every table's most recent schema version (by binlog position), from one read."""
+    rows = lh.schema_history.read(spark).select("db", "table", "file_index", "pos", "recorded_at", "schema_json").collect()
+    latest: dict[tuple[str, str], tuple] = {}
+    for r in rows:
+        rank = (r["file_index"] or 0, r["pos"] or 0, r["recorded_at"])
+        key = (r["db"], r["table"])
+        if key not in latest or rank > latest[key][0]:
+            latest[key] = (rank, r["schema_json"])
+    return {key: TableSchema.from_json(text) for key, (_, text) in latest.items()}
 
 
 def latest_schema(spark, lh: Lakehouse, db: str, table: str) -> TableSchema | None:

@@ -12,7 +12,7 @@ Locally tables are directories under ``lakehouse.path``::
     <path>/gold/<db>/<table>           validated current state
     <path>/gold/_publish_log           one row per table per publish
     <path>/gold/_quarantine            rows dropped by checks with severity drop
-    <path>/_system/...                 streaming checkpoints
+    <path>/_system/continuous          the continuous mode's state (a JSON file)
 
 On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>`` with
 ``<db>__<table>`` names in the silver and gold schemas, and ``_system`` is a volume path.
@@ -180,8 +180,11 @@ class ProgressRow(NamedTuple):
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
     "binlog_file STRING, file_index BIGINT, pos BIGINT, gtid STRING, source_time TIMESTAMP, "
-    "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING"
+    "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING, silver_rows BIGINT"
 )
+"""gold/_publish_log: one row per table per publish attempt. ``row_count``: the rows gold
+holds; ``silver_rows``: silver's live rows at ``silver_version`` (they differ by the rows drop
+checks hold back)."""
 
 
 @dataclass(frozen=True)
@@ -223,15 +226,20 @@ class TableRef:
                 pass
         return version, metrics
 
-    def read_changes(self, spark, start: int, end: int):
-        """Rows inserted in versions ``[start, end]`` (its change data feed; bronze tables are
-        append-only, so inserts are all there is)."""
+    def detail(self, spark) -> dict:
+        """``DESCRIBE DETAIL``: numFiles, sizeInBytes, properties, ... (one Delta log read)."""
+        return spark.sql(f"DESCRIBE DETAIL {self.sql}").first().asDict()
+
+    def read_changes(self, spark, start: int, end: int, inserts_only: bool = True):
+        """Its change data feed over versions ``[start, end]``: the rows inserted (bronze tables
+        are append-only, so inserts are all there is), or every change with ``inserts_only=False``
+        (``_change_type``: insert, delete, update_preimage, update_postimage)."""
         from pyspark.sql import functions as F
 
         reader = (spark.read.format("delta").option("readChangeFeed", "true")
                   .option("startingVersion", start).option("endingVersion", end))
         df = reader.table(self.name) if self.name else reader.load(self.path)
-        return df.where(F.col("_change_type") == "insert")
+        return df.where(F.col("_change_type") == "insert") if inserts_only else df
 
     def read_version(self, spark, version: int):
         """The table as of an earlier version (Delta time travel)."""
@@ -367,8 +375,10 @@ class Lakehouse:
             return self.config.lakehouse.system_path
         return str(Path(self.root or ".", "_system"))
 
-    def checkpoint(self, name: str) -> str:
-        return str(Path(self.system_path, "checkpoints", name))
+    def system_dir(self, name: str) -> str:
+        """A directory of files (not tables) in the system location, such as the continuous
+        mode's state."""
+        return str(Path(self.system_path, name))
 
 
 # What the JVM's file systems say when the lakehouse refuses a write (java.io, Hadoop, the

@@ -8,7 +8,7 @@ Everything that differs between them is answered here, once, so the pipeline cod
 =====================  =========================  ==========================================
 Spark session          local Spark + Delta        the cluster's session
 tables                 ``<path>/<layer>/...``     ``<catalog>.<schema>.<name>`` (Unity Catalog)
-checkpoints            ``<path>/_system``         ``/Volumes/<catalog>/<schema>/<volume>``
+system files           ``<path>/_system``         ``/Volumes/<catalog>/<schema>/<volume>``
 secrets                Secrets API (SDK auth)     job: Secrets API (runtime auth);
                                                   notebook: ``dbutils.secrets``
 =====================  =========================  ==========================================
@@ -84,7 +84,7 @@ class Runtime:
         if not str(lakehouse.system_path).startswith("/Volumes/"):
             raise ConfigError(
                 f"lakehouse.system_path {lakehouse.system_path!r} is not a Unity Catalog volume: on Databricks "
-                "checkpoints need a volume path such as /Volumes/main/binlake_bronze/binlake_system"
+                "the continuous mode's state needs a volume path such as /Volumes/main/binlake_bronze/binlake_system"
             )
 
     def load_config(self, path: str | os.PathLike[str]) -> Config:

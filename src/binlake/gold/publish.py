@@ -2,9 +2,21 @@
 
 ``run_gold`` publishes the whole publish group (every captured table that silver has
 progress for) or nothing, and only when Invariant S holds at one position P for all of them
-(:mod:`binlake.gold.readiness`). Then the checks run (:mod:`binlake.quality.checks`); a failed
-``fail`` check publishes nothing and the last good gold versions stay. Otherwise each gold
-table is overwritten (idempotent), quarantined rows are written, and the publish-log rows
+(:mod:`binlake.gold.readiness`). Each silver table is read at the version silver's progress
+recorded with P. Per table, a publish does the least that makes gold equal silver's live
+rows there:
+
+- **reuse**: silver has not moved since the last publish: nothing is read or written;
+- **incremental**: the keys silver's change data feed names since the last published
+  version are read at the new version, checked, and MERGEd into gold (``_cdc_seq`` decides
+  which rows change; tombstones and rows a drop check rejects are deleted);
+- **rebuild**: the first publish, a changed rule set, a rebuilt or re-shaped silver table, a
+  gap in the feed, or a gold table someone else wrote: every live row is checked and gold
+  is overwritten.
+
+The checks (:mod:`binlake.quality.checks`) run in one Spark job per table over the rows
+read; counts come from Delta's commit metrics. A failed ``fail`` check publishes nothing
+and the last good gold versions stay; quarantined rows are written; the publish-log rows
 are appended LAST: the publish log is the commit point (:mod:`binlake.gold.publish_log`).
 
 Example::
@@ -16,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -25,7 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from binlake import faults
-from binlake.config import Config
+from binlake.bronze.tables import latest_schemas
+from binlake.config import Config, Severity
 from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
@@ -34,6 +48,7 @@ from binlake.contract.lakehouse import (
 )
 from binlake.contract.position import BinlogPosition, describe_key
 from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.types import TableSchema
 from binlake.errors import BinlakeError, LakehouseError, QualityCheckFailed
 from binlake.gold.publish_log import (
     STATUS_FAILED,
@@ -43,14 +58,30 @@ from binlake.gold.publish_log import (
     last_published,
 )
 from binlake.gold.readiness import TableState, check_ready, not_ready
+from binlake.quality.checks import (
+    TableChecks,
+    keep_frame,
+    quarantine_frame,
+    run_checks,
+    settle_row_count_equals_silver,
+    settle_row_count_rules,
+    table_checks,
+)
+from binlake.silver.merge import key_intervals
 
 log = logging.getLogger("binlake.gold")
 
 # Metadata columns gold keeps from silver; _cdc_deleted is always false in gold, _cdc_op adds nothing.
 GOLD_METADATA_COLUMNS = ("_cdc_seq", "_cdc_commit_ts")
-# Silver tables pinned at the same time by one publish: each pin is a few small reads
-# (Delta log, one aggregate, schema_history), latency rather than work.
-PIN_THREADS = 4
+# Tables checked and written at the same time by one publish: much of a small table's time
+# is driver-side latency (Delta log reads, commits), not work.
+TABLE_THREADS = 4
+REUSE, INCREMENTAL, REBUILD = "reuse", "incremental", "rebuild"
+# Every gold write says it is a publish's, so a later publish can tell its own writes from others'.
+WRITER_TAG = "binlake gold"
+_COMMIT_TAG = "spark.databricks.delta.commitInfo.userMetadata"
+# Delta operations that re-shape a silver table: its change data feed cannot be read across them.
+_RESHAPING = ("CREATE", "REPLACE", "RENAME COLUMN", "DROP COLUMNS", "CHANGE COLUMN", "RESTORE")
 
 
 @dataclass
@@ -58,15 +89,20 @@ class TablePublish:
     db: str
     table: str
     silver_version: int
+    mode: str = REBUILD
     gold_version: int | None = None
     row_count: int | None = None
+    silver_rows: int | None = None
     dropped: int = 0
-    reused: bool = False
     checks: Any = None  # quality.checks.TableChecks, or the recorded JSON when reused
 
     @property
     def name(self) -> str:
         return f"{self.db}.{self.table}"
+
+    @property
+    def reused(self) -> bool:
+        return self.mode == REUSE
 
 
 @dataclass
@@ -84,25 +120,32 @@ class GoldResult:
             head = f"gold unchanged: already published at {self.position} (publish {self.publish_id})"
         else:
             head = f"gold published {len(self.tables)} table{'s' if len(self.tables) != 1 else ''} at {self.position} (publish {self.publish_id})"
+        reused = [t for t in self.tables if t.reused]
+        if reused and self.status != "unchanged":
+            head += f"; {len(reused)} unchanged since the last publish"
         lines = [head]
         for t in self.tables:
+            if t.reused and self.status != "unchanged":
+                continue
             extra = f", {t.dropped} rows quarantined" if t.dropped else ""
-            extra += ", unchanged since last publish" if t.reused else ""
-            lines.append(f"  {t.name}: {t.row_count} rows, gold version {t.gold_version}{extra}")
+            how = {REBUILD: "rebuilt", INCREMENTAL: "changes merged", REUSE: "unchanged"}[t.mode]
+            lines.append(f"  {t.name}: {t.row_count} rows, gold version {t.gold_version} ({how}){extra}")
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 
 
-def _silver_stats(spark, ref: TableRef, version: int) -> tuple[int, tuple[int, int] | None]:
-    """(live rows, greatest (file_index, pos) of any row) of silver at ``version``."""
-    from pyspark.sql import functions as F
+@dataclass
+class _Work:
+    """One table's part of a publish, from plan to write."""
 
-    r = ref.read_version(spark, version).agg(
-        F.count(F.when(~F.col("_cdc_deleted"), 1)).alias("live"),
-        F.max(F.struct(F.col("_cdc_seq.file_index"), F.col("_cdc_seq.pos"))).alias("top"),
-    ).first()
-    top = r["top"]
-    return int(r["live"]), (tuple(top) if top is not None and top[0] is not None else None)
+    publish: TablePublish
+    schema: TableSchema
+    digest: str
+    previous: dict | None
+    frame: Any = None  # the live rows checked (all of silver's, or those of the changed keys)
+    source: Any = None  # incremental: the changed keys' rows at the new silver version
+    outcome: TableChecks | None = None
+    expected_gold_rows: int = 0
 
 
 def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | None, str | None]:
@@ -134,15 +177,8 @@ def _rules_digest(config: Config, name: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def _publish_id(p: BinlogPosition, tables: list[TablePublish], config: Config) -> str:
-    # Deterministic: re-running a killed publish of the same silver state reuses its id, so
-    # the quarantine slice it wrote is replaced instead of doubled.
-    basis = json.dumps([[t.name, t.silver_version, _rules_digest(config, t.name)] for t in tables])
-    return f"{p.file_index:06d}-{p.pos}-{hashlib.sha1(basis.encode()).hexdigest()[:10]}"
-
-
-def _gold_frame(silver_df, schema):
-    """Silver's live rows as gold: source columns with their comments, then the kept metadata."""
+def _gold_frame(silver_df, schema, keep_deleted: bool = False):
+    """Silver rows as gold: source columns with their comments, then the kept metadata."""
     from pyspark.sql import functions as F
 
     comments = {c.name: c.comment for c in schema.columns} if schema else {}
@@ -151,36 +187,7 @@ def _gold_frame(silver_df, schema):
     select = [F.col(quote_ident(c)).alias(c, metadata={"comment": comments[c]}) if comments.get(c) else F.col(quote_ident(c))
               for c in cols]
     select += [F.col(m).alias(m, metadata={"comment": meta_comments[m]}) for m in GOLD_METADATA_COLUMNS]
-    return silver_df.where(~F.col("_cdc_deleted")).select(*select)
-
-
-def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
-    """Overwrite one gold table; returns (new version, rows written)."""
-    writer = df.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-    ref.save(writer)
-    current = spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("description").first()[0] or ""
-    if table_comment and current != table_comment:
-        spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('comment' = {spark_string(table_comment)})")
-    version, metrics = ref.last_commit(spark)
-    if metrics.get("numOutputRows") is None:  # the last commit was the comment: count the overwrite's rows
-        rows = ref.read_version(spark, version).count()
-    else:
-        rows = int(metrics["numOutputRows"])
-    return version, rows
-
-
-def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_id: str) -> int:
-    from pyspark.sql import functions as F
-
-    ref = lh.quarantine(db, table)
-    out = (frame.withColumnRenamed("_check", "_quarantine_check")
-           .withColumn("_publish_id", F.lit(publish_id))
-           .withColumn("_quarantined_at", F.current_timestamp()))
-    writer = out.write.format("delta").mode("overwrite").option("mergeSchema", "true")
-    if ref.exists(spark):
-        writer = writer.option("replaceWhere", f"_publish_id = '{publish_id}'")
-    ref.save(writer)
-    return int(ref.last_commit(spark)[1].get("numOutputRows", 0))
+    return silver_df.select(*select, *([F.col("_cdc_deleted")] if keep_deleted else []))
 
 
 @contextmanager
@@ -227,73 +234,6 @@ def _digest_of(checks_json: str | None) -> str | None:
         return None
 
 
-def _pin(spark, lh: Lakehouse, states: list[TableState], target: BinlogPosition):
-    """Pin each silver table's version now; everything after reads exactly these versions.
-
-    Returns ({name: (TablePublish, live rows, schema)}, blockers)."""
-    from binlake.bronze.tables import latest_schema
-
-    def pin(s: TableState):
-        ref = lh.silver(s.db, s.table)
-        if not ref.exists(spark):
-            return None, ["silver progress exists but the silver table does not: run binlake silver"]
-        tp = TablePublish(s.db, s.table, silver_version=ref.latest_version(spark))
-        live, top = _silver_stats(spark, ref, tp.silver_version)
-        problems = []
-        if top is not None and top > target.key():
-            problems.append(
-                f"silver holds changes up to {describe_key(top)} beyond its recorded progress {target} "
-                "(a silver run is in flight or was interrupted): run binlake silver")
-        schema = latest_schema(spark, lh, s.db, s.table)
-        if schema is None:
-            problems.append("no schema recorded in bronze schema_history: run binlake snapshot or capture")
-        return (tp, live, schema), problems
-
-    with ThreadPoolExecutor(max(1, min(PIN_THREADS, len(states))), thread_name_prefix="gold-pin") as pool:
-        pinned = list(pool.map(pin, states))
-    out, blockers = {}, {}
-    for s, (got, problems) in zip(states, pinned):
-        if problems:
-            blockers.setdefault(s.name, []).extend(problems)
-        if got is not None:
-            out[s.name] = got
-    return out, blockers
-
-
-def _run_checks(spark, config: Config, lh: Lakehouse, pinned: dict, previous: dict, progress):
-    """Check every table whose content would change; returns ({name: outcome}, {name: frame},
-    {name: checks JSON}). A table whose silver version, rules and gold version are those of
-    the last publish is reused as it is."""
-    from binlake.quality.checks import run_checks, table_checks
-
-    results, frames, checks_json = {}, {}, {}
-    with (progress.task("gold checks", total=len(pinned), unit="tables") if progress else _no_task()) as task:
-        for name, (t, live, schema) in pinned.items():
-            digest = _rules_digest(config, name)
-            prev = previous.get(name)
-            gold_ref = lh.gold(t.db, t.table)
-            # Same silver version and rules as the last publish, and gold still at the version it
-            # recorded: the content would be identical, so keep it and only move P forward.
-            if (prev and prev["silver_version"] == t.silver_version and _digest_of(prev["checks"]) == digest
-                    and gold_ref.exists(spark) and gold_ref.latest_version(spark) == prev["gold_version"]):
-                t.reused, t.gold_version, t.row_count = True, prev["gold_version"], prev["row_count"]
-                checks_json[name] = prev["checks"]
-            else:
-                frame = _gold_frame(lh.silver(t.db, t.table).read_version(spark, t.silver_version), schema)
-                checks = table_checks(schema, config.gold.checks.get(name, ()), live)
-                outcome = run_checks(frame, checks, table=f"{t.db}__{t.table}")
-                results[name], frames[name], t.checks = outcome, frame, outcome
-                checks_json[name] = _checks_json(digest, outcome)
-            if task:
-                task.advance()
-    return results, frames, checks_json
-
-
-@contextmanager
-def _no_task() -> Iterator[None]:
-    yield None
-
-
 def _describe_blocking(blocking) -> str:
     return "; ".join(
         f"{name} {r.name} ({r.severity.value})"
@@ -304,31 +244,270 @@ def _describe_blocking(blocking) -> str:
     )
 
 
-def _write_tables(spark, lh: Lakehouse, tables: list[TablePublish], pinned: dict, results: dict, frames: dict,
-                  previous: dict, publish_id: str, written: list[tuple[TableRef, int | None]]) -> list[str]:
-    """Write quarantine and gold for every table that is not reused; returns the warnings.
-    ``written`` collects each gold table as it is written, with the version the last publish
-    names, so a failure part-way can put them back."""
-    from binlake.quality.checks import keep_frame, quarantine_frame
+def _publish_id(p: BinlogPosition, tables: list[TablePublish], digests: dict[str, str]) -> str:
+    # Deterministic: re-running a killed publish of the same silver state reuses its id, so
+    # the quarantine slice it wrote is replaced instead of doubled.
+    basis = json.dumps([[t.name, t.silver_version, digests[t.name]] for t in tables])
+    return f"{p.file_index:06d}-{p.pos}-{hashlib.sha1(basis.encode()).hexdigest()[:10]}"
 
-    warnings: list[str] = []
-    for t in tables:
-        if t.reused:
+
+# ---------------------------------------------------------------------------------------
+# Planning: what each table needs, from metadata alone
+
+
+def _silver_version(spark, lh: Lakehouse, state: TableState, target: BinlogPosition) -> tuple[int, list[str]]:
+    """The silver version to publish and what blocks it.
+
+    Progress names the version silver had when it reached P: a silver run in flight since
+    then is not read. A progress row from before silver_version gives none: the latest is
+    taken, and must hold nothing beyond P (else a silver run is half-way through)."""
+    from pyspark.sql import functions as F
+
+    if state.silver_version is not None:
+        return int(state.silver_version), []
+    ref = lh.silver(state.db, state.table)
+    if not ref.exists(spark):
+        return 0, ["silver progress exists but the silver table does not: run binlake silver"]
+    version = ref.latest_version(spark)
+    top = ref.read_version(spark, version).agg(
+        F.max(F.struct(F.col("_cdc_seq.file_index"), F.col("_cdc_seq.pos"))).alias("top")).first()["top"]
+    if top is not None and top[0] is not None and tuple(top) > target.key():
+        return version, [f"silver holds changes up to {describe_key(tuple(top))} beyond its recorded progress {target} "
+                         "(a silver run is in flight or was interrupted): run binlake silver"]
+    return version, []
+
+
+def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: str) -> str:
+    if previous is None or previous.get("silver_rows") is None or _digest_of(previous["checks"]) != digest:
+        return REBUILD
+    since = int(previous["silver_version"])
+    if since == t.silver_version:
+        return REUSE
+    if since > t.silver_version:
+        return REBUILD  # silver was rebuilt: its versions started again
+    silver, gold = lh.silver(t.db, t.table), lh.gold(t.db, t.table)
+    ops = silver.delta(spark).history(silver.latest_version(spark) - since).select("version", "operation").collect()
+    if any(any(word in r["operation"] for word in _RESHAPING) for r in ops if since < r["version"] <= t.silver_version):
+        return REBUILD
+    if not gold.exists(spark):
+        return REBUILD
+    latest = gold.latest_version(spark)
+    if latest != previous["gold_version"]:
+        # Only a publish killed before its log commit may have moved gold since: its MERGE
+        # is safe to apply again. Anything else (a RESTORE, someone's write) is rebuilt over.
+        tags = [r["userMetadata"] or "" for r in gold.delta(spark).history(latest - int(previous["gold_version"]))
+                .select("userMetadata").collect()]
+        if not all(tag.startswith(WRITER_TAG) for tag in tags):
+            return REBUILD
+    return INCREMENTAL
+
+
+def _plan(spark, config: Config, lh: Lakehouse, states: list[TableState], schemas: dict, previous: dict,
+          target: BinlogPosition) -> tuple[list[_Work], dict[str, list[str]]]:
+    work, blockers = [], {}
+    for s in states:
+        schema = schemas.get((s.db, s.table))
+        if schema is None:
+            blockers.setdefault(s.name, []).append("no schema recorded in bronze schema_history: run binlake snapshot or capture")
             continue
-        outcome, frame, schema = results[t.name], frames[t.name], pinned[t.name][2]
-        warnings += [f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
-                     for r in outcome.warnings]
-        dropping = outcome.dropping
-        if dropping:
-            with _writing(lh.quarantine(t.db, t.table)):
-                t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(frame, dropping), publish_id)
-        gold_ref = lh.gold(t.db, t.table)
-        written.append((gold_ref, (previous.get(t.name) or {}).get("gold_version")))
-        with _writing(gold_ref):
-            t.gold_version, t.row_count = _write_gold(spark, gold_ref, keep_frame(frame, dropping),
-                                                      schema.comment if schema else "")
-        log.info("gold %s: version %s, %s rows", t.name, t.gold_version, t.row_count)
+        version, problems = _silver_version(spark, lh, s, target)
+        if problems:
+            blockers.setdefault(s.name, []).extend(problems)
+            continue
+        digest = _rules_digest(config, s.name)
+        t = TablePublish(s.db, s.table, silver_version=version)
+        prev = previous.get(s.name)
+        t.mode = _mode(spark, lh, t, prev, digest)
+        if t.reused:
+            t.gold_version, t.row_count, t.silver_rows = prev["gold_version"], prev["row_count"], prev["silver_rows"]
+            t.checks = prev["checks"]
+        work.append(_Work(t, schema, digest, prev))
+    return work, blockers
+
+
+# ---------------------------------------------------------------------------------------
+# Checking: one Spark job per table over the rows this publish reads
+
+
+def _key_bounds(keys_df, schema: TableSchema):
+    """A predicate on the leading key column that holds every key of ``keys_df``: it lets
+    Delta skip the files of a clustered table that hold none of them."""
+    from pyspark.sql import functions as F
+
+    first = schema.key[0]
+    typ = schema.column(first).spark_type
+    numeric = typ.upper().startswith(("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE"))
+    intervals = key_intervals(keys_df, quote_ident(first), numeric=numeric)
+    if not intervals:
+        return F.lit(False)
+    col = F.col(quote_ident(first))
+    return functools.reduce(lambda a, b: a | b, [(col >= F.lit(lo).cast(typ)) & (col <= F.lit(hi).cast(typ))
+                                                 for lo, hi in intervals])
+
+
+def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
+    """Read what the publish needs of one table and run its checks."""
+    from pyspark.sql import functions as F
+
+    t, schema = w.publish, w.schema
+    silver = lh.silver(t.db, t.table).read_version(spark, t.silver_version)
+    checks = table_checks(schema, config.gold.checks.get(t.name, ()))
+    if t.mode == INCREMENTAL:
+        feed, changed = _changes_since(spark, lh, t, schema, int(w.previous["silver_version"]))
+        if feed is None:
+            t.mode = REBUILD
+        else:
+            try:
+                _check_changes(w, silver, feed, changed, checks)
+            finally:
+                feed.unpersist()
+    if t.mode == REBUILD:
+        w.frame = _gold_frame(silver.where(~F.col("_cdc_deleted")), schema)
+        w.outcome = run_checks(w.frame, checks, table=f"{t.db}__{t.table}", key=schema.key)
+        t.silver_rows = w.outcome.rows
+        w.expected_gold_rows = w.outcome.rows - w.outcome.held_back
+    settle_row_count_rules(w.outcome, w.expected_gold_rows)
+    t.checks = w.outcome
+
+
+def _changes_since(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema, since: int):
+    """Silver's change data feed after version ``since`` up to the pinned one (persisted) and
+    the keys it names, or (None, None) when the feed does not cover that range (it is kept
+    only from a later version on, or was cleaned up)."""
+    from pyspark import StorageLevel
+    from pyspark.errors import AnalysisException
+
+    feed = None
+    try:
+        feed = (lh.silver(t.db, t.table).read_changes(spark, since + 1, t.silver_version, inserts_only=False)
+                .persist(StorageLevel.MEMORY_AND_DISK))
+        return feed, feed.select(*[quote_ident(k) for k in schema.key]).distinct().localCheckpoint()
+    except AnalysisException as exc:
+        if feed is not None:
+            feed.unpersist()
+        log.warning("gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding", t.name,
+                    since + 1, t.silver_version, (str(exc).strip().splitlines() or [""])[0][:120])
+        return None, None
+
+
+def _check_changes(w: _Work, silver, feed, changed, checks) -> None:
+    """The changed keys' rows at the pinned version: checked, and the MERGE's source."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    t, schema = w.publish, w.schema
+    # Tombstones stay in: they delete from gold.
+    now = silver.where(_key_bounds(changed, schema)).join(changed, list(schema.key), "left_semi")
+    w.source = now.persist(StorageLevel.MEMORY_AND_DISK)
+    w.frame = _gold_frame(w.source.where(~F.col("_cdc_deleted")), schema)
+    w.outcome = run_checks(w.frame, checks, table=f"{t.db}__{t.table}", key=schema.key)
+    before_live, before_kept = _count_before(_rows_before(feed, schema), checks)
+    t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - before_live
+    w.expected_gold_rows = int(w.previous["row_count"]) + (w.outcome.rows - w.outcome.held_back) - before_kept
+
+
+def _rows_before(feed, schema: TableSchema):
+    """Each changed key's row as the last publish read it: the first pre-image in the feed
+    (a key whose first change is an insert had none)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.window import Window
+
+    first = Window.partitionBy(*[F.col(quote_ident(k)) for k in schema.key]).orderBy(
+        F.col("_commit_version").asc(), F.when(F.col("_change_type") == "update_postimage", 1).otherwise(0))
+    return (feed.withColumn("_rn", F.row_number().over(first)).where("_rn = 1")
+            .where(F.col("_change_type") == "update_preimage").where(~F.col("_cdc_deleted")))
+
+
+def _count_before(rows_before, checks) -> tuple[int, int]:
+    """(live rows, of them rows the failing drop checks keep out) among the changed keys'
+    rows before: what gold held for them, by silver's own account."""
+    from pyspark.sql import functions as F
+
+    # A row a drop rule rejects was held back then too: the rule failed on it at the last publish.
+    dropping = [c for c in checks if c.severity is Severity.DROP and c.row_level]
+    held = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in dropping) or "FALSE"
+    r = rows_before.agg(F.count(F.lit(1)).alias("n"), F.sum(F.expr(f"CASE WHEN {held} THEN 1 ELSE 0 END")).alias("h")).first()
+    live = int(r["n"] or 0)
+    return live, live - int(r["h"] or 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+
+
+def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
+    """Overwrite one gold table; returns (new version, rows written)."""
+    ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
+    current = ref.detail(spark).get("description") or ""
+    if table_comment and current != table_comment:
+        spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('comment' = {spark_string(table_comment)})")
+    version, metrics = ref.last_commit(spark)
+    if metrics.get("numOutputRows") is None:  # the last commit was the comment: count the overwrite's rows
+        rows = ref.read_version(spark, version).count()
+    else:
+        rows = int(metrics["numOutputRows"])
+    return version, rows
+
+
+def _merge_gold(spark, ref: TableRef, source, dropping, schema: TableSchema) -> tuple[int, int]:
+    """MERGE the changed keys' rows into gold: a row whose ``_cdc_seq`` differs replaces
+    gold's, a tombstone or a row a drop check rejects deletes it. Returns (new version, rows
+    gold holds), counted from the table's file statistics (Delta answers a plain count from
+    its log, without reading the rows)."""
+    from pyspark.sql import functions as F
+
+    rejected = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in dropping) or "FALSE"
+    staged = _gold_frame(source, schema, keep_deleted=True).withColumn(
+        "_keep", F.expr(f"NOT _cdc_deleted AND NOT ({rejected})")).drop("_cdc_deleted")
+    cols = [c for c in staged.columns if c != "_keep"]
+    assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
+    on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key)
+    (ref.delta(spark).alias("t").merge(staged.alias("s"), on)
+     .whenMatchedDelete(condition="NOT s._keep")
+     .whenMatchedUpdate(condition="NOT (s._cdc_seq <=> t._cdc_seq)", set=assign)
+     .whenNotMatchedInsert(condition="s._keep", values=assign)
+     .execute())
+    version = ref.latest_version(spark)
+    return version, ref.read_version(spark, version).count()
+
+
+def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_id: str) -> int:
+    from pyspark.sql import functions as F
+
+    ref = lh.quarantine(db, table)
+    out = (frame.withColumnRenamed("_check", "_quarantine_check")
+           .withColumn("_publish_id", F.lit(publish_id))
+           .withColumn("_quarantined_at", F.current_timestamp()))
+    writer = out.write.format("delta").mode("overwrite").option("mergeSchema", "true")
+    if ref.exists(spark):
+        writer = writer.option("replaceWhere", f"_publish_id = '{publish_id}'")
+    ref.save(writer)
+    return int(ref.last_commit(spark)[1].get("numOutputRows", 0))
+
+
+def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
+    """Write one table's quarantine and gold; returns its warnings."""
+    t, outcome = w.publish, w.outcome
+    warnings = [f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
+                for r in outcome.warnings]
+    dropping = outcome.dropping
+    if dropping:
+        with _writing(lh.quarantine(t.db, t.table)):
+            t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(w.frame, dropping), publish_id)
+    gold = lh.gold(t.db, t.table)
+    with _writing(gold):
+        if t.mode == REBUILD:
+            t.gold_version, t.row_count = _write_gold(spark, gold, keep_frame(w.frame, dropping), w.schema.comment)
+        else:
+            t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, dropping, w.schema)
+            faults.point("gold.after_incremental_merge")
+    settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
+    log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
     return warnings
+
+
+# ---------------------------------------------------------------------------------------
+# The publish
 
 
 def run_gold(spark, config: Config, progress=None) -> GoldResult:
@@ -342,39 +521,72 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
     target, states = check_ready(spark, config)
-    pinned, blockers = _pin(spark, lh, states, target)
+    ensure_publish_log(spark, lh)
+    previous = last_published(spark, lh)
+    work, blockers = _plan(spark, config, lh, states, latest_schemas(spark, lh), previous, target)
     if blockers:
         raise not_ready(blockers, target)
-    tables = [pinned[s.name][0] for s in states if s.name in pinned]
-
-    ensure_publish_log(spark, lh)
-    publish_id = _publish_id(target, tables, config)
-    previous = last_published(spark, lh)
+    tables = [w.publish for w in work]
+    publish_id = _publish_id(target, tables, {w.publish.name: w.digest for w in work})
     if tables and all(previous.get(t.name, {}).get("publish_id") == publish_id for t in tables):
         for t in tables:
-            t.gold_version, t.row_count, t.reused = previous[t.name]["gold_version"], previous[t.name]["row_count"], True
+            t.mode, t.gold_version, t.row_count = REUSE, previous[t.name]["gold_version"], previous[t.name]["row_count"]
         gtid, source_time = _position_extras(spark, lh, target)
         return GoldResult(publish_id, "unchanged", target, gtid, source_time, tables)
 
-    results, frames, checks_json = _run_checks(spark, config, lh, pinned, previous, progress)
-    gtid, source_time = _position_extras(spark, lh, target)
-    blocking = [(name, r) for name, o in results.items() for r in o.blocking]
-    if blocking:
-        with _writing(lh.publish_log):
-            append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
-        raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
-                                 f"failed checks: {_describe_blocking(blocking)}")
+    todo = [w for w in work if not w.publish.reused]
+    with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
+        with (progress.task("gold checks", total=len(todo), unit="tables") if progress else _no_task()) as task:
+            for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
+                future.result()
+                if task:
+                    task.advance()
+        checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
+        gtid, source_time = _position_extras(spark, lh, target)
+        blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
+        if blocking:
+            _release(todo)
+            with _writing(lh.publish_log):
+                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
+            raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
+                                     f"failed checks: {_describe_blocking(blocking)}")
 
-    written: list[tuple[TableRef, int | None]] = []
-    try:
-        warnings = _write_tables(spark, lh, tables, pinned, results, frames, previous, publish_id, written)
-        faults.point("gold.before_publish_log")
-        with _writing(lh.publish_log):
-            append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
-    except LakehouseError:
-        _roll_back(spark, written)
-        raise
+        written = [(lh.gold(w.publish.db, w.publish.table), (w.previous or {}).get("gold_version")) for w in todo]
+        # Every commit of the writes says whose it is: a later publish may then MERGE over a
+        # gold table a killed publish moved, and rebuilds over anyone else's write.
+        spark.conf.set(_COMMIT_TAG, f"{WRITER_TAG} {publish_id}")
+        try:
+            warnings = [line for lines in pool.map(lambda w: _write(spark, lh, w, publish_id), todo) for line in lines]
+            checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
+            # A count check settles only once gold is written: a failure undoes the writes.
+            blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
+            if blocking:
+                _roll_back(spark, written)
+                with _writing(lh.publish_log):
+                    append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
+                raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
+                                         f"failed checks: {_describe_blocking(blocking)}")
+            faults.point("gold.before_publish_log")
+            with _writing(lh.publish_log):
+                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
+        except LakehouseError:
+            _roll_back(spark, written)
+            raise
+        finally:
+            spark.conf.unset(_COMMIT_TAG)
+            _release(todo)
     return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings)
+
+
+def _release(work: list[_Work]) -> None:
+    for w in work:
+        if w.source is not None:
+            w.source.unpersist()
+
+
+@contextmanager
+def _no_task() -> Iterator[None]:
+    yield None
 
 
 __all__ = ["GOLD_METADATA_COLUMNS", "GoldResult", "TablePublish", "run_gold"]

@@ -19,22 +19,65 @@ STATUS_PUBLISHED = "published"
 STATUS_FAILED = "failed"
 
 
+# How many of the publish log's latest commits are read for the last publish: each publish
+# attempt is one commit, so the last good one is almost always among them; only a long
+# run of failed attempts makes the whole log be read.
+RECENT_COMMITS = 20
+
+
+_CDF = "delta.enableChangeDataFeed"
+
+
 def ensure_publish_log(spark, lh: Lakehouse) -> None:
-    lh.publish_log.create_if_missing(spark, PUBLISH_LOG_SCHEMA, comment="binlake gold: one row per table per publish (the commit point)")
+    log_ref = lh.publish_log
+    log_ref.create_if_missing(spark, PUBLISH_LOG_SCHEMA, properties={_CDF: "true"},
+                              comment="binlake gold: one row per table per publish (the commit point)")
+    detail = log_ref.detail(spark)
+    if (detail.get("properties") or {}).get(_CDF) != "true":
+        # A publish log from before the change feed was kept: from now on (older commits are
+        # found by a scan, see last_published).
+        spark.sql(f"ALTER TABLE {log_ref.sql} SET TBLPROPERTIES ('{_CDF}' = 'true')")
+    if "silver_rows" not in log_ref.read(spark).columns:
+        # A publish log from before silver_rows: NULL in old rows, so their tables are rebuilt once.
+        spark.sql(f"ALTER TABLE {log_ref.sql} ADD COLUMNS (silver_rows BIGINT)")
 
 
 def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
-    """The latest published publish-log row per table, by ``db.table``."""
+    """The table rows of the latest successful publish, by ``db.table``.
+
+    A publish writes a row for every table of its group, so that one publish holds the last
+    published state of every table; it is found among the log's latest commits."""
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     if not lh.publish_log.exists(spark):
         return {}
-    rows = (lh.publish_log.read(spark).where(F.col("status") == STATUS_PUBLISHED)
-            .groupBy("db", "table").agg(F.max(F.struct("file_index", "pos", "published_at", "publish_id", "gold_version",
-                                                        "silver_version", "row_count", "checks", "binlog_file",
-                                                        "source_time", "gtid")).alias("r"))
-            .collect())
-    return {f"{r['db']}.{r['table']}": r["r"].asDict() for r in rows}
+    latest = lh.publish_log.latest_version(spark)
+    first = max(0, latest - RECENT_COMMITS + 1)
+    for recent in (True, False):
+        if recent:
+            try:
+                feed = lh.publish_log.read_changes(spark, first, latest, inserts_only=False).persist()
+                # Rows deleted or changed since (a repair by hand) make the feed no account of the log.
+                if feed.where(F.col("_change_type") != "insert").limit(1).count():
+                    feed.unpersist()
+                    continue
+                rows = feed
+            except AnalysisException:  # commits from before the feed was kept
+                continue
+        else:
+            rows = lh.publish_log.read(spark)
+        good = rows.where(F.col("status") == STATUS_PUBLISHED)
+        top = good.agg(F.max(F.struct("published_at", "file_index", "pos", "publish_id")).alias("m")).first()["m"]
+        found = [] if top is None else good.where(F.col("publish_id") == top["publish_id"]).drop(
+            "_change_type", "_commit_version", "_commit_timestamp").collect()
+        if recent:
+            rows.unpersist()
+        if found:
+            return {f"{r['db']}.{r['table']}": r.asDict() for r in found}
+        if recent and first == 0:
+            break
+    return {}
 
 
 def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: str | None, source_time: str | None,
@@ -44,7 +87,7 @@ def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: s
 
     rows = [
         (publish_id, t.db, t.table, t.gold_version, t.silver_version, p.file, p.file_index, p.pos, gtid, source_time,
-         t.row_count, checks_json[t.name], status)
+         t.row_count, checks_json[t.name], status, t.silver_rows)
         for t in tables
     ]
     staged = spark.createDataFrame(rows, PUBLISH_LOG_SCHEMA.replace("source_time TIMESTAMP", "source_time STRING")
@@ -52,7 +95,7 @@ def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: s
     df = staged.select(
         "publish_id", "db", "table", "gold_version", "silver_version", "binlog_file", "file_index", "pos", "gtid",
         F.to_timestamp("source_time").alias("source_time"), F.current_timestamp().alias("published_at"),
-        "row_count", "checks", "status",
+        "row_count", "checks", "status", "silver_rows",
     )
     lh.publish_log.save(df.write.format("delta").mode("append"))
 

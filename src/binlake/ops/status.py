@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Mapping
 
 from binlake.bronze.capture import capture_status
@@ -26,6 +26,7 @@ from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
 from binlake.errors import BinlakeError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
+from binlake.ops.continuous import read_state
 
 
 def _plain(value: Any) -> Any:
@@ -156,6 +157,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
 
     Keys: ``generated_at``, ``capture`` (what capture_status reports, or None), ``captured``
     (the change log's last batch), ``lag`` (``bytes``, ``seconds``, ``seconds_basis``),
+    ``continuous`` (the last loop of ``run --continuous``, or None),
     ``warnings``, ``notes``, ``last_publish`` and ``tables`` (one dict per table:
     ``table``, ``silver_position``, ``published_position``, ``publish_id``,
     ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
@@ -181,10 +183,29 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
         "capture": capture,
         "captured": captured,
         "lag": lag,
+        "continuous": _continuous(lh, now),
         "warnings": warnings,
         "notes": notes,
         "last_publish": _last_publish(spark, lh),
         "tables": tables,
+    }
+
+
+def _continuous(lh: Lakehouse, now: datetime) -> dict[str, Any] | None:
+    """What the last ``binlake run --continuous`` process reported after its last loop."""
+    state = read_state(lh)
+    if not state or not state.get("last"):
+        return None
+    last = state["last"]
+    fresh = sorted(state.get("recent_freshness") or [])
+    ended = datetime.fromisoformat(last["started_at"]) + timedelta(seconds=float(last["seconds"]))
+    return {
+        "pid": state.get("pid"), "host": state.get("host"), "started_at": state.get("started_at"),
+        "loops": state.get("loops"), "last_loop": last,
+        "seconds_since_last_loop": round((now - ended).total_seconds(), 1),
+        "freshness_p50_seconds": fresh[len(fresh) // 2] if fresh else None,
+        "freshness_max_seconds": fresh[-1] if fresh else None,
+        "freshness_publishes": len(fresh),
     }
 
 
@@ -237,6 +258,13 @@ def format_status(status: Mapping[str, Any]) -> str:
                      "source position unknown")
     else:
         lines.append("capture: nothing captured yet")
+    cont = status.get("continuous")
+    if cont:
+        last = cont["last_loop"]
+        fresh = (f", freshness median {cont['freshness_p50_seconds']:.1f} s, max {cont['freshness_max_seconds']:.1f} s "
+                 f"over the last {cont['freshness_publishes']} publishes") if cont["freshness_publishes"] else ""
+        lines.append(f"continuous: loop {cont['loops']} ended {cont['seconds_since_last_loop']:,.0f} s ago "
+                     f"({last['seconds']:.1f} s: {last['captured']} changes, gold {last['gold']}){fresh}")
     for w in status.get("warnings") or []:
         lines.append(f"WARNING: {w}")
     for n in status.get("notes") or []:

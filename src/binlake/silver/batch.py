@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from binlake.contract.lakehouse import (
     DATA_OPS,
     DELETE,
-    EMPTYING_OPS,
-    INSERT,
     UPDATE,
     Lakehouse,
     TableRef,
@@ -93,13 +91,13 @@ class TableBatch:
     batch_truncate: tuple | None  # a TRUNCATE-like record in this batch
     emptied: tuple  # sequences of every TRUNCATE-like record that bounds this batch's rows
     chunks: list  # new manifest rows
-    fresh: bool  # created or rebuilt by this run: empty before it
+    fresh: bool  # empty before this run (created or rebuilt by it, or never written)
     pending: bool  # records to MERGE
     change_count: int = 0
     snapshot_rows: int = 0
-    zero_dates: int = 0
     schema_changes: list = field(default_factory=list)
     rebuilt: bool = False  # replaced from a snapshot after an incompatible schema change
+    snapshots_only: bool = False  # no change-log record and no TRUNCATE bounds this batch
 
     @property
     def name(self) -> str:
@@ -130,7 +128,8 @@ def snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
 
 def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
     """Typed records of the batch, before dedup: the table's columns plus ``_cdc_seq``,
-    ``_cdc_op``, ``_cdc_deleted``, ``_cdc_commit_ts`` and ``_prio`` (ties on ``_cdc_seq``)."""
+    ``_cdc_op``, ``_cdc_deleted``, ``_cdc_commit_ts``, ``_prio`` (ties on ``_cdc_seq``) and
+    ``_zero_dates`` (how many zero dates the record's image held)."""
     unified = changes.selectExpr(
         "op",
         "schema_version",
@@ -158,8 +157,10 @@ def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
         records = records.unionByName(p)
 
     typed = [f"{decoder.column_sql(c.name)} AS {quote_ident(c.name)}" for c in schema.columns]
+    # Zero dates become NULL; how many is counted where the records are applied.
+    zero = f"CASE WHEN op = '{DELETE}' THEN 0 ELSE {decoder.zero_dates_sql('img')} END"
     return records.selectExpr(*typed, "seq AS _cdc_seq", "op AS _cdc_op", f"op = '{DELETE}' AS _cdc_deleted",
-                              "commit_ts AS _cdc_commit_ts", "prio AS _prio")
+                              "commit_ts AS _cdc_commit_ts", "prio AS _prio", f"{zero} AS _zero_dates")
 
 
 def logged_changes(schema: TableSchema, decoder: Decoder, changes):
@@ -196,72 +197,71 @@ def _prepare_table(spark, ref: TableRef, history, new_chunks, name: str):
         return target.seq, True, [], True
 
 
-def prepare(spark, lh: Lakehouse, db: str, table: str, cl, cl_start: int | None, new_chunks: list[dict]) -> TableBatch:
+@dataclass(frozen=True)
+class TableNews:
+    """What the change log's new commits hold for one table (one aggregate for all tables)."""
+
+    changes: int = 0  # inserts, updates and deletes
+    updates_deletes: int = 0
+    ddl: int = 0  # DDL, TRUNCATE, DROP, RENAME records
+    emptied: tuple = ()  # the _cdc_seq of each TRUNCATE-like record
+
+    @property
+    def any(self) -> bool:
+        return bool(self.changes or self.ddl)
+
+
+def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_start: int | None,
+            news: TableNews, new_chunks: list[dict]) -> TableBatch:
     """Bring the table's schema up to date and decode its new records; writes no rows.
 
-    ``cl``: the change feed of the change log read by this run (or None), ``cl_start``: the
-    first version new to this table (or None), ``new_chunks``: its new manifest rows.
+    ``history``: its schema versions (:func:`schema_evolution.load_history`); ``cl``: the
+    change feed of the change log read by this run (or None); ``cl_start``: the first version
+    new to this table (or None); ``news``: what those versions hold for it; ``new_chunks``:
+    its new manifest rows.
     """
     from pyspark.sql import functions as F
 
     name = f"{db}.{table}"
     ref = lh.silver(db, table)
-    history = se.load_history(spark, lh, db, table)
     if not history:
         raise NotReadyError(f"{name} has no schema in bronze schema_history yet: run binlake snapshot or capture")
     schema = history[-1].schema
     cutoff, fresh, schema_changes, rebuilt = _prepare_table(spark, ref, history, new_chunks, name)
     decoder = Decoder(schema, se.name_maps(history, schema))
 
-    records = changelog_records(cl, db, table, cl_start) if cl is not None and cl_start is not None else None
-    if records is not None and cutoff is not None:
-        records = records.where(F.expr(f"{CHANGELOG_SEQ_SQL} >= {seq_literal(cutoff)}"))
+    records = None
+    if cl is not None and cl_start is not None and news.changes:
+        records = changelog_records(cl, db, table, cl_start).where(F.col("op").isin(*DATA_OPS))
+        if cutoff is not None:
+            records = records.where(F.expr(f"{CHANGELOG_SEQ_SQL} >= {seq_literal(cutoff)}"))
     if cutoff is not None:
         new_chunks = [c for c in new_chunks if c["schema_version"] == history[-1].version]
 
-    stored_truncate = parse_seq(se.table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY))
-    truncated, batch_truncate, emptied = stored_truncate, None, ()
-    changes = None
-    counts = {"n": 0, "ud": 0, "t": [], "z": 0}
-    if records is not None:
-        changes = records.where(F.col("op").isin(*DATA_OPS))
-        # TRUNCATE, DROP TABLE and a RENAME away or into this name all end every older row.
-        emptying = ", ".join(f"'{op}'" for op in EMPTYING_OPS)
-        data = ", ".join(f"'{op}'" for op in DATA_OPS)
-        agg = records.where(F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)).selectExpr(
-            f"coalesce(sum(CASE WHEN op IN ({data}) THEN 1 ELSE 0 END), 0) AS n",
-            f"coalesce(sum(CASE WHEN op IN ('{UPDATE}', '{DELETE}') THEN 1 ELSE 0 END), 0) AS ud",
-            f"collect_list(CASE WHEN op IN ({emptying}) THEN {CHANGELOG_SEQ_SQL} END) AS t",
-            f"coalesce(sum(CASE WHEN op IN ('{INSERT}', '{UPDATE}') THEN {decoder.zero_dates_sql('after')} ELSE 0 END), 0) AS z",
-        ).first()
-        counts = {"n": agg["n"], "ud": agg["ud"], "t": agg["t"] or [], "z": agg["z"]}
-        # pos is where the statement's event ends: a snapshot whose low watermark is that
-        # same position was read after it, and its rows, at (lw, -1), must outlive it. So the
-        # boundary sorts just below them; no row event ends at a DDL statement's position.
-        bounds = sorted((t["file_index"], t["pos"], DERIVED_ROW) for t in counts["t"])
-        if bounds:
-            batch_truncate = bounds[-1]
-            truncated = max(truncated or batch_truncate, batch_truncate)
-        emptied = tuple(bounds)
-    if stored_truncate is not None:
-        emptied = tuple(sorted({*emptied, stored_truncate}))
+    detail = {} if fresh else ref.detail(spark)
+    stored_truncate = parse_seq((detail.get("properties") or {}).get(se.TRUNCATED_SEQ_PROPERTY))
+    # pos is where the statement's event ends: a snapshot whose low watermark is that same
+    # position was read after it, and its rows, at (lw, -1), must outlive it. So the boundary
+    # sorts just below them; no row event ends at a DDL statement's position.
+    bounds = sorted((t["file_index"], t["pos"], DERIVED_ROW) for t in news.emptied
+                    if cutoff is None or (t["file_index"], t["pos"], DERIVED_ROW) >= cutoff)
+    batch_truncate = bounds[-1] if bounds else None
+    truncated = max(stored_truncate or batch_truncate, batch_truncate) if batch_truncate else stored_truncate
+    emptied = tuple(sorted({*bounds, *([stored_truncate] if stored_truncate else [])}))
 
     snaps = snapshot_records(spark, lh, new_chunks) if new_chunks else None
-    snap_count, snap_zero = 0, 0
-    if snaps is not None:
-        s = snaps.selectExpr("count(*) AS n", f"coalesce(sum({decoder.zero_dates_sql('`row`')}), 0) AS z").first()
-        snap_count, snap_zero = s["n"], s["z"]
-
-    if changes is None:
-        changes = spark.createDataFrame(
+    if records is None:
+        records = spark.createDataFrame(
             [], "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
                 "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP")
     return TableBatch(
         db=db, table=table, ref=ref, schema=schema,
-        records=batch_records(schema, decoder, changes, snaps),
-        changes=logged_changes(schema, decoder, changes) if counts["ud"] else None,
-        truncated=truncated, batch_truncate=batch_truncate, emptied=emptied, chunks=new_chunks, fresh=fresh,
-        pending=bool(counts["n"]) or bool(snap_count),
-        change_count=int(counts["n"]), snapshot_rows=int(snap_count),
-        zero_dates=int(counts["z"] or 0) + int(snap_zero or 0), schema_changes=schema_changes, rebuilt=rebuilt,
+        records=batch_records(schema, decoder, records, snaps),
+        changes=logged_changes(schema, decoder, records) if news.updates_deletes else None,
+        truncated=truncated, batch_truncate=batch_truncate, emptied=emptied, chunks=new_chunks,
+        fresh=fresh or int(detail.get("numFiles") or 0) == 0,
+        pending=bool(news.changes) or bool(new_chunks),
+        change_count=news.changes, snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
+        schema_changes=schema_changes, rebuilt=rebuilt,
+        snapshots_only=not news.changes and stored_truncate is None and not bounds,
     )

@@ -154,7 +154,7 @@ def derived_records(changes, schema):
     key it left (a cascaded delete, or a cascaded update of key columns)."""
     cols = [c.name for c in schema.columns]
     moved = " OR ".join(f"NOT ({quote_ident(old(k))} <=> {quote_ident(new(k))})" for k in schema.key)
-    meta = ["seq AS _cdc_seq", "ts AS _cdc_commit_ts", f"{PRIO_DERIVED} AS _prio"]
+    meta = ["seq AS _cdc_seq", "ts AS _cdc_commit_ts", f"{PRIO_DERIVED} AS _prio", "0 AS _zero_dates"]
     after = changes.where(f"kind = '{UPDATE}'").selectExpr(
         *[f"{quote_ident(new(c))} AS {quote_ident(c)}" for c in cols], *meta, f"'{UPDATE}' AS _cdc_op",
         "false AS _cdc_deleted")

@@ -39,11 +39,16 @@ class Applied:
     cascaded: int = 0
     truncated: int = 0
     reconciled: int = 0
+    zero_dates: int = 0
+    bulk_loaded: bool = False
 
 
 def apply(spark, batch: TableBatch, derived=None, floors=None) -> Applied:
-    """MERGE the batch and the changes foreign-key actions derived for it (``derived``, or
-    None), then the tombstones of TRUNCATE and completed chunks."""
+    """Apply the batch and the changes foreign-key actions derived for it (``derived``, or
+    None): a bulk load when it can, else the MERGE and the tombstones of TRUNCATE and
+    completed chunks."""
+    if derived is None and bulk_loadable(batch):
+        return bulk_load(spark, batch)
     out = Applied()
     records = batch.records
     if derived is not None:
@@ -51,12 +56,43 @@ def apply(spark, batch: TableBatch, derived=None, floors=None) -> Applied:
         out.cascaded = derived.count()
     if batch.pending or derived is not None:
         source = latest_per_key(records, batch.schema, batch.truncated)
-        m = merge_into_silver(spark, batch.ref, batch.schema, source)
-        out.merged = m.get("numTargetRowsInserted", 0) + m.get("numTargetRowsUpdated", 0)
+        m, out.zero_dates = merge_into_silver(spark, batch.ref, batch.schema, source)
+        out.merged = m.get("num_inserted_rows", 0) + m.get("num_updated_rows", 0)
     if batch.batch_truncate is not None:
         out.truncated = apply_truncate(spark, batch.ref, batch.truncated)
     out.reconciled = reconcile_chunks(spark, batch.ref, batch.schema, batch.chunks, floors)
     return out
+
+
+def bulk_loadable(batch: TableBatch) -> bool:
+    """A table's first load: an empty silver table, and a batch of one snapshot's chunks, each
+    with one committed attempt, and nothing else (no change-log record, no TRUNCATE bound).
+    Every key is then in exactly one chunk read once, so there is nothing to dedup, nothing
+    newer to lose to and nothing to tombstone."""
+    if not (batch.fresh and batch.snapshots_only and batch.chunks):
+        return False
+    chunk_ids = [(c["snapshot_id"], c["chunk_id"]) for c in batch.chunks]
+    return len({sid for sid, _ in chunk_ids}) == 1 and len(set(chunk_ids)) == len(chunk_ids)
+
+
+def bulk_load(spark, batch: TableBatch) -> Applied:
+    """Append the typed snapshot rows: one read of bronze, one decode, one write.
+
+    A run killed after the append finds the table no longer empty and MERGEs the same rows,
+    which changes nothing (none is newer than itself)."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    columns = [quote_ident(c.name) for c in batch.schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted",
+                                                                      "_cdc_commit_ts"]
+    counted = Observation("binlake_bulk_load")
+    rows = (batch.records.observe(counted, F.count(F.lit(1)).alias("rows"), F.sum("_zero_dates").alias("zero"))
+            .selectExpr(*columns))
+    batch.ref.save(rows.write.format("delta").mode("append"))
+    faults.point("silver.after_bulk_load")
+    got = counted.get
+    log.info("silver %s: bulk load of %s snapshot rows", batch.name, got.get("rows"))
+    return Applied(merged=int(got.get("rows") or 0), zero_dates=int(got.get("zero") or 0), bulk_loaded=True)
 
 
 def latest_per_key(records, schema: TableSchema, truncated: tuple | None):
@@ -83,7 +119,7 @@ def _is_numeric(spark_type: str) -> bool:
     return t.startswith(("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE"))
 
 
-def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS) -> list[tuple]:
+def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS, bounds: tuple | None = None) -> list[tuple]:
     """Closed intervals ``[(lo, hi), ...]`` that hold every value of ``column`` in ``df``.
 
     One interval, the batch's min and max, can span a whole table: a typical batch updates
@@ -95,11 +131,12 @@ def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS)
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    bounds = df.agg(F.min(F.col(column)).alias("lo"), F.max(F.col(column)).alias("hi")).first()
-    if bounds["lo"] is None:
+    lo, hi = bounds if bounds is not None else tuple(
+        df.agg(F.min(F.col(column)).alias("lo"), F.max(F.col(column)).alias("hi")).first())
+    if lo is None:
         return []
-    if not numeric or most < 2 or bounds["lo"] == bounds["hi"]:
-        return [(bounds["lo"], bounds["hi"])]
+    if not numeric or most < 2 or lo == hi:
+        return [(lo, hi)]
     keys = df.select(F.col(column).alias("k")).distinct()
     # Doubles for the gap only: it ranks the cuts, while the bounds keep the exact values
     # (and BIGINT differences near 2^63 would overflow under ANSI mode).
@@ -108,20 +145,23 @@ def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS)
             .withColumn("gap", F.col("k").cast("double") - F.col("below").cast("double"))
             .orderBy(F.col("gap").desc()).limit(most - 1).collect())
     cuts = sorted((r["k"], r["below"]) for r in gaps)
-    out, lo = [], bounds["lo"]
+    out = []
     for k, below in cuts:
         out.append((lo, below))
         lo = k
-    out.append((lo, bounds["hi"]))
+    out.append((lo, hi))
     return out
 
 
-def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict[str, int]:
-    """The idempotent MERGE: newer sequence wins, absent keys are inserted, nothing is deleted."""
-    cols = [c.name for c in schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts"]
-    assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
+def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tuple[dict[str, int], int]:
+    """The idempotent MERGE: newer sequence wins, absent keys are inserted, nothing is deleted.
+
+    Returns Delta's metrics (``num_inserted_rows``, ``num_updated_rows``, ...) and how many
+    zero dates the source's rows held (``_zero_dates``)."""
     from pyspark.sql import functions as F
 
+    cols = [c.name for c in schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts"]
+    assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
     on = F.expr(" AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key))
     # Delta prunes target files only by predicates on the target alone: bounding the
     # leading key column by the batch's own key intervals lets the clustered layout skip
@@ -129,25 +169,26 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> dict
     first = schema.key[0]
     typ = schema.column(first).spark_type
     source = source.persist()
-    intervals = key_intervals(source, quote_ident(first), numeric=_is_numeric(typ))
-    if intervals:
-        tk = F.col(f"t.{quote_ident(first)}")
-        inside = [(tk >= F.lit(lo).cast(typ)) & (tk <= F.lit(hi).cast(typ)) for lo, hi in intervals]
-        on = on & functools.reduce(lambda a, b: a | b, inside)
-
-    def run():
-        (ref.delta(spark).alias("t").merge(source.alias("s"), on)
-         .whenMatchedUpdate(condition="s._cdc_seq > t._cdc_seq", set=assign)
-         .whenNotMatchedInsert(values=assign)
-         .execute())
-
-    before = ref.latest_version(spark)
     try:
+        stats = source.agg(F.min(F.col(quote_ident(first))).alias("lo"), F.max(F.col(quote_ident(first))).alias("hi"),
+                           F.coalesce(F.sum("_zero_dates"), F.lit(0)).alias("zero")).first()
+        intervals = key_intervals(source, quote_ident(first), numeric=_is_numeric(typ), bounds=(stats["lo"], stats["hi"]))
+        if intervals:
+            tk = F.col(f"t.{quote_ident(first)}")
+            inside = [(tk >= F.lit(lo).cast(typ)) & (tk <= F.lit(hi).cast(typ)) for lo, hi in intervals]
+            on = on & functools.reduce(lambda a, b: a | b, inside)
+
+        def run():
+            return (ref.delta(spark).alias("t").merge(source.alias("s"), on)
+                    .whenMatchedUpdate(condition="s._cdc_seq > t._cdc_seq", set=assign)
+                    .whenNotMatchedInsert(values=assign)
+                    .execute().first())
+
         faults.point("silver.before_merge")
-        with_retry(f"MERGE into {ref}", run)
+        metrics = with_retry(f"MERGE into {ref}", run)
     finally:
         source.unpersist()
-    return ref.last_commit(spark, since=before)[1]
+    return {k: int(v or 0) for k, v in metrics.asDict().items()}, int(stats["zero"] or 0)
 
 
 def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dict],

@@ -33,11 +33,21 @@ from datetime import datetime, timezone
 
 from binlake import faults
 from binlake.config import Config
-from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse, ProgressRow
-from binlake.contract.position import BinlogPosition
+from binlake.contract.lakehouse import (
+    DATA_OPS,
+    DDL_OPS,
+    DELETE,
+    EMPTYING_OPS,
+    HEARTBEAT_OP,
+    UPDATE,
+    Lakehouse,
+    ProgressRow,
+)
+from binlake.contract.position import CHANGELOG_SEQ_SQL, BinlogPosition
 from binlake.errors import NotReadyError, SchemaChangeError
-from binlake.silver.batch import TableBatch, prepare
-from binlake.silver.cascade import CascadeTable, derive
+from binlake.silver import schema_evolution as se
+from binlake.silver.batch import TableBatch, TableNews, prepare
+from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
 
@@ -64,6 +74,7 @@ class TableResult:
     schema_changes: list[str] = field(default_factory=list)
     error: str | None = None
     recreated: bool = False
+    bulk_loaded: bool = False
 
 
 @dataclass
@@ -72,6 +83,7 @@ class SilverResult:
 
     tables: list[TableResult]
     applied: BinlogPosition | None = None  # the change log is applied up to here
+    untouched: int = 0  # tables with nothing new: not read, not written
 
     @property
     def failed(self) -> list[TableResult]:
@@ -85,8 +97,11 @@ class SilverResult:
 
     def summary(self) -> str:
         where = str(self.applied) if self.applied else "no heartbeat yet"
-        lines = [f"silver: {len(self.tables)} table(s), change log applied up to {where}"]
+        idle = f" ({self.untouched} with nothing new)" if self.untouched else ""
+        lines = [f"silver: {len(self.tables)} table(s){idle}, change log applied up to {where}"]
         for t in self.tables:
+            if not (t.error or t.changes or t.snapshot_rows or t.merged or t.cascaded or t.schema_changes):
+                continue
             if t.error:
                 lines.append(f"  {t.name}: STOPPED: {t.error}")
                 continue
@@ -96,8 +111,9 @@ class SilverResult:
                     (t.zero_dates, "zero dates -> NULL"), (len(t.schema_changes), "schema changes"),
                 ) if n
             )
+            how = "bulk-loaded" if t.bulk_loaded else "merged"
             lines.append(f"  {t.name}: {t.changes} changes, {t.snapshot_rows} snapshot rows in {t.chunks} chunks, "
-                         f"{t.merged} rows merged{extra}")
+                         f"{t.merged} rows {how}{extra}")
         return "\n".join(lines)
 
 
@@ -109,9 +125,10 @@ class NewBronze:
     chunks_end: int
     changelog_start: dict  # (db, table) -> first change-log version new to it, or None
     chunks_start: dict  # (db, table) -> first manifest version new to it, or None
-    changes: object | None  # the change log's feed from the smallest start (persisted), or None
-    heartbeats: list  # per change-log commit: its largest heartbeat
-    manifest: list[dict]  # new manifest rows
+    changes: object | None = None  # the change log's feed from the smallest start (persisted), or None
+    news: dict = field(default_factory=dict)  # (db, table) -> TableNews, for tables with new records
+    applied: BinlogPosition | None = None  # the largest heartbeat among the new commits
+    manifest: list = field(default_factory=list)  # new manifest rows
 
     def chunks_of(self, db: str, table: str) -> list[dict]:
         start = self.chunks_start[(db, table)]
@@ -119,17 +136,13 @@ class NewBronze:
             return []
         return [c for c in self.manifest if c["_commit_version"] >= start and c["db"] == db and c["table"] == table]
 
-    def applied_position(self, db: str, table: str) -> BinlogPosition | None:
-        """The largest heartbeat among the table's new change-log commits."""
-        start = self.changelog_start[(db, table)]
-        beats = [h["hb"] for h in self.heartbeats if start is not None and h["_commit_version"] >= start]
-        if not beats:
-            return None
-        top = max(beats, key=lambda h: (h["file_index"], h["pos"]))
-        return BinlogPosition(top["binlog_file"], int(top["pos"]))
+    def touches(self, db: str, table: str) -> bool:
+        return (db, table) in self.news or bool(self.chunks_of(db, table))
 
 
 def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[str, str]]) -> NewBronze:
+    """The new commits of the change log and the manifest, summed up per table in one pass:
+    a table with nothing new costs no Spark job after this."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -143,18 +156,52 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
         return start if start <= end else None
 
     new = NewBronze(cl_end, ch_end, {t: next_version(t, "changelog_version", cl_end) for t in tables},
-                    {t: next_version(t, "chunks_version", ch_end) for t in tables}, None, [], [])
-    starts = [s for s in new.changelog_start.values() if s is not None]
+                    {t: next_version(t, "chunks_version", ch_end) for t in tables})
+    starts = {t: s for t, s in new.changelog_start.items() if s is not None}
     if starts:
-        new.changes = lh.changelog.read_changes(spark, min(starts), cl_end).persist(StorageLevel.MEMORY_AND_DISK)
-        new.heartbeats = (new.changes.where(F.col("op") == HEARTBEAT_OP)
-                          .groupBy("_commit_version")
-                          .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb"))
-                          .collect())
+        new.changes = lh.changelog.read_changes(spark, min(starts.values()), cl_end).persist(StorageLevel.MEMORY_AND_DISK)
+        # Commits append heartbeats in binlog order, so the newest one is the largest.
+        top = (new.changes.where(F.col("op") == HEARTBEAT_OP)
+               .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb")).first()["hb"])
+        new.applied = BinlogPosition(top["binlog_file"], int(top["pos"])) if top else None
+        firsts = spark.createDataFrame([(db, t, v) for (db, t), v in sorted(starts.items())],
+                                       "db STRING, `table` STRING, _first BIGINT")
+        data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
+        for r in (new.changes.join(F.broadcast(firsts), ["db", "table"])
+                  .where("_commit_version >= _first")
+                  .groupBy("db", "table")
+                  .agg(F.expr(f"count_if(op IN ({data}))").alias("changes"),
+                       F.expr(f"count_if(op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
+                       F.expr(f"count_if(op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
+                       F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {CHANGELOG_SEQ_SQL} END)").alias("emptied"))
+                  .collect()):
+            news = TableNews(int(r["changes"]), int(r["updates_deletes"]), int(r["ddl"]), tuple(r["emptied"] or ()))
+            if news.any:
+                new.news[(r["db"], r["table"])] = news
     ch_starts = [s for s in new.chunks_start.values() if s is not None]
     if ch_starts:
         new.manifest = [r.asDict() for r in lh.snapshot_chunks.read_changes(spark, min(ch_starts), ch_end).collect()]
     return new
+
+
+def _in_list(values) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+def _to_prepare(new: NewBronze, histories: dict, tables: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The tables with new records, and the tables foreign-key actions can reach from them."""
+    touched = {t for t in tables if new.touches(*t)}
+    schemas = {f"{db}.{t}": h[-1].schema for (db, t), h in histories.items() if (db, t) in set(tables) and h}
+    links = links_between(schemas)
+    # Actions start at a parent's logged update or delete, and derived changes go on down.
+    reach = {f"{db}.{t}" for (db, t), n in new.news.items() if n.updates_deletes}
+    while True:
+        more = {link.child for link in links if link.parent in reach} - reach
+        if not more:
+            break
+        reach |= more
+    touched |= {tuple(name.split(".", 1)) for name in reach if any(link.child == name for link in links)}
+    return sorted(t for t in touched if t in set(tables))
 
 
 def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, tuple[int, int]]:
@@ -169,16 +216,11 @@ def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, 
     return {r["snapshot_id"]: (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) for r in rows}
 
 
-def _captured_tables(spark, lh: Lakehouse, config: Config) -> list[tuple[str, str]]:
-    rows = lh.schema_history.read(spark).select("db", "table").distinct().collect()
-    return sorted((r["db"], r["table"]) for r in rows if config.source.captures(r["db"], r["table"]))
-
-
-def _progress_row(spark, new: NewBronze, batch: TableBatch, previous: ProgressRow | None, now) -> ProgressRow:
-    key = (batch.db, batch.table)
-    applied = new.applied_position(batch.db, batch.table)
+def _progress_row(new: NewBronze, key: tuple[str, str], previous: ProgressRow | None, now,
+                  silver_version: int | None, zero_dates: int = 0) -> ProgressRow:
+    applied = new.applied if new.changelog_start[key] is not None else None
     return ProgressRow(
-        db=batch.db, table=batch.table,
+        db=key[0], table=key[1],
         changelog_version=new.changelog_end if new.changelog_start[key] is not None else (
             previous.changelog_version if previous else None),
         chunks_version=new.chunks_end if new.chunks_start[key] is not None else (
@@ -186,9 +228,9 @@ def _progress_row(spark, new: NewBronze, batch: TableBatch, previous: ProgressRo
         applied_file=applied.file if applied else (previous.applied_file if previous else None),
         applied_file_index=applied.file_index if applied else (previous.applied_file_index if previous else None),
         applied_pos=applied.pos if applied else (previous.applied_pos if previous else None),
-        zero_dates=(int(previous.zero_dates or 0) if previous else 0) + batch.zero_dates,
+        zero_dates=(int(previous.zero_dates or 0) if previous else 0) + zero_dates,
         updated_at=now,
-        silver_version=batch.ref.latest_version(spark),
+        silver_version=silver_version,
     )
 
 
@@ -207,8 +249,11 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
             raise NotReadyError(f"{what} does not exist at {ref}: run binlake snapshot or binlake capture first")
 
     previous = read_progress(spark, lh)
-    tables = _captured_tables(spark, lh, config)
+    histories = se.load_histories(spark, lh)
+    tables = sorted(t for t in histories if config.source.captures(*t))
     new = _read_new_bronze(spark, lh, previous, tables)
+    # A table new to silver is prepared even with nothing to apply: that creates its table.
+    work = sorted(set(_to_prepare(new, histories, tables)) | {t for t in tables if t not in previous})
     floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in new.manifest})
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in tables}
@@ -216,33 +261,37 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     def prepare_one(db: str, table: str) -> TableBatch | None:
         res = results[f"{db}.{table}"]
         try:
-            batch = prepare(spark, lh, db, table, new.changes, new.changelog_start[(db, table)], new.chunks_of(db, table))
+            history = se.load_history(spark, lh, db, table, histories)
+            batch = prepare(spark, lh, db, table, history, new.changes, new.changelog_start[(db, table)],
+                            new.news.get((db, table), TableNews()), new.chunks_of(db, table))
         except (SchemaChangeError, NotReadyError) as exc:
             res.error = str(exc)
             log.error("%s", exc)
             return None
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
-        res.zero_dates, res.schema_changes, res.recreated = batch.zero_dates, batch.schema_changes, batch.rebuilt
+        res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
         return batch
 
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
         done = apply(spark, batch, derived, floors)
         res = results[batch.name]
         res.merged, res.cascaded, res.truncated, res.reconciled = done.merged, done.cascaded, done.truncated, done.reconciled
-        return _progress_row(spark, new, batch, previous.get((batch.db, batch.table)), now)
+        res.zero_dates, res.bulk_loaded = done.zero_dates, done.bulk_loaded
+        key = (batch.db, batch.table)
+        return _progress_row(new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates)
 
     rows: list[ProgressRow] = []
     try:
         with ExitStack() as stack:
-            task = stack.enter_context(progress.task("silver", len(tables), "tables")) if progress is not None else None
+            task = stack.enter_context(progress.task("silver", len(work), "tables")) if progress is not None else None
             # Every write is conditional on _cdc_seq: a failure in one table leaves the others
             # correct, and the progress rows are written only when all have finished.
-            pool = stack.enter_context(ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(tables))),
+            pool = stack.enter_context(ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))),
                                                           thread_name_prefix="silver"))
-            prepared = [pool.submit(prepare_one, db, table) for db, table in tables]
+            prepared = [pool.submit(prepare_one, db, table) for db, table in work]
             batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
             if task:
-                task.advance(len(tables) - len(batches))  # stopped tables
+                task.advance(len(work) - len(batches))  # stopped tables
 
             # Foreign-key actions become records of the child tables, derived before any
             # table is merged, from silver as the last completed run left it.
@@ -258,13 +307,19 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
                     task.advance()
             rows = [f.result() for f in futures]  # re-raises an unexpected failure, after the others ended
 
+        # Tables with nothing new move their progress forward without being touched.
+        stopped = {tuple(r.name.split(".", 1)) for r in results.values() if r.error}
+        done = {(r.db, r.table) for r in rows}
+        rows += [_progress_row(new, t, previous.get(t), now, previous[t].silver_version)
+                 for t in tables if t not in done and t not in stopped and t in previous]
         faults.point("silver.before_progress")
-        write_progress(spark, lh, rows)
+        if new.changes is not None or new.manifest or done:  # else nothing moved: no commit
+            write_progress(spark, lh, rows)
     finally:
         if new.changes is not None:
             new.changes.unpersist()
     positions = [BinlogPosition(r.applied_file, r.applied_pos) for r in rows if r.applied_file]
-    result = SilverResult(list(results.values()), max(positions) if positions else None)
+    result = SilverResult(list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work))
     failed = result.failed
     if failed:
         # The CLI prints only the error line; the per-table summary goes to the log.

@@ -54,20 +54,27 @@ class HistoryEntry:
         return (self.file_index or 0, self.pos or 0, -1)
 
 
-def load_history(spark, lh, db: str, table: str) -> list[HistoryEntry]:
-    """The table's schema versions in binlog order."""
-    from pyspark.sql import functions as F
+def load_histories(spark, lh) -> dict[tuple[str, str], list[HistoryEntry]]:
+    """Every table's schema versions in binlog order, from one read of schema_history (a few
+    rows per table)."""
+    rows = lh.schema_history.read(spark).select(
+        "db", "table", "schema_version", "file_index", "pos", "ddl", "schema_json", "recorded_at").collect()
+    by_table: dict[tuple[str, str], list] = {}
+    for r in rows:
+        by_table.setdefault((r["db"], r["table"]), []).append(r)
+    out = {}
+    for key, entries in by_table.items():
+        entries.sort(key=lambda r: (r["file_index"] is not None, r["file_index"] or 0, r["pos"] is not None,
+                                    r["pos"] or 0, r["recorded_at"]))
+        out[key] = [HistoryEntry(TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"],
+                                 r["ddl"]) for r in entries]
+    return out
 
-    rows = (
-        lh.schema_history.read(spark)
-        .where((F.col("db") == db) & (F.col("table") == table))
-        .orderBy(F.col("file_index").asc_nulls_first(), F.col("pos").asc_nulls_first(), F.col("recorded_at").asc())
-        .collect()
-    )
-    entries = [
-        HistoryEntry(TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"], r["ddl"])
-        for r in rows
-    ]
+
+def load_history(spark, lh, db: str, table: str, histories: dict | None = None) -> list[HistoryEntry]:
+    """The table's schema versions in binlog order, with the DDL texts renames need
+    (``histories``: what :func:`load_histories` returned, to save reading it again)."""
+    entries = (histories if histories is not None else load_histories(spark, lh)).get((db, table), [])
     return _with_ddl_texts(spark, lh, db, table, entries)
 
 

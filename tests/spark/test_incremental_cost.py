@@ -1,0 +1,195 @@
+"""Cost follows the changes, not the tables (docs/architecture.md, "Cost"): a table with
+nothing new costs silver and gold no Spark job, no Delta read and no commit; a table's first
+load is a bulk append; gold merges what changed in silver instead of rewriting the table."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
+
+from binlake.config import load_config_text
+from binlake.contract.types import Kind
+from binlake.gold.publish import run_gold
+from binlake.silver.run import run_silver
+
+
+def t(i: int):
+    return table(f"shop.t{i}", [col("id"), col("v", Kind.STRING), col("n")])
+
+
+def lakehouse(spark, path, tables: int) -> Bronze:
+    """``tables`` tables of three rows each, applied to silver and published to gold once."""
+    b = Bronze(spark, path)
+    for i in range(tables):
+        b.schema(t(i))
+    b.commit(*[b.insert(t(i), (1, 100 + i, r), id=r, v=f"v{r}", n=r) for i in range(tables) for r in range(3)])
+    run_silver(spark, b.config)
+    run_gold(spark, b.config)
+    return b
+
+
+def jobs(spark, step) -> int:
+    """Spark jobs that ``step()`` ran."""
+    tracker = spark.sparkContext.statusTracker()
+    before = set(tracker.getJobIdsForGroup())
+    step()
+    return len(set(tracker.getJobIdsForGroup()) - before)
+
+
+def versions(b: Bronze, spark, names) -> dict:
+    return {n: b.lh.silver("shop", n).latest_version(spark) for n in names}
+
+
+def test_tables_with_nothing_new_cost_silver_and_gold_no_spark_job(spark, tmp_path):
+    small, large = lakehouse(spark, tmp_path / "one", 1), lakehouse(spark, tmp_path / "six", 6)
+    costs = {}
+    for name, b in (("one", small), ("six", large)):
+        b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}))
+        idle_before = versions(b, spark, [f"t{i}" for i in range(1, 6)]) if name == "six" else {}
+        costs[name] = (jobs(spark, lambda b=b: run_silver(spark, b.config)), jobs(spark, lambda b=b: run_gold(spark, b.config)))
+        if name == "six":
+            assert versions(b, spark, [f"t{i}" for i in range(1, 6)]) == idle_before  # not written either
+        assert b.lh.gold("shop", "t0").read(spark).where("id = 1").first()["v"] == "changed"
+    assert costs["one"][0] > 0 and costs["one"][1] > 0
+    assert costs["six"] == costs["one"], f"five idle tables added Spark jobs (silver, gold): {costs}"
+
+
+def test_a_run_with_nothing_new_commits_nothing(spark, tmp_path):
+    b = lakehouse(spark, tmp_path / "lh", 2)
+    tables = [b.lh.silver_progress, b.lh.silver("shop", "t0"), b.lh.gold("shop", "t0"), b.lh.publish_log]
+    before = [ref.latest_version(spark) for ref in tables]
+
+    silver = run_silver(spark, b.config)
+    gold = run_gold(spark, b.config)
+
+    assert [ref.latest_version(spark) for ref in tables] == before
+    assert silver.untouched == 2 and gold.status == "unchanged"
+
+
+def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path):
+    b = Bronze(spark, tmp_path / "lh")
+    b.schema(t(0))
+    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(5)], lw=(1, 50), start=None, end=[5], chunk_id=0)
+    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(5, 8)], lw=(1, 60), start=[5], end=None, chunk_id=1)
+    b.commit(heartbeat=(1, 70))
+
+    result = run_silver(spark, b.config)
+
+    assert result.table("shop.t0").bulk_loaded and result.table("shop.t0").merged == 8
+    history = b.lh.silver("shop", "t0").delta(spark).history().select("operation").collect()
+    assert "MERGE" not in {r["operation"] for r in history}
+    rows = b.lh.silver("shop", "t0").read(spark).orderBy("id").collect()
+    assert [(r["id"], r["_cdc_seq"]["pos"], r["_cdc_seq"]["row"], r["_cdc_op"]) for r in rows][:1] == [(0, 50, -1, "snapshot")]
+    assert len(rows) == 8 and not any(r["_cdc_deleted"] for r in rows)
+
+
+@pytest.mark.parametrize("why", ["a change-log record", "two attempts of one chunk"])
+def test_anything_unusual_takes_the_merge_path(spark, tmp_path, why):
+    b = Bronze(spark, tmp_path / "lh")
+    b.schema(t(0))
+    b.chunk(t(0), [{"id": 1, "v": "old", "n": 1}], lw=(1, 50), chunk_id=0)
+    if why == "a change-log record":
+        b.commit(b.update(t(0), (1, 60, 0), {"id": 1, "v": "old", "n": 1}, {"id": 1, "v": "new", "n": 1}))
+    else:
+        b.chunk(t(0), [{"id": 1, "v": "new", "n": 1}], lw=(1, 60), chunk_id=0, attempt_id="a2")
+        b.commit(heartbeat=(1, 70))
+
+    result = run_silver(spark, b.config)
+
+    assert not result.table("shop.t0").bulk_loaded
+    assert [(r["id"], r["v"]) for r in b.lh.silver("shop", "t0").read(spark).collect()] == [(1, "new")]
+
+
+class Killed(BaseException):
+    """Stands in for kill -9 at a fault point: nothing of binlake's error handling runs."""
+
+
+def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypatch):
+    from binlake import faults
+
+    b = Bronze(spark, tmp_path / "lh")
+    b.schema(t(0))
+    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(4)], lw=(1, 50), chunk_id=0)
+    b.commit(heartbeat=(1, 70))
+
+    def kill_after_append(name):
+        if name == "silver.after_bulk_load":
+            raise Killed(name)
+
+    monkeypatch.setattr(faults, "point", kill_after_append)
+    with pytest.raises(Killed):
+        run_silver(spark, b.config)
+    monkeypatch.undo()
+
+    again = run_silver(spark, b.config)  # the table is no longer empty: the same rows are MERGEd
+
+    assert not again.table("shop.t0").bulk_loaded and again.table("shop.t0").merged == 0
+    assert sorted(r["id"] for r in b.lh.silver("shop", "t0").read(spark).collect()) == [0, 1, 2, 3]
+
+
+def test_gold_merges_what_changed_in_silver(spark, tmp_path):
+    b = lakehouse(spark, tmp_path / "lh", 1)
+    first = b.lh.gold("shop", "t0").latest_version(spark)
+    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
+             b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2),
+             b.insert(t(0), (2, 10, 2), id=9, v="new", n=9))
+    run_silver(spark, b.config)
+
+    result = run_gold(spark, b.config)
+
+    [t0] = result.tables
+    assert t0.mode == "incremental" and t0.row_count == 3 and t0.silver_rows == 3
+    ops = b.lh.gold("shop", "t0").delta(spark).history(t0.gold_version - first).select("operation").collect()
+    assert {r["operation"] for r in ops} == {"MERGE"}
+    assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [
+        (0, "v0"), (1, "changed"), (9, "new")]
+    logged = b.lh.publish_log.read(spark).where(f"publish_id = '{result.publish_id}'").first()
+    assert all(c["success"] for c in json.loads(logged["checks"])["results"])
+
+
+def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_incremental_publishes(spark, tmp_path):
+    b = lakehouse(spark, tmp_path / "lh", 1)
+    doc = {"source": {"host": "127.0.0.1", "port": 3306, "user": "cdc", "password": "pw", "server_id": 77,
+                      "tables": ["shop.*"]},
+           "lakehouse": {"path": b.config.lakehouse.path},
+           "gold": {"checks": {"shop.t0": [{"column": "n", "between": [0, 10], "severity": "drop"}]}}}
+    checked = load_config_text(yaml.safe_dump(doc))
+    rebuilt = run_gold(spark, checked)
+    assert [x.mode for x in rebuilt.tables] == ["rebuild"]
+
+    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "v1", "n": 50}),
+             b.insert(t(0), (2, 10, 1), id=7, v="ok", n=7))
+    run_silver(spark, checked)
+    result = run_gold(spark, checked)
+
+    [t0] = result.tables
+    assert t0.mode == "incremental" and t0.dropped == 1 and t0.row_count == 3 and t0.silver_rows == 4
+    assert sorted(r["id"] for r in b.lh.gold("shop", "t0").read(spark).collect()) == [0, 2, 7]
+    quarantined = b.lh.quarantine("shop", "t0").read(spark).where(f"_publish_id = '{result.publish_id}'").collect()
+    assert [(r["id"], r["n"]) for r in quarantined] == [(1, 50)]
+
+
+def test_a_publish_killed_after_its_gold_merge_converges(spark, tmp_path, monkeypatch):
+    from binlake import faults
+
+    b = lakehouse(spark, tmp_path / "lh", 1)
+    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
+             b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2))
+    run_silver(spark, b.config)
+
+    def kill_after_merge(name):
+        if name == "gold.after_incremental_merge":
+            raise Killed(name)
+
+    monkeypatch.setattr(faults, "point", kill_after_merge)
+    with pytest.raises(Killed):
+        run_gold(spark, b.config)
+    monkeypatch.undo()
+
+    again = run_gold(spark, b.config)  # gold moved by the killed publish: its MERGE runs again
+
+    assert [x.mode for x in again.tables] == ["incremental"] and again.tables[0].row_count == 2
+    assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [(0, "v0"), (1, "changed")]
