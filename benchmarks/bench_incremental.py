@@ -148,7 +148,8 @@ class Writer(threading.Thread):
                     else:
                         next_id[name] += 1
                         cur.execute(f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
-                                    "VALUES (%s, 2, 'new', 1.00, 1, 'live', NOW(6))", (next_id[name],))
+                                    "VALUES (%s, 2, 'new', 1.00, 1, 'live', NOW(6)) "
+                                    "ON DUPLICATE KEY UPDATE qty = qty + 1", (next_id[name],))
                 conn.commit()
                 self.changes += 10
                 time.sleep(max(0.0, 0.1 - (time.monotonic() - began)))
@@ -190,16 +191,16 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
           SELECT file_index, pos, CAST(after['updated_at'] AS TIMESTAMP) AS committed
           FROM bench_changelog
           WHERE op IN ('insert', 'update') AND after['updated_at'] IS NOT NULL
-            AND CAST(after['updated_at'] AS TIMESTAMP) BETWEEN timestamp_seconds({window_start})
-                                                           AND timestamp_seconds({window_end})),
+            AND CAST(after['updated_at'] AS TIMESTAMP) BETWEEN timestamp_millis({int(window_start * 1000)})
+                                                           AND timestamp_millis({int(window_end * 1000)})),
         publishes AS (SELECT DISTINCT file_index, pos, published_at FROM bench_publishes),
         seen AS (
           SELECT c.committed, min(p.published_at) AS published
           FROM changes c JOIN publishes p
             ON p.file_index > c.file_index OR (p.file_index = c.file_index AND p.pos >= c.pos)
           GROUP BY c.file_index, c.pos, c.committed)
-        SELECT percentile_approx((unix_micros(published) - unix_micros(committed)) / 1e6, 0.5) AS p50,
-               percentile_approx((unix_micros(published) - unix_micros(committed)) / 1e6, 0.99) AS p99,
+        SELECT percentile_approx(CAST(unix_micros(published) - unix_micros(committed) AS DOUBLE) / 1e6, 0.5) AS p50,
+               percentile_approx(CAST(unix_micros(published) - unix_micros(committed) AS DOUBLE) / 1e6, 0.99) AS p99,
                count(*) AS n
         FROM seen""").first()
     print(f"   continuous, {writer.changes:,} changes written at about 100/s: freshness p50 {row['p50']:.1f}s, "

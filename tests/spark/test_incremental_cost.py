@@ -130,6 +130,32 @@ def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypat
     assert sorted(r["id"] for r in b.lh.silver("shop", "t0").read(spark).collect()) == [0, 1, 2, 3]
 
 
+def test_two_runs_that_both_found_the_table_empty_load_its_rows_once(spark, tmp_path, monkeypatch):
+    from binlake import faults
+    from binlake.contract.lakehouse import TableRef
+
+    b = Bronze(spark, tmp_path / "lh")
+    b.schema(t(0))
+    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(4)], lw=(1, 50), chunk_id=0)
+    b.commit(heartbeat=(1, 70))
+
+    def kill_after_append(name):
+        if name == "silver.after_bulk_load":
+            raise Killed(name)
+
+    monkeypatch.setattr(faults, "point", kill_after_append)
+    with pytest.raises(Killed):
+        run_silver(spark, b.config)  # the first run appended the rows, and stopped before its progress
+    monkeypatch.undo()
+    # The second run checked for emptiness before the first one's append committed.
+    monkeypatch.setattr(TableRef, "is_empty", lambda self, spark: True)
+
+    again = run_silver(spark, b.config)
+
+    assert again.table("shop.t0").bulk_loaded and again.table("shop.t0").merged == 0
+    assert sorted(r["id"] for r in b.lh.silver("shop", "t0").read(spark).collect()) == [0, 1, 2, 3]
+
+
 def test_gold_merges_what_changed_in_silver(spark, tmp_path):
     b = lakehouse(spark, tmp_path / "lh", 1)
     first = b.lh.gold("shop", "t0").latest_version(spark)

@@ -41,3 +41,16 @@ def test_non_numeric_keys_and_single_values_keep_one_min_max_interval(spark):
     assert intervals(spark, ["b", "a", "zz"], ddl="k STRING", numeric=False) == [("a", "zz")]
     assert intervals(spark, [5, 5, 5]) == [(5, 5)]
     assert intervals(spark, [], ddl="k BIGINT") == []
+
+
+def test_a_small_batch_finds_its_gaps_on_the_driver_with_the_same_result(spark):
+    values = [1, 2, 3, 1000, 1001, 1_000_000]
+    df = spark.createDataFrame([(v,) for v in values], "k BIGINT")
+    assert key_intervals(df, "k", numeric=True, most=3, rows=len(values)) == [(1, 3), (1000, 1001), (1_000_000, 1_000_000)]
+    rng = random.Random(11)
+    for ddl, cast in (("k BIGINT", int), ("k DECIMAL(20,0)", Decimal)):
+        values = sorted({cast(rng.randint(0, 10**12)) for _ in range(300)})
+        df = spark.createDataFrame([(v,) for v in values], ddl)
+        got = key_intervals(df, "k", numeric=True, most=6, rows=len(values))
+        assert len(got) == 6 and all(a[1] < b[0] for a, b in zip(got, got[1:]))
+        assert all(any(lo <= v <= hi for lo, hi in got) for v in values), ddl

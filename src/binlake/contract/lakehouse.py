@@ -209,6 +209,10 @@ class TableRef:
 
     def latest_version(self, spark) -> int:
         """The table's newest version (one Delta log read)."""
+        if self.path:
+            version = _log_version(spark, self.path)
+            if version is not None:
+                return version
         return int(self.delta(spark).history(1).select("version").first()[0])
 
     def last_commit(self, spark, since: int | None = None) -> tuple[int, dict[str, int]]:
@@ -226,9 +230,12 @@ class TableRef:
                 pass
         return version, metrics
 
-    def detail(self, spark) -> dict:
-        """``DESCRIBE DETAIL``: numFiles, sizeInBytes, properties, ... (one Delta log read)."""
-        return spark.sql(f"DESCRIBE DETAIL {self.sql}").first().asDict()
+    def properties(self, spark) -> dict[str, str]:
+        """The table's properties (``SHOW TBLPROPERTIES``: the cached log's metadata, no job)."""
+        return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {self.sql}").collect()}
+
+    def is_empty(self, spark) -> bool:
+        return not self.read(spark).limit(1).collect()
 
     def read_changes(self, spark, start: int, end: int, inserts_only: bool = True):
         """Its change data feed over versions ``[start, end]``: the rows inserted (bronze tables
@@ -273,6 +280,18 @@ class TableRef:
         cmt = f" COMMENT '{comment.replace(chr(39), chr(39) * 2)}'" if comment else ""
         parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})" if partitioned_by else ""
         spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
+
+
+def _log_version(spark, path: str) -> int | None:
+    """The newest version of the Delta table at ``path`` from Delta's own log object, which
+    the JVM keeps between calls: a few milliseconds where ``history(1)`` runs a Spark job.
+    None where that object is not reachable (another Delta build): the caller asks history."""
+    try:
+        log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+        snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
+        return int(snapshot.version())
+    except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
+        return None
 
 
 _T = TypeVar("_T")

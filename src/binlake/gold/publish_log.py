@@ -26,20 +26,24 @@ RECENT_COMMITS = 20
 
 
 _CDF = "delta.enableChangeDataFeed"
+# Publish logs this process has already created or brought up to date.
+_ready: set[str] = set()
 
 
 def ensure_publish_log(spark, lh: Lakehouse) -> None:
     log_ref = lh.publish_log
+    if str(log_ref) in _ready:
+        return
     log_ref.create_if_missing(spark, PUBLISH_LOG_SCHEMA, properties={_CDF: "true"},
                               comment="binlake gold: one row per table per publish (the commit point)")
-    detail = log_ref.detail(spark)
-    if (detail.get("properties") or {}).get(_CDF) != "true":
+    if log_ref.properties(spark).get(_CDF) != "true":
         # A publish log from before the change feed was kept: from now on (older commits are
         # found by a scan, see last_published).
         spark.sql(f"ALTER TABLE {log_ref.sql} SET TBLPROPERTIES ('{_CDF}' = 'true')")
     if "silver_rows" not in log_ref.read(spark).columns:
         # A publish log from before silver_rows: NULL in old rows, so their tables are rebuilt once.
         spark.sql(f"ALTER TABLE {log_ref.sql} ADD COLUMNS (silver_rows BIGINT)")
+    _ready.add(str(log_ref))
 
 
 def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
@@ -53,8 +57,9 @@ def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
     if not lh.publish_log.exists(spark):
         return {}
     latest = lh.publish_log.latest_version(spark)
-    first = max(0, latest - RECENT_COMMITS + 1)
-    for recent in (True, False):
+    # The newest commit first (the last publish, unless it failed), then a few more, then all.
+    for first in sorted({latest, max(0, latest - RECENT_COMMITS + 1)}, reverse=True) + [None]:
+        recent = first is not None
         if recent:
             try:
                 feed = lh.publish_log.read_changes(spark, first, latest, inserts_only=False).persist()
@@ -75,7 +80,7 @@ def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
             rows.unpersist()
         if found:
             return {f"{r['db']}.{r['table']}": r.asDict() for r in found}
-        if recent and first == 0:
+        if first == 0:
             break
     return {}
 

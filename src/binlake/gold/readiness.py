@@ -105,17 +105,29 @@ def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | 
     return out
 
 
+# Per snapshot plan (by location): the plan and manifest versions and the group's applied
+# manifest versions of the last check that found no blocker, with its target. The same
+# versions and a later target cannot find one either (a continuous process asks every loop).
+_clear: dict[str, tuple] = {}
+
+
 def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: BinlogPosition) -> dict[str, list[str]]:
     """Why each table's latest snapshot does not satisfy Invariant S at ``target``."""
     blockers: dict[str, list[str]] = {}
     if not states or not lh.snapshot_plan.exists(spark):
         return blockers
+    chunks_exist = lh.snapshot_chunks.exists(spark)
+    chunks_commit = _last_commit_of(spark, lh.snapshot_chunks) if chunks_exist else (None, None)
+    latest_version = chunks_commit[0]
+    versions = (_last_commit_of(spark, lh.snapshot_plan), chunks_commit,
+                tuple(sorted((s.name, s.chunks_version) for s in states)))
+    clear = _clear.get(str(lh.snapshot_plan))
+    if clear is not None and clear[0] == versions and target.key() >= clear[1]:
+        return blockers
     names = {(s.db, s.table): s for s in states}
     planned = _latest_snapshots(spark, lh, names)
     if not planned:
         return blockers
-    chunks_exist = lh.snapshot_chunks.exists(spark)
-    latest_version = lh.snapshot_chunks.latest_version(spark) if chunks_exist else None
     snapshot_ids = {sid for sid, _ in planned.values()}
     manifests: dict[int | None, dict] = {}
 
@@ -152,7 +164,16 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
                 blockers.setdefault(name, []).append(
                     f"snapshot {sid}: {len(unapplied)} completed chunk{'s are' if len(unapplied) != 1 else ' is'} "
                     "not yet applied to silver: run binlake silver")
+    if not blockers:
+        _clear[str(lh.snapshot_plan)] = (versions, target.key())
     return blockers
+
+
+def _last_commit_of(spark, ref) -> tuple[int, object]:
+    """(version, commit time) of a table's newest commit: names one state of it, even across
+    a table dropped and created again at the same place."""
+    row = ref.delta(spark).history(1).select("version", "timestamp").first()
+    return int(row["version"]), row["timestamp"]
 
 
 def not_ready(blockers: dict[str, list[str]], target: BinlogPosition) -> NotReadyError:

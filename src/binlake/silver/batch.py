@@ -212,13 +212,13 @@ class TableNews:
 
 
 def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_start: int | None,
-            news: TableNews, new_chunks: list[dict]) -> TableBatch:
+            news: TableNews, new_chunks: list[dict], applied_before: bool) -> TableBatch:
     """Bring the table's schema up to date and decode its new records; writes no rows.
 
     ``history``: its schema versions (:func:`schema_evolution.load_history`); ``cl``: the
     change feed of the change log read by this run (or None); ``cl_start``: the first version
     new to this table (or None); ``news``: what those versions hold for it; ``new_chunks``:
-    its new manifest rows.
+    its new manifest rows; ``applied_before``: a completed run applied it (it has progress).
     """
     from pyspark.sql import functions as F
 
@@ -238,8 +238,9 @@ def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_sta
     if cutoff is not None:
         new_chunks = [c for c in new_chunks if c["schema_version"] == history[-1].version]
 
-    detail = {} if fresh else ref.detail(spark)
-    stored_truncate = parse_seq((detail.get("properties") or {}).get(se.TRUNCATED_SEQ_PROPERTY))
+    stored_truncate = None if fresh else parse_seq(ref.properties(spark).get(se.TRUNCATED_SEQ_PROPERTY))
+    # A table no completed run applied may still hold rows: a killed run's bulk load.
+    empty = fresh or (not applied_before and ref.is_empty(spark))
     # pos is where the statement's event ends: a snapshot whose low watermark is that same
     # position was read after it, and its rows, at (lw, -1), must outlive it. So the boundary
     # sorts just below them; no row event ends at a DDL statement's position.
@@ -259,7 +260,7 @@ def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_sta
         records=batch_records(schema, decoder, records, snaps),
         changes=logged_changes(schema, decoder, records) if news.updates_deletes else None,
         truncated=truncated, batch_truncate=batch_truncate, emptied=emptied, chunks=new_chunks,
-        fresh=fresh or int(detail.get("numFiles") or 0) == 0,
+        fresh=empty,
         pending=bool(news.changes) or bool(new_chunks),
         change_count=news.changes, snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
         schema_changes=schema_changes, rebuilt=rebuilt,

@@ -263,7 +263,8 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         try:
             history = se.load_history(spark, lh, db, table, histories)
             batch = prepare(spark, lh, db, table, history, new.changes, new.changelog_start[(db, table)],
-                            new.news.get((db, table), TableNews()), new.chunks_of(db, table))
+                            new.news.get((db, table), TableNews()), new.chunks_of(db, table),
+                            applied_before=(db, table) in previous)
         except (SchemaChangeError, NotReadyError) as exc:
             res.error = str(exc)
             log.error("%s", exc)
@@ -314,7 +315,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
                  for t in tables if t not in done and t not in stopped and t in previous]
         faults.point("silver.before_progress")
         if new.changes is not None or new.manifest or done:  # else nothing moved: no commit
-            write_progress(spark, lh, rows)
+            write_progress(spark, lh, rows, previous)
     finally:
         if new.changes is not None:
             new.changes.unpersist()
