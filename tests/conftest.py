@@ -28,8 +28,11 @@ SMALL_DATA_CONF = {
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.ui.explainMode": "simple",
 }
+# C1 alone shrinks the JVM's code cache to 48 MB by default, which a long run of many small
+# queries fills (the JVM then fails with "Out of space in CodeCache"): keep the usual size.
+SUBPROCESS_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ[SPARK_CONF_ENV] = ";".join(
-    f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1"}.items())
+    f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": SUBPROCESS_JVM}.items())
 
 
 def pytest_collection_modifyitems(config, items):

@@ -40,8 +40,10 @@ KILL_POINTS = [
     "snapshot.after_plan",
     "snapshot.before_manifest",
     "capture.after_commit",
+    "silver.after_bulk_load",
     "silver.before_merge",
     "silver.before_progress",
+    "gold.after_incremental_merge",
     "gold.before_publish_log",
 ]
 
@@ -193,6 +195,7 @@ class Harness:
         self.workdir = workdir
         self.full = full
         self.rng = random.Random(seed)
+        self.failures = 0
         self.mariadb = LocalMariaDB(workdir / "mariadb").start()
         os.environ["MYSQL_PASSWORD"] = self.mariadb.cdc_password
         self._spark = None
@@ -231,15 +234,17 @@ class Harness:
 
     # -- running binlake -----------------------------------------------------------------
     def binlake(self, config: Path, *args: str, kill_at: str | None = None, kill_after: float | None = None,
-                timeout: float = 900) -> tuple[int, str]:
-        """Run one binlake command; returns (exit code, stderr). -9 means it was killed."""
+                timeout: float = 900, debug: bool = False) -> tuple[int, str]:
+        """Run one binlake command; returns (exit code, stderr). -9 means it was killed.
+        ``debug``: an unexpected error prints its traceback (in the failure's log file)."""
         env = dict(os.environ)
         env.pop("BINLAKE_KILL_AT", None)
         if kill_at:
             env["BINLAKE_KILL_AT"] = kill_at
         env["CI"] = "1"  # plain progress lines
-        proc = subprocess.Popen([BINLAKE, "--config", str(config), *args], stdout=subprocess.PIPE,
+        proc = subprocess.Popen([BINLAKE, *(["--debug"] if debug else []), "--config", str(config), *args], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        err = ""
         try:
             if kill_after is not None:
                 try:
@@ -252,6 +257,10 @@ class Harness:
             _, err = proc.communicate(timeout=timeout)
             return proc.returncode, err
         finally:
+            if proc.returncode not in (0, -9):
+                # The whole stderr (with --debug's traceback) beside the config, for the post-mortem.
+                self.failures += 1
+                (config.parent / f"failed-{self.failures:02d}-{args[0]}.log").write_text(err or "")
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -608,19 +617,32 @@ def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
 
 
 def scenario_ci(h: Harness, out: Outcome) -> None:
-    """The short form for every `make test`: kill -9 once per layer, then a rotation burst,
-    all under a write load; a few minutes instead of the full matrix's hour."""
+    """The short form for every `make test`: kill -9 once in each layer, in silver's bulk first
+    load and in gold's incremental publish, then a rotation burst, all but the first two under
+    a write load; a few minutes instead of the full matrix's hour."""
     db, config = h.new_scenario("ci", seed_rows=800)
+
+    def kill(point: str) -> None:
+        rc, err = h.binlake(config, "run", kill_at=point, debug=True)
+        if rc == -9:
+            out.faults += 1
+        else:
+            out.notes.append(f"kill at {point} did not trigger (exit {rc}{': ' + _last_line(err) if rc else ''})")
+
+    # A first load takes the bulk path only when no change lands in its snapshot windows,
+    # so these two run before the writer starts.
+    kill("snapshot.before_manifest")
+    kill("silver.after_bulk_load")
     writer = Writer(h.mariadb, db, seed=8)
     writer.start()
     try:
-        for point in ("snapshot.before_manifest", "capture.after_commit", "silver.before_merge",
-                      "gold.before_publish_log"):
-            rc, err = h.binlake(config, "run", kill_at=point)
-            if rc == -9:
-                out.faults += 1
-            else:
-                out.notes.append(f"kill at {point} did not trigger (exit {rc}{': ' + _last_line(err) if rc else ''})")
+        for point in ("capture.after_commit", "silver.before_merge"):
+            kill(point)
+        rc, err = h.binlake(config, "run", debug=True)  # a complete publish, so the next ones are incremental
+        if rc != 0:
+            out.notes.append(f"the run between the kills failed (exit {rc}: {_last_line(err)})")
+        for point in ("gold.after_incremental_merge", "gold.before_publish_log"):
+            kill(point)
         for _ in range(10):
             h.mariadb.execute("FLUSH BINARY LOGS")
             out.faults += 1

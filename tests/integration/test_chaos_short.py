@@ -1,5 +1,6 @@
-"""The short form of `make chaos`: kill -9 in each layer and a binlog rotation burst under a
-concurrent write load; gold must equal the source with nothing missing, extra or different."""
+"""The short form of `make chaos`: kill -9 in each layer (bulk first load and incremental
+publish included) and a binlog rotation burst under a concurrent write load; gold must equal
+the source with nothing missing, extra or different, and every named kill must fire."""
 
 import os
 
@@ -15,5 +16,7 @@ def test_faults_lose_and_double_nothing(tmp_path, monkeypatch):
     outcomes = run(list(SHORT), full=False, workdir=tmp_path / "chaos")
 
     for o in outcomes:
+        missed = [n for n in o.notes if "did not trigger" in n or "failed" in n]
+        assert not missed, f"{o.scenario}: {missed}"
         assert o.faults > 0, f"{o.scenario}: no fault was injected ({o.notes})"
         assert o.ok, f"{o.scenario}: {o.rows_missing} missing, {o.rows_extra} extra, {o.rows_different} different: {o.notes}"

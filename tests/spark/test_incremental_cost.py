@@ -176,6 +176,28 @@ def test_gold_merges_what_changed_in_silver(spark, tmp_path):
     assert all(c["success"] for c in json.loads(logged["checks"])["results"])
 
 
+def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_rebuilt_over(spark, tmp_path):
+    b = lakehouse(spark, tmp_path / "lh", 1)
+    gold = b.lh.gold("shop", "t0")
+    b.commit(b.insert(t(0), (1, 200, 0), id=3, v="v3", n=3))
+    run_silver(spark, b.config)
+    run_gold(spark, b.config)  # a second file
+    published = gold.latest_version(spark)
+    spark.sql(f"OPTIMIZE {gold.sql}")
+    assert gold.latest_version(spark) > published
+    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}))
+    run_silver(spark, b.config)
+
+    assert [x.mode for x in run_gold(spark, b.config).tables] == ["incremental"]
+
+    spark.sql(f"DELETE FROM {gold.sql} WHERE id = 0")  # someone's write: gold no longer what was published
+    b.commit(b.update(t(0), (2, 20, 0), {"id": 1, "v": "changed", "n": 1}, {"id": 1, "v": "again", "n": 1}))
+    run_silver(spark, b.config)
+
+    assert [x.mode for x in run_gold(spark, b.config).tables] == ["rebuild"]
+    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [(0, "v0"), (1, "again"), (2, "v2"), (3, "v3")]
+
+
 def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_incremental_publishes(spark, tmp_path):
     b = lakehouse(spark, tmp_path / "lh", 1)
     doc = {"source": {"host": "127.0.0.1", "port": 3306, "user": "cdc", "password": "pw", "server_id": 77,

@@ -81,7 +81,9 @@ REUSE, INCREMENTAL, REBUILD = "reuse", "incremental", "rebuild"
 WRITER_TAG = "binlake gold"
 _COMMIT_TAG = "spark.databricks.delta.commitInfo.userMetadata"
 # Delta operations that re-shape a silver table: its change data feed cannot be read across them.
-_RESHAPING = ("CREATE", "REPLACE", "RENAME COLUMN", "DROP COLUMNS", "CHANGE COLUMN", "RESTORE")
+# Delta operations on a gold table that leave its rows as the last publish wrote them.
+_KEEPS_ROWS = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES")
+_RESHAPING = ("CREATE", "REPLACE", "ADD COLUMNS", "RENAME COLUMN", "DROP COLUMNS", "CHANGE COLUMN", "RESTORE")
 
 
 @dataclass
@@ -293,11 +295,13 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
         return REBUILD
     latest = gold.latest_version(spark)
     if latest != previous["gold_version"]:
-        # Only a publish killed before its log commit may have moved gold since: its MERGE
-        # is safe to apply again. Anything else (a RESTORE, someone's write) is rebuilt over.
-        tags = [r["userMetadata"] or "" for r in gold.delta(spark).history(latest - int(previous["gold_version"]))
-                .select("userMetadata").collect()]
-        if not all(tag.startswith(WRITER_TAG) for tag in tags):
+        # A publish killed before its log commit may have moved gold since (its MERGE is safe
+        # to apply again), and so may maintenance that keeps the rows (OPTIMIZE, VACUUM, a
+        # property). Anything else (a RESTORE, someone's write) is rebuilt over.
+        since_publish = gold.delta(spark).history(latest - int(previous["gold_version"])).select(
+            "operation", "userMetadata").collect()
+        if not all((r["userMetadata"] or "").startswith(WRITER_TAG) or r["operation"] in _KEEPS_ROWS
+                   for r in since_publish):
             return REBUILD
     return INCREMENTAL
 
@@ -329,15 +333,16 @@ def _plan(spark, config: Config, lh: Lakehouse, states: list[TableState], schema
 # Checking: one Spark job per table over the rows this publish reads
 
 
-def _key_bounds(keys_df, schema: TableSchema):
-    """A predicate on the leading key column that holds every key of ``keys_df``: it lets
-    Delta skip the files of a clustered table that hold none of them."""
+def _key_bounds(keys, schema: TableSchema, rows: int, bounds: tuple):
+    """A predicate on the leading key column that holds every key of ``keys`` (a DataFrame of
+    ``rows`` keys, the first column's ``bounds``): it lets Delta skip the files of a clustered
+    table that hold none of them."""
     from pyspark.sql import functions as F
 
     first = schema.key[0]
     typ = schema.column(first).spark_type
     numeric = typ.upper().startswith(("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE"))
-    intervals = key_intervals(keys_df, quote_ident(first), numeric=numeric)
+    intervals = key_intervals(keys, quote_ident(first), numeric=numeric, bounds=bounds, rows=rows)
     if not intervals:
         return F.lit(False)
     col = F.col(quote_ident(first))
@@ -352,15 +357,8 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     t, schema = w.publish, w.schema
     silver = lh.silver(t.db, t.table).read_version(spark, t.silver_version)
     checks = table_checks(schema, config.gold.checks.get(t.name, ()))
-    if t.mode == INCREMENTAL:
-        feed, changed = _changes_since(spark, lh, t, schema, int(w.previous["silver_version"]))
-        if feed is None:
-            t.mode = REBUILD
-        else:
-            try:
-                _check_changes(w, silver, feed, changed, checks)
-            finally:
-                feed.unpersist()
+    if t.mode == INCREMENTAL and not _check_changes(spark, lh, w, silver, checks):
+        t.mode = REBUILD
     if t.mode == REBUILD:
         w.frame = _gold_frame(silver.where(~F.col("_cdc_deleted")), schema)
         w.outcome = run_checks(w.frame, checks, table=f"{t.db}__{t.table}", key=schema.key)
@@ -370,65 +368,44 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     t.checks = w.outcome
 
 
-def _changes_since(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema, since: int):
-    """Silver's change data feed after version ``since`` up to the pinned one (persisted) and
-    the keys it names, or (None, None) when the feed does not cover that range (it is kept
-    only from a later version on, or was cleaned up)."""
+def _check_changes(spark, lh: Lakehouse, w: _Work, silver, checks) -> bool:
+    """The keys silver's change feed names since the last publish, their rows at the pinned
+    version (checked, and the MERGE's source), and what gold held for them; False when the
+    feed does not cover that range (kept only from a later version on, or cleaned up)."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException
-
-    feed = None
-    try:
-        feed = (lh.silver(t.db, t.table).read_changes(spark, since + 1, t.silver_version, inserts_only=False)
-                .persist(StorageLevel.MEMORY_AND_DISK))
-        return feed, feed.select(*[quote_ident(k) for k in schema.key]).distinct().localCheckpoint()
-    except AnalysisException as exc:
-        if feed is not None:
-            feed.unpersist()
-        log.warning("gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding", t.name,
-                    since + 1, t.silver_version, (str(exc).strip().splitlines() or [""])[0][:120])
-        return None, None
-
-
-def _check_changes(w: _Work, silver, feed, changed, checks) -> None:
-    """The changed keys' rows at the pinned version: checked, and the MERGE's source."""
-    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     t, schema = w.publish, w.schema
+    since = int(w.previous["silver_version"])
+    keys = [quote_ident(k) for k in schema.key]
+    # A key's row as the last publish read it is its first pre-image in the feed (a key whose
+    # first change is an insert had none); a drop rule that rejects it kept it out of gold.
+    drops = [c for c in checks if c.severity is Severity.DROP and c.row_level]
+    rejected = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in drops) or "FALSE"
+    order = F.struct(F.col("_commit_version"), F.when(F.col("_change_type") == "update_postimage", 1).otherwise(0))
+    first = F.struct((F.col("_change_type") == "update_preimage") & ~F.col("_cdc_deleted"), F.expr(f"NOT ({rejected})"))
+    try:
+        feed = lh.silver(t.db, t.table).read_changes(spark, since + 1, t.silver_version, inserts_only=False)
+        per_key = feed.groupBy(*keys).agg(F.min_by(first, order).alias("_before"))
+        per_key = per_key.select(*keys, F.col("_before.col1").alias("_live"),
+                                 (F.col("_before.col1") & F.col("_before.col2")).alias("_kept")).localCheckpoint()
+    except AnalysisException as exc:
+        log.warning("gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding", t.name,
+                    since + 1, t.silver_version, (str(exc).strip().splitlines() or [""])[0][:120])
+        return False
+    before = per_key.agg(F.count(F.lit(1)).alias("n"), F.count_if("_live").alias("live"),
+                         F.count_if("_kept").alias("kept"), F.min(keys[0]).alias("lo"), F.max(keys[0]).alias("hi")).first()
+    changed = per_key.select(*keys)
     # Tombstones stay in: they delete from gold.
-    now = silver.where(_key_bounds(changed, schema)).join(changed, list(schema.key), "left_semi")
+    bounds = _key_bounds(changed, schema, before["n"], (before["lo"], before["hi"]))
+    now = silver.where(bounds).join(F.broadcast(changed), list(schema.key), "left_semi")
     w.source = now.persist(StorageLevel.MEMORY_AND_DISK)
     w.frame = _gold_frame(w.source.where(~F.col("_cdc_deleted")), schema)
     w.outcome = run_checks(w.frame, checks, table=f"{t.db}__{t.table}", key=schema.key)
-    before_live, before_kept = _count_before(_rows_before(feed, schema), checks)
-    t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - before_live
-    w.expected_gold_rows = int(w.previous["row_count"]) + (w.outcome.rows - w.outcome.held_back) - before_kept
-
-
-def _rows_before(feed, schema: TableSchema):
-    """Each changed key's row as the last publish read it: the first pre-image in the feed
-    (a key whose first change is an insert had none)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.window import Window
-
-    first = Window.partitionBy(*[F.col(quote_ident(k)) for k in schema.key]).orderBy(
-        F.col("_commit_version").asc(), F.when(F.col("_change_type") == "update_postimage", 1).otherwise(0))
-    return (feed.withColumn("_rn", F.row_number().over(first)).where("_rn = 1")
-            .where(F.col("_change_type") == "update_preimage").where(~F.col("_cdc_deleted")))
-
-
-def _count_before(rows_before, checks) -> tuple[int, int]:
-    """(live rows, of them rows the failing drop checks keep out) among the changed keys'
-    rows before: what gold held for them, by silver's own account."""
-    from pyspark.sql import functions as F
-
-    # A row a drop rule rejects was held back then too: the rule failed on it at the last publish.
-    dropping = [c for c in checks if c.severity is Severity.DROP and c.row_level]
-    held = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in dropping) or "FALSE"
-    r = rows_before.agg(F.count(F.lit(1)).alias("n"), F.sum(F.expr(f"CASE WHEN {held} THEN 1 ELSE 0 END")).alias("h")).first()
-    live = int(r["n"] or 0)
-    return live, live - int(r["h"] or 0)
+    t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - before["live"]
+    w.expected_gold_rows = int(w.previous["row_count"]) + (w.outcome.rows - w.outcome.held_back) - before["kept"]
+    return True
 
 
 # ---------------------------------------------------------------------------------------
@@ -438,7 +415,7 @@ def _count_before(rows_before, checks) -> tuple[int, int]:
 def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
     """Overwrite one gold table; returns (new version, rows written)."""
     ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
-    current = ref.detail(spark).get("description") or ""
+    current = spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("description").first()[0] or ""
     if table_comment and current != table_comment:
         spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('comment' = {spark_string(table_comment)})")
     version, metrics = ref.last_commit(spark)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -118,6 +119,7 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
     log.info("continuous: snapshotting the tables that need it")
     run_snapshot(spark, config, tables=None, progress=progress)
     pending = True  # silver and gold have not run yet in this process
+    restore = _interrupt_on_sigterm()
     try:
         stop = stop or threading.Event()
         while (max_loops is None or state.loops < max_loops) and not stop.is_set():
@@ -135,7 +137,23 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
                 stop.wait(poll_seconds)
     except KeyboardInterrupt:
         log.info("continuous: interrupted after loop %d; every step's commit is in place", state.loops)
+    finally:
+        restore()
     return state
+
+
+def _interrupt_on_sigterm():
+    """Make SIGTERM (how a job scheduler stops a task) end the loop like Ctrl-C, with a log
+    line, instead of a silent exit; returns the function that puts the old handler back.
+    Only the main thread may set handlers: elsewhere SIGTERM keeps its default."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _loop(spark, config: Config, number: int, pending: bool, progress) -> LoopReport:

@@ -1,0 +1,128 @@
+"""``binlake run --continuous``: one long-lived process loops capture -> silver -> gold, so a
+change committed on the source becomes readable in gold without a scheduled run; its state
+(loops, freshness) is in ``binlake status``; SIGTERM stops it between commits, and kill -9
+anywhere leaves a lakehouse that the next run brings to exactly the source."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from source_diff import diff_with_source  # tests/source_diff.py
+
+from binlake.config import load_config
+from binlake.contract.lakehouse import Lakehouse
+from binlake.ops.continuous import read_state, run_continuous
+from binlake.ops.pipeline import run_pipeline
+from binlake.ops.status import collect_status
+
+BINLAKE = str(Path(sys.executable).with_name("binlake"))
+
+
+def _wait(what: str, condition, timeout: float = 180) -> float:
+    began = time.monotonic()
+    while time.monotonic() - began < timeout:
+        if condition():
+            return time.monotonic() - began
+        time.sleep(0.3)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def _orders(mariadb, database):
+    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, qty INT NOT NULL, note VARCHAR(20))",
+                    "INSERT INTO orders SELECT seq, seq, 'seed' FROM seq_1_to_50", database=database)
+
+
+def test_a_change_committed_on_the_source_reaches_gold_while_the_loop_runs(spark, mariadb, database, make_config):
+    _orders(mariadb, database)
+    config = make_config([f"{database}.orders"])
+    lh = Lakehouse(config)
+    stop = threading.Event()
+    loop = threading.Thread(target=run_continuous, kwargs={"spark": spark, "config": config, "stop": stop,
+                                                           "poll_seconds": 0.2})
+    loop.start()
+    try:
+        _wait("the first loop", lambda: (read_state(lh) or {}).get("loops"))
+        mariadb.execute(f"UPDATE `{database}`.orders SET qty = 500 WHERE id = 5",
+                        f"INSERT INTO `{database}`.orders VALUES (51, 51, 'new')",
+                        f"DELETE FROM `{database}`.orders WHERE id = 7")
+        gold = lh.gold(database, "orders")
+        _wait("the change in gold", lambda: gold.read(spark).where("id = 5 AND qty = 500").count() == 1)
+    finally:
+        stop.set()
+        loop.join(timeout=300)
+    assert not loop.is_alive()
+
+    diffs = diff_with_source(spark, config)
+    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
+    state = read_state(lh)
+    assert state["loops"] >= 2 and state["last"]["gold"] in ("published", "unchanged")
+    assert state["recent_freshness"], "the loop that published the change measured no freshness"
+    assert 0 <= state["recent_freshness"][-1] < 180
+    shown = collect_status(spark, config)["continuous"]
+    assert shown["loops"] == state["loops"]
+
+
+def _start(config_path: Path) -> subprocess.Popen:
+    env = {**os.environ, "CI": "1"}
+    env.pop("BINLAKE_KILL_AT", None)
+    return subprocess.Popen([BINLAKE, "--config", str(config_path), "run", "--continuous"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_it_between_commits_and_kill_9_mid_loop_converges(spark, mariadb, database, tmp_path):
+    _orders(mariadb, database)
+    config_path = tmp_path / "binlake.yml"
+    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.orders"], server_id=6300))
+    config = load_config(config_path)
+    lh = Lakehouse(config)
+
+    proc = _start(config_path)
+    try:
+        _wait("the first loop", lambda: (read_state(lh) or {}).get("loops"), timeout=300)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert "interrupted after loop" in err
+
+    loops = read_state(lh)["loops"]
+    proc = _start(config_path)
+    stop_writing = threading.Event()
+
+    def write():
+        n = 100
+        while not stop_writing.is_set():
+            n += 1
+            mariadb.execute(f"INSERT INTO `{database}`.orders VALUES ({n}, {n}, 'live')",
+                            f"UPDATE `{database}`.orders SET qty = qty + 1 WHERE id = {n % 50 + 1}")
+            time.sleep(0.05)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        _wait("two loops of the new process", lambda: (read_state(lh) or {}).get("loops", 0) >= 2
+              and read_state(lh)["pid"] == proc.pid, timeout=300)
+        time.sleep(1.5)  # inside a loop, wherever it is
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        stop_writing.set()
+        writer.join()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert loops >= 1
+
+    run_pipeline(spark, config)
+
+    diffs = diff_with_source(spark, config)
+    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
