@@ -84,5 +84,5 @@ def setup_logging(verbose: bool = False) -> None:
         format="%(asctime)s binlake %(levelname)s %(message)s",
         stream=sys.stderr,
     )
-    for noisy in ("py4j", "pyspark", "great_expectations", "urllib3", "databricks"):
+    for noisy in ("py4j", "pyspark", "urllib3", "databricks"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -143,7 +143,7 @@ def rule_check(rule: CheckRule) -> Check:
         return Check(f"values({col}, {list(values)})", kind, rule.severity, col,
                      params=(("value_set", values),), failing_rows=pred)
     if kind == "regex":
-        # GE's Spark regex expectation is rlike (a search, Java syntax); so is the predicate.
+        # A search, Java syntax (RLIKE), as the rule has always meant: a match anywhere passes.
         pred = f"{quote_ident(col)} IS NOT NULL AND NOT (CAST({quote_ident(col)} AS STRING) RLIKE {_lit(rule.regex)})"
         return Check(f"regex({col}, {rule.regex})", kind, rule.severity, col,
                      params=(("regex", rule.regex),), failing_rows=pred)
