@@ -39,7 +39,7 @@ from binlake.ops.pipeline import run_pipeline
 pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("BINLAKE_TEST_SEED") or random.SystemRandom().randrange(1_000_000))
-ROUNDS = 6
+ROUNDS = 5
 RESNAPSHOT_ROUND = 3
 
 DDL = [
