@@ -155,15 +155,33 @@ class Writer(threading.Thread):
                 time.sleep(max(0.0, 0.1 - (time.monotonic() - began)))
 
 
+def _position(text: str) -> tuple[int, int]:
+    """``mysql-bin.000009:1234`` -> (9, 1234)."""
+    file, _, pos = text.rpartition(":")
+    return int(file.rsplit(".", 1)[1]), int(pos)
+
+
+_PUBLISHED = re.compile(r"gold published at (\S+:\d+)")
+
+
+def _published_positions(log_path: Path) -> list[str]:
+    """The positions the continuous process's log says gold was published at."""
+    return _PUBLISHED.findall(log_path.read_text(errors="replace"))
+
+
 def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
     """(p50, p99 seconds, changes measured) of ``run --continuous`` under the write load."""
     from binlake.config import load_config
     from binlake.contract.lakehouse import Lakehouse
 
+    lh = Lakehouse(load_config(config))
     names = [f"t{i:03d}" for i in range(16)]
     env = {k: v for k, v in os.environ.items() if k != "BINLAKE_SPARK_CONF"}
-    proc = subprocess.Popen([BINLAKE, "--config", str(config), "run", "--continuous"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    # Its log goes to a file: a pipe nobody reads fills up and stops the process mid-loop.
+    log_path = ctx.workdir / "continuous.log"
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen([BINLAKE, "--config", str(config), "run", "--continuous"], stdout=log_file,
+                                stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
     writer = Writer(ctx.mariadb, db, names)
     try:
         time.sleep(15)  # JVM start and the first loop, with nothing to publish yet
@@ -174,7 +192,21 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
         window_end = time.time()
         writer.stop_event.set()
         writer.join(timeout=30)
-        time.sleep(30)  # let the last changes reach gold
+        with ctx.mariadb.root_connection() as conn, conn.cursor() as cur:
+            cur.execute("SHOW MASTER STATUS")
+            file, pos = cur.fetchone()[:2]
+        last_change = (int(file.rsplit(".", 1)[1]), int(pos))
+        # Until a publish covers the last change written (however long the loops take).
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline and proc.poll() is None:
+            # The newest loop may be an idle one (no position): any loop's publish counts.
+            published = [_position(p) for p in _published_positions(log_path)]
+            if published and max(published) >= last_change:
+                break
+            time.sleep(1)
+        else:
+            raise RuntimeError(f"run --continuous published nothing up to {file}:{pos} "
+                               f"(exit {proc.poll()}; see {log_path})")
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -182,7 +214,6 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    lh = Lakehouse(load_config(config))
     spark = ctx.spark
     lh.changelog.read(spark).createOrReplaceTempView("bench_changelog")
     lh.publish_log.read(spark).where("status = 'published'").createOrReplaceTempView("bench_publishes")
@@ -203,6 +234,8 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
                percentile_approx(CAST(unix_micros(published) - unix_micros(committed) AS DOUBLE) / 1e6, 0.99) AS p99,
                count(*) AS n
         FROM seen""").first()
+    if not row["n"]:
+        raise RuntimeError(f"no change written between the window's bounds reached gold (see {log_path})")
     print(f"   continuous, {writer.changes:,} changes written at about 100/s: freshness p50 {row['p50']:.1f}s, "
           f"p99 {row['p99']:.1f}s over {row['n']:,} changes", flush=True)
     return float(row["p50"]), float(row["p99"]), int(row["n"])

@@ -128,8 +128,9 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
             if report.freshness_seconds is not None:
                 state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
             _write_state(lh, state)
-            log.info("continuous loop %d: %d change(s) captured, %d silver table(s), gold %s%s in %.1fs",
+            log.info("continuous loop %d: %d change(s) captured, %d silver table(s), gold %s%s%s in %.1fs",
                      report.loop, report.captured, report.silver_tables, report.gold,
+                     f" at {report.position}" if report.gold == "published" and report.position else "",
                      f" (freshness {report.freshness_seconds:.1f}s)" if report.freshness_seconds is not None else "",
                      report.seconds)
             pending = report.gold in ("not ready", "check failed")
