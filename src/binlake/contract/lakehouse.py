@@ -209,11 +209,17 @@ class TableRef:
 
     def latest_version(self, spark) -> int:
         """The table's newest version (one Delta log read)."""
+        return self.newest_commit(spark)[0]
+
+    def newest_commit(self, spark) -> tuple[int, object]:
+        """``(version, commit time)`` of the table's newest commit: names one state of the
+        table, even across a table dropped and created again at the same place."""
         if self.path:
-            version = _log_version(spark, self.path)
-            if version is not None:
-                return version
-        return int(self.delta(spark).history(1).select("version").first()[0])
+            found = _log_head(spark, self.path)
+            if found is not None:
+                return found
+        row = self.delta(spark).history(1).select("version", "timestamp").first()
+        return int(row["version"]), row["timestamp"]
 
     def last_commit(self, spark, since: int | None = None) -> tuple[int, dict[str, int]]:
         """(version, integer metrics) of the newest commit; metrics are ``{}`` when no commit
@@ -282,14 +288,15 @@ class TableRef:
         spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
 
-def _log_version(spark, path: str) -> int | None:
-    """The newest version of the Delta table at ``path`` from Delta's own log object, which
-    the JVM keeps between calls: a few milliseconds where ``history(1)`` runs a Spark job.
-    None where that object is not reachable (another Delta build): the caller asks history."""
+def _log_head(spark, path: str) -> tuple[int, int] | None:
+    """(version, commit time in ms) of the newest commit of the Delta table at ``path``, from
+    Delta's own log object, which the JVM keeps between calls: a few milliseconds where
+    ``history(1)`` runs a Spark job. None where that object is not reachable (another Delta
+    build): the caller asks history."""
     try:
         log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
         snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
-        return int(snapshot.version())
+        return int(snapshot.version()), int(snapshot.timestamp())
     except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
         return None
 

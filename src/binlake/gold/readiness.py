@@ -117,9 +117,9 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
     if not states or not lh.snapshot_plan.exists(spark):
         return blockers
     chunks_exist = lh.snapshot_chunks.exists(spark)
-    chunks_commit = _last_commit_of(spark, lh.snapshot_chunks) if chunks_exist else (None, None)
+    chunks_commit = lh.snapshot_chunks.newest_commit(spark) if chunks_exist else (None, None)
     latest_version = chunks_commit[0]
-    versions = (_last_commit_of(spark, lh.snapshot_plan), chunks_commit,
+    versions = (lh.snapshot_plan.newest_commit(spark), chunks_commit,
                 tuple(sorted((s.name, s.chunks_version) for s in states)))
     clear = _clear.get(str(lh.snapshot_plan))
     if clear is not None and clear[0] == versions and target.key() >= clear[1]:
@@ -167,13 +167,6 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
     if not blockers:
         _clear[str(lh.snapshot_plan)] = (versions, target.key())
     return blockers
-
-
-def _last_commit_of(spark, ref) -> tuple[int, object]:
-    """(version, commit time) of a table's newest commit: names one state of it, even across
-    a table dropped and created again at the same place."""
-    row = ref.delta(spark).history(1).select("version", "timestamp").first()
-    return int(row["version"]), row["timestamp"]
 
 
 def not_ready(blockers: dict[str, list[str]], target: BinlogPosition) -> NotReadyError:
