@@ -155,12 +155,6 @@ class Writer(threading.Thread):
                 time.sleep(max(0.0, 0.1 - (time.monotonic() - began)))
 
 
-def _position(text: str) -> tuple[int, int]:
-    """``mysql-bin.000009:1234`` -> (9, 1234)."""
-    file, _, pos = text.rpartition(":")
-    return int(file.rsplit(".", 1)[1]), int(pos)
-
-
 _PUBLISHED = re.compile(r"gold published at (\S+:\d+)")
 
 
@@ -173,6 +167,7 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
     """(p50, p99 seconds, changes measured) of ``run --continuous`` under the write load."""
     from binlake.config import load_config
     from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.position import BinlogPosition
 
     lh = Lakehouse(load_config(config))
     names = [f"t{i:03d}" for i in range(16)]
@@ -195,12 +190,12 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
         with ctx.mariadb.root_connection() as conn, conn.cursor() as cur:
             cur.execute("SHOW MASTER STATUS")
             file, pos = cur.fetchone()[:2]
-        last_change = (int(file.rsplit(".", 1)[1]), int(pos))
+        last_change = BinlogPosition(file, int(pos))
         # Until a publish covers the last change written (however long the loops take).
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline and proc.poll() is None:
             # The newest loop may be an idle one (no position): any loop's publish counts.
-            published = [_position(p) for p in _published_positions(log_path)]
+            published = [BinlogPosition.parse(p) for p in _published_positions(log_path)]
             if published and max(published) >= last_change:
                 break
             time.sleep(1)

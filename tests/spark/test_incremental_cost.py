@@ -107,7 +107,9 @@ class Killed(BaseException):
     """Stands in for kill -9 at a fault point: nothing of binlake's error handling runs."""
 
 
-def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypatch):
+def killed_after_the_bulk_append(spark, tmp_path, monkeypatch) -> Bronze:
+    """A table's first load of four snapshot rows, killed right after its append committed
+    and before its progress row."""
     from binlake import faults
 
     b = Bronze(spark, tmp_path / "lh")
@@ -123,6 +125,11 @@ def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypat
     with pytest.raises(Killed):
         run_silver(spark, b.config)
     monkeypatch.undo()
+    return b
+
+
+def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypatch):
+    b = killed_after_the_bulk_append(spark, tmp_path, monkeypatch)
 
     again = run_silver(spark, b.config)  # the table is no longer empty: the same rows are MERGEd
 
@@ -131,22 +138,9 @@ def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypat
 
 
 def test_two_runs_that_both_found_the_table_empty_load_its_rows_once(spark, tmp_path, monkeypatch):
-    from binlake import faults
     from binlake.contract.lakehouse import TableRef
 
-    b = Bronze(spark, tmp_path / "lh")
-    b.schema(t(0))
-    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(4)], lw=(1, 50), chunk_id=0)
-    b.commit(heartbeat=(1, 70))
-
-    def kill_after_append(name):
-        if name == "silver.after_bulk_load":
-            raise Killed(name)
-
-    monkeypatch.setattr(faults, "point", kill_after_append)
-    with pytest.raises(Killed):
-        run_silver(spark, b.config)  # the first run appended the rows, and stopped before its progress
-    monkeypatch.undo()
+    b = killed_after_the_bulk_append(spark, tmp_path, monkeypatch)  # the first run appended the rows
     # The second run checked for emptiness before the first one's append committed.
     monkeypatch.setattr(TableRef, "is_empty", lambda self, spark: True)
 

@@ -67,7 +67,7 @@ from binlake.quality.checks import (
     settle_row_count_rules,
     table_checks,
 )
-from binlake.silver.merge import key_intervals
+from binlake.silver.merge import is_numeric_type, key_intervals
 
 log = logging.getLogger("binlake.gold")
 
@@ -341,8 +341,7 @@ def _key_bounds(keys, schema: TableSchema, rows: int, bounds: tuple):
 
     first = schema.key[0]
     typ = schema.column(first).spark_type
-    numeric = typ.upper().startswith(("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE"))
-    intervals = key_intervals(keys, quote_ident(first), numeric=numeric, bounds=bounds, rows=rows)
+    intervals = key_intervals(keys, quote_ident(first), numeric=is_numeric_type(typ), bounds=bounds, rows=rows)
     if not intervals:
         return F.lit(False)
     col = F.col(quote_ident(first))

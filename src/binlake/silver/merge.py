@@ -138,7 +138,7 @@ def latest_per_key(records, schema: TableSchema, truncated: tuple | None):
 MAX_KEY_INTERVALS = 16
 
 
-def _is_numeric(spark_type: str) -> bool:
+def is_numeric_type(spark_type: str) -> bool:
     t = spark_type.upper()
     return t.startswith(("TINYINT", "SMALLINT", "INT", "BIGINT", "DECIMAL", "FLOAT", "DOUBLE"))
 
@@ -207,7 +207,7 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
     try:
         stats = source.agg(F.min(F.col(quote_ident(first))).alias("lo"), F.max(F.col(quote_ident(first))).alias("hi"),
                            F.coalesce(F.sum("_zero_dates"), F.lit(0)).alias("zero"), F.count(F.lit(1)).alias("n")).first()
-        intervals = key_intervals(source, quote_ident(first), numeric=_is_numeric(typ), bounds=(stats["lo"], stats["hi"]),
+        intervals = key_intervals(source, quote_ident(first), numeric=is_numeric_type(typ), bounds=(stats["lo"], stats["hi"]),
                                   rows=stats["n"])
         if intervals:
             tk = F.col(f"t.{quote_ident(first)}")
