@@ -48,6 +48,7 @@ _EXPORTS = {
     "PreflightError": "binlake.errors",
     "BinlogPurgedError": "binlake.errors",
     "SchemaChangeError": "binlake.errors",
+    "SourceChangedError": "binlake.errors",
     "QualityCheckFailed": "binlake.errors",
     "VerifyMismatch": "binlake.errors",
     "LakehouseError": "binlake.errors",

@@ -54,6 +54,13 @@ class BinlogPurgedError(BinlakeError):
         )
 
 
+class SourceChangedError(BinlakeError):
+    """The source is no longer the binlog capture was reading (another server after a
+    switch, or a reset or restored binlog) and capture cannot find its place in it."""
+
+    exit_code = 5
+
+
 class SchemaChangeError(BinlakeError):
     """A DDL change that silver cannot apply in place; the table needs a re-snapshot."""
 

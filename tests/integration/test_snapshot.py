@@ -378,8 +378,11 @@ class BarrierController(threading.Thread):
             raise self.error
 
 
-def test_changes_inside_the_watermark_window_win_over_the_snapshot_row(spark, mariadb, database, make_config,
-                                                                       tmp_path, monkeypatch):
+def test_changes_made_while_a_chunk_is_read_sort_after_its_exact_watermark_and_win(spark, mariadb, database,
+                                                                                  make_config, tmp_path, monkeypatch):
+    """On MariaDB a chunk's SELECT runs in a consistent snapshot whose binlog position is
+    both its low and high watermark: whatever commits once the read has begun, before or
+    during the SELECT, is not in the chunk's rows and sorts after its watermark."""
     db = database
     mariadb.execute("CREATE TABLE ww (id INT PRIMARY KEY, v VARCHAR(20))",
                     "INSERT INTO ww VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31) if i not in (15, 16)),
@@ -395,12 +398,12 @@ def test_changes_inside_the_watermark_window_win_over_the_snapshot_row(spark, ma
             image = source_rows(config, db, "ww").get((str(key),))
             changes.append((before, after, (str(key),), image))
 
-    def before_select():  # after the low watermark, before the SELECT: the SELECT sees these
+    def before_select():  # after the watermark, before the SELECT
         mutate("INSERT INTO ww VALUES (15, 'new15')", 15)
         mutate("UPDATE ww SET v = 'upd12' WHERE id = 12", 12)
         mutate("DELETE FROM ww WHERE id = 13", 13)
 
-    def after_select():  # after the SELECT, before the high watermark: it does not
+    def after_select():  # after the SELECT
         mutate("INSERT INTO ww VALUES (16, 'new16')", 16)
         mutate("UPDATE ww SET v = 'upd14' WHERE id = 14", 14)
         mutate("DELETE FROM ww WHERE id = 17", 17)
@@ -422,14 +425,14 @@ def test_changes_inside_the_watermark_window_win_over_the_snapshot_row(spark, ma
     assert (chunk["start_key"], chunk["end_key"]) == ('["11"]', '["21"]')
     lw = (chunk["lw_file_index"], chunk["lw_pos"])
     hw = (chunk["hw_file_index"], chunk["hw_pos"])
-    for before, after, _, _ in changes:
-        assert lw <= before.key() and after.key() <= hw  # every change is inside the window
+    assert lw == hw
+    for before, _, _, _ in changes:
+        assert lw <= before.key()  # every change ends after the watermark
 
     rows = trusted_rows(spark, lh, sid)
     in_chunk = {r["row"]["id"]: r["row"]["v"] for r in rows if r["chunk_id"] == 1}
-    # The SELECT ran between the two groups of changes.
-    assert in_chunk == {"11": "v11", "12": "upd12", "14": "v14", "15": "new15", "17": "v17", "18": "v18",
-                        "19": "v19", "20": "v20"}
+    # The chunk holds the table as of its watermark: none of the changes.
+    assert in_chunk == {str(i): f"v{i}" for i in range(11, 21) if i not in (15, 16)}
 
     # Silver's rule: latest _cdc_seq per key wins. Snapshot rows have (lw, -1); each change
     # has (file_index, end position, 0) with its full after image, as the binlog carries it.

@@ -56,6 +56,7 @@ class ReadRange:
     end_pos: int | None
     last: bool
     max_rows: int | None = None  # the last partition may stop early, at a transaction boundary
+    epoch: int = 0  # the source epoch the file belongs to (binlake.contract.position)
 
 
 # ---------------------------------------------------------------------------------------
@@ -357,19 +358,23 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     )
 
     from binlake.bronze.binlog_rows import compile_rows_decoder
-    from binlake.contract.position import BinlogPosition, file_index
+    from binlake.contract.position import BinlogPosition, file_index, log_index
     from binlake.source.binlog import is_transaction_end, open_stream
 
     plain_rows_events = {BINLOG.WRITE_ROWS_EVENT_V1, BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V1,
                          BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V1, BINLOG.DELETE_ROWS_EVENT_V2}
-    fidx = file_index(rng.file)
+    fidx = log_index(rng.epoch, file_index(rng.file))
     out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
     counts: dict[str, int] = {}
+    # MariaDB: the last GTID of each replication domain in the range, so the driver can
+    # carry the GTID state from one batch's end to the next without asking the server.
+    last_gtids: dict[str, str] = {}
 
     def finish(heartbeat_pos: int | None):
         if rng.last:
             out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
-        out.add(None, None, "stats", rng.start_pos, 0, ddl=json.dumps(counts))
+        out.add(None, None, "stats", rng.start_pos, 0, ddl=json.dumps(counts),
+                gtid=",".join(last_gtids[d] for d in sorted(last_gtids)) or None)
         return out.batch()
 
     if rng.end_pos is not None and rng.start_pos >= rng.end_pos:
@@ -396,6 +401,8 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
             pos = event.packet.log_pos
             if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                 gtid = event.gtid
+                if isinstance(event, MariadbGtidEvent):
+                    last_gtids[gtid.split("-", 1)[0]] = gtid
             elif isinstance(event, TableMapEvent):
                 if not source.captures(event.schema, event.table):
                     schemas[event.table_id] = None

@@ -8,6 +8,13 @@ leaves no trace and the next run reads ``[start, end)`` again; a run killed afte
 at ``end``. Delta idempotent writes (``txnAppId`` / ``txnVersion`` derived from ``start``)
 make a second writer that read the same range a no-op. See docs/capture.md.
 
+The heartbeat also names the server the batch was read from and, on MariaDB, the GTID
+position at its end (:mod:`binlake.bronze.capture_state`). Before reading, capture checks
+that the server is still the one, and that the binlog still holds its position. When the
+source switched (a promoted replica) it resumes from the GTID position on the new server in
+a new source epoch, whose positions sort after every older one; when it cannot (a reset
+binlog, no GTID), it stops with :class:`SourceChangedError` and the re-snapshot recovery.
+
 Example::
 
     result = run_capture(spark, config)          # up to the position the server reports now
@@ -33,6 +40,7 @@ from binlake.bronze.binlog_source import (
     ReadRange,
     read_dataframe,
 )
+from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
 from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
@@ -46,9 +54,15 @@ from binlake.contract.lakehouse import (
     heartbeat_row,
     storage_error,
 )
-from binlake.contract.position import BinlogPosition, file_name
+from binlake.contract.position import EPOCH_SHIFT, BinlogPosition, file_name
 from binlake.contract.types import TableSchema
-from binlake.errors import BinlakeError, BinlogPurgedError, SourceConnectionError
+from binlake.errors import (
+    BinlakeError,
+    BinlogPurgedError,
+    SourceChangedError,
+    SourceConnectionError,
+)
+from binlake.source import gtid as gtids
 from binlake.source.binlog import (
     BinlogFile,
     bytes_between,
@@ -61,7 +75,7 @@ from binlake.source.binlog import (
     wait_for_server,
 )
 from binlake.source.catalog import captured_tables
-from binlake.source.mysql import connect, master_status
+from binlake.source.mysql import connect, is_mariadb, master_status, server_id
 
 log = logging.getLogger("binlake.capture")
 
@@ -86,6 +100,8 @@ class CaptureResult:
     warnings: list[str] = field(default_factory=list)
     resnapshot_tables: list[str] = field(default_factory=list)
     renamed_into: list[str] = field(default_factory=list)
+    new_tables: list[str] = field(default_factory=list)
+    source_switches: list[str] = field(default_factory=list)
     # (db, table, schema_version) known to be in schema_history: later batches of the run
     # skip the lookup (schema_history only grows, so the set can only be incomplete).
     schemas_known: set = field(default_factory=set, repr=False)
@@ -96,6 +112,10 @@ class CaptureResult:
                 f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)")
         if self.resnapshot_tables:
             text += f"; binlog was purged: capture reset and re-snapshotted {', '.join(self.resnapshot_tables)}"
+        for switch in self.source_switches:
+            text += f"; {switch}"
+        if self.new_tables:
+            text += f"; snapshotted {', '.join(self.new_tables)} first (newly matched by source.tables)"
         if self.renamed_into:
             text += f"; snapshotted {', '.join(self.renamed_into)} (another table was renamed into it)"
         for w in self.warnings:
@@ -109,33 +129,44 @@ class CaptureResult:
 
 def run_capture(spark, config: Config, continuous: bool = False, progress=None) -> CaptureResult:
     """Capture from the stored resume position up to the server's position at start
-    (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``)."""
+    (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``).
+
+    A table that ``source.tables`` / ``exclude`` match now but did not match at capture's
+    last commit (an existing table newly included) is snapshotted first, whatever runs
+    capture (the bundle's scheduled pipeline included): its older rows are in no change
+    record capture kept."""
     if not isinstance(config, Config):
         raise TypeError("config must be a binlake.config.Config (use load_config)")
     started = time.monotonic()
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
     result = CaptureResult()
-    resume = capture_position(spark, lh)
+    state = capture_state(spark, lh)
     with connect(config.source) as conn:
         files = list_binlogs(conn)
-        if resume is None:
-            resume = _startup_position(spark, config, lh, conn, files)
-            log.info("no capture state yet: starting (%s) at %s", config.capture.startup.value, resume)
+        if state is None:
+            start = _startup_position(spark, config, lh, conn, files)
+            log.info("no capture state yet: starting (%s) at %s", config.capture.startup.value, start)
             # Persist the start at once, so a later run never recomputes it differently.
-            _commit(spark, lh, [], resume, resume, [heartbeat_row(resume)], result)
-        resume = _ensure_not_purged(spark, config, conn, files, resume, result)
-        target = master_status(conn)
-    result.start = resume
+            state = _commit(spark, lh, [], start, _state_at(conn, start), None, result)
+        recorded = state
+        state = _follow_source(spark, config, lh, conn, files, state, result)
+        state = _ensure_not_purged(spark, config, lh, conn, files, state, result)
+        _snapshot_newly_matched(spark, config, lh, conn, recorded, result)
+        target = master_status(conn).in_epoch(state.position.epoch)
+    result.start = state.position
+    resume = state.position
     try:
         while True:
-            resume = _capture_until(spark, config, lh, resume, target, result, progress)
+            state, target = _capture_until(spark, config, lh, state, target, result, progress)
+            resume = state.position
             if not continuous:
                 break
             time.sleep(POLL_SECONDS)
             try:
                 with connect(config.source) as conn:
-                    target = master_status(conn)
+                    state = _follow_source(spark, config, lh, conn, list_binlogs(conn), state, result)
+                    target = master_status(conn).in_epoch(state.position.epoch)
             except SourceConnectionError:
                 # A restarting source is waited for; --continuous is meant to outlive it.
                 log.warning("source unreachable; waiting for it to come back")
@@ -153,30 +184,17 @@ def run_capture(spark, config: Config, continuous: bool = False, progress=None) 
     return result
 
 
-def capture_position(spark, lh: Lakehouse) -> BinlogPosition | None:
-    """The stored resume position: the largest heartbeat in the change log (None if none)."""
-    if not lh.changelog.exists(spark):
+def follow_source(spark, config: Config) -> BinlogPosition | None:
+    """Capture's check of the source on its own: when the source is another server or its
+    binlog was reset, record where capture goes on (a GTID switch into a new source epoch),
+    apply the re-snapshot policy, or raise :class:`SourceChangedError`. Returns the resume
+    position (None before capture's first run)."""
+    lh = Lakehouse(config)
+    state = capture_state(spark, lh)
+    if state is None:
         return None
-    # The latest commit is normally capture's own, and its tag names the end it committed:
-    # the heartbeat of that same commit, the largest one (commits are ordered by their start,
-    # see _commit). Reading one commit from the Delta log spares a scan of the whole table.
-    # Any other latest commit (OPTIMIZE, a foreign writer) falls back to the scan.
-    tagged = _tag_end(lh.changelog.delta(spark).history(1).select("userMetadata").collect())
-    if tagged is not None:
-        return tagged
-    rows = spark.sql(
-        f"SELECT binlog_file, pos FROM {lh.changelog.sql} WHERE op = '{HEARTBEAT_OP}' "
-        "ORDER BY file_index DESC, pos DESC LIMIT 1"
-    ).collect()
-    return BinlogPosition(rows[0]["binlog_file"], int(rows[0]["pos"])) if rows else None
-
-
-def _tag_end(history_rows) -> BinlogPosition | None:
-    try:
-        tag = json.loads(history_rows[0]["userMetadata"])
-        return BinlogPosition.parse(tag["capture_end"])
-    except (IndexError, TypeError, ValueError, KeyError):
-        return None
+    with connect(config.source) as conn:
+        return _follow_source(spark, config, lh, conn, list_binlogs(conn), state, CaptureResult()).position
 
 
 def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, progress=None):
@@ -189,22 +207,33 @@ def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = Non
 
 
 def reset_capture(spark, config: Config) -> BinlogPosition:
-    """Restart capture at the server's current position (after a purge); returns it.
+    """Restart capture at the server's current position (after a purge, or on a reset or
+    foreign source); returns it.
 
     Changes between the old resume position and the new one are lost to the change log:
     re-snapshot the captured tables afterwards (``binlake snapshot --reset-capture`` does).
+    When the server's binlog is not the one capture was reading (another server, numbering
+    reset), the new position opens a new source epoch, so the re-snapshot's rows outrank
+    every older record.
     """
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
-    old = capture_position(spark, lh)
+    old = capture_state(spark, lh)
     with connect(config.source) as conn:
         current = master_status(conn)
-    if old is not None and current <= old:
-        return old
+        sid = server_id(conn)
+        epoch = 0
+        if old is not None:
+            same = old.server_id in (None, sid) and _position_problem(conn, list_binlogs(conn), old) is None
+            epoch = old.position.epoch if same else old.position.epoch + 1
+            if same and current.in_epoch(epoch) <= old.position:
+                return old.position
+        state = _state_at(conn, current.in_epoch(epoch), sid)
     result = CaptureResult()
-    _commit(spark, lh, [], old or current, current, [heartbeat_row(current, note="reset-capture")], result)
-    log.warning("capture reset from %s to %s: re-snapshot the captured tables", old, current)
-    return current
+    start = old.position if old else state.position
+    state = _commit(spark, lh, [], start, state, None, result, note="reset-capture")
+    log.warning("capture reset from %s to %s: re-snapshot the captured tables", old.position if old else None, state.position)
+    return state.position
 
 
 def capture_status(spark, config: Config) -> dict:
@@ -213,7 +242,7 @@ def capture_status(spark, config: Config) -> dict:
     resume = capture_position(spark, lh)
     with connect(config.source) as conn:
         files = list_binlogs(conn)
-        server = master_status(conn)
+        server = master_status(conn).in_epoch(resume.epoch if resume else 0)
         expiry = expire_seconds(conn)
     out: dict = {
         "resume_file": resume.file if resume else None,
@@ -274,13 +303,15 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
             "ORDER BY h.file_index, h.pos LIMIT 1"
         ).collect()
         if rows:
-            candidates.append(BinlogPosition(file_name(current.file, int(rows[0]["file_index"])), int(rows[0]["pos"])))
+            index = int(rows[0]["file_index"])
+            candidates.append(BinlogPosition.from_log(file_name(current.file, index & ((1 << EPOCH_SHIFT) - 1)), index,
+                                                      rows[0]["pos"]))
     if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
-            f"SELECT lw_file, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
+            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
         ).collect()
         if rows:
-            candidates.append(BinlogPosition(rows[0]["lw_file"], int(rows[0]["lw_pos"])))
+            candidates.append(BinlogPosition.from_log(rows[0]["lw_file"], rows[0]["lw_file_index"], rows[0]["lw_pos"]))
     return min(candidates)
 
 
@@ -288,18 +319,114 @@ def _captured_table_names(config: Config, conn) -> list[str]:
     return [f"{db}.{t}" for db, t in captured_tables(conn, config.source)]
 
 
-def _ensure_not_purged(spark, config: Config, conn, files, resume: BinlogPosition, result: CaptureResult) -> BinlogPosition:
+def _ensure_not_purged(spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState,
+                       result: CaptureResult) -> CaptureState:
     try:
-        check_not_purged(files, resume, _captured_table_names(config, conn))
-        return resume
+        check_not_purged(files, state.position, _captured_table_names(config, conn))
+        return state
     except BinlogPurgedError as exc:
         if config.capture.on_purge is not PurgePolicy.RESNAPSHOT:
             raise
         log.warning("%s; capture.on_purge=resnapshot: resetting capture and re-snapshotting", exc)
-        new = reset_capture(spark, config)
+        reset_capture(spark, config)
         run_snapshot(spark, config, tables=exc.tables)
         result.resnapshot_tables = list(exc.tables)
-        return new
+        return capture_state(spark, lh)
+
+
+# ---------------------------------------------------------------------------------------
+# the source: the same server, the same binlog?
+
+
+def _state_at(conn, position: BinlogPosition, sid: int | None = None) -> CaptureState:
+    """The capture state at ``position`` of the server ``conn`` talks to (one GTID lookup on
+    MariaDB, which reads the binlog file up to the position: done once per start or switch,
+    later batches carry the GTID position forward themselves)."""
+    sid = server_id(conn) if sid is None else sid
+    return CaptureState(position, sid, gtids.gtid_at(conn, position) if is_mariadb(conn) else None)
+
+
+def _position_problem(conn, files, state: CaptureState) -> str | None:
+    """Why the server's binlog cannot be the one ``state`` was read from (None: it can).
+    A purged file is not a problem here: the purge policy decides about that."""
+    pos = state.position
+    if not files:
+        return None
+    newest = files[-1]
+    if pos.file_index > newest.index:
+        return (f"the server's newest binlog is {newest.name}, older than capture's position {pos}: "
+                "the binlog was reset or restored")
+    here = next((f for f in files if f.index == pos.file_index), None)
+    if here is None:
+        return None
+    if pos.pos > here.size:
+        return (f"binlog {pos.file} is {here.size} bytes, shorter than capture's position {pos}: "
+                "the binlog was reset or restored")
+    if pos.pos == here.size:
+        return None
+    try:
+        boundary, gtid = gtids.event_gtid_at(conn, pos)
+    except Exception:  # noqa: BLE001 - a server that cannot show its events is not judged by them
+        return None
+    if not boundary:
+        return f"capture's position {pos} is not an event boundary of the server's binlog: it was reset or restored"
+    if gtid and state.gtid:
+        domain, _, seq = (int(x) for x in gtid.split("-"))
+        seen = gtids.parse(state.gtid).get(domain)
+        if seen is not None and seq <= seen[1]:
+            return (f"the transaction at capture's position {pos} is GTID {gtid}, which capture had already read "
+                    f"(it was at {state.gtid}): the binlog was reset or restored")
+    return None
+
+
+def _follow_source(spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState,
+                   result: CaptureResult) -> CaptureState:
+    """``state``, or, when the source is another server or a reset binlog, the state capture
+    resumes from there (a GTID switch), or the re-snapshot policy's, or a loud stop."""
+    sid = server_id(conn)
+    if state.server_id is not None and state.server_id != sid:
+        problem = f"the source is now server {sid}, but capture last read server {state.server_id}"
+    else:
+        problem = _position_problem(conn, files, state)
+    if problem is None:
+        if state.server_id is None or (state.gtid is None and is_mariadb(conn)):
+            # Recorded before binlake kept these: learn them now; the next batch records them.
+            return _state_at(conn, state.position, sid)
+        return state
+    return _switch(spark, config, lh, conn, state, sid, problem, result)
+
+
+def _switch(spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid: int, problem: str,
+            result: CaptureResult) -> CaptureState:
+    epoch = state.position.epoch + 1
+    if state.gtid and is_mariadb(conn):
+        try:
+            found = gtids.position_after(config.source, config.source.server_id, conn, state.gtid)
+        except gtids.GtidNotFound as exc:
+            detail = f"{problem}; it cannot resume by GTID {state.gtid} there ({exc})"
+        else:
+            new = CaptureState(found.in_epoch(epoch), sid, state.gtid)
+            message = (f"{problem}: capture resumed by GTID {state.gtid} at {new.position} "
+                       f"(source epoch {epoch}, sorting after every earlier position)")
+            log.warning("%s", message)
+            state = _commit(spark, lh, [], state.position, new, None, result, note="source-switch")
+            result.source_switches.append(message)
+            return state
+    elif state.gtid is None:
+        detail = f"{problem}; no GTID position was recorded to resume from (GTID resume needs MariaDB)"
+    else:
+        detail = f"{problem}; the server is not MariaDB, so it cannot resume by GTID {state.gtid}"
+    if config.capture.on_purge is PurgePolicy.RESNAPSHOT:
+        log.warning("%s; capture.on_purge=resnapshot: resetting capture and re-snapshotting every table", detail)
+        reset_capture(spark, config)
+        tables = _captured_table_names(config, conn)
+        run_snapshot(spark, config, tables=None, fresh=True)
+        result.resnapshot_tables = tables
+        result.source_switches.append(f"{detail}: capture reset and every table re-snapshotted")
+        return capture_state(spark, lh)
+    raise SourceChangedError(
+        f"capture cannot go on: {detail}. Recover with: binlake snapshot --reset-capture "
+        "(re-snapshots every captured table; or set capture.on_purge: resnapshot to do it automatically)")
 
 
 def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
@@ -331,40 +458,49 @@ def plan_ranges(files: list[BinlogFile], start: BinlogPosition, end: BinlogPosit
         e = end.pos if f.index == end.file_index else f.size
         if s >= e:
             continue
-        ranges.append(ReadRange(index=len(ranges), file=f.name, start_pos=s, end_pos=e, last=False))
+        ranges.append(ReadRange(index=len(ranges), file=f.name, start_pos=s, end_pos=e, last=False, epoch=start.epoch))
         if len(ranges) == max_files:
             break
     if ranges:
         last = ranges[-1]
-        ranges[-1] = ReadRange(last.index, last.file, last.start_pos, last.end_pos, True, max_rows)
+        ranges[-1] = ReadRange(last.index, last.file, last.start_pos, last.end_pos, True, max_rows, start.epoch)
     return ranges
 
 
-def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition, target: BinlogPosition,
-                   result: CaptureResult, progress) -> BinlogPosition:
+def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, target: BinlogPosition,
+                   result: CaptureResult, progress) -> tuple[CaptureState, BinlogPosition]:
+    """Batches from ``state`` up to ``target``; returns the state reached and the target
+    (a new one when the source switched on the way)."""
     max_files = max(1, min(MAX_PARALLEL_FILES, spark.sparkContext.defaultParallelism))
     attempts = 0
     task_cm = None
     task = None
-    if progress is not None and resume < target:
-        task_cm = progress.task("capture", total=max(1, target.file_index - resume.file_index + 1), unit="files")
+    if progress is not None and state.position < target:
+        task_cm = progress.task("capture", total=max(1, target.file_index - state.position.file_index + 1), unit="files")
         task = task_cm.__enter__()
     try:
-        while resume < target:
+        while state.position < target:
+            resume = state.position
             try:
                 with connect(config.source) as conn:
                     files = list_binlogs(conn)
+                    if server_id(conn) != state.server_id:
+                        # Switched while capturing (a failover behind the same address).
+                        state = _follow_source(spark, config, lh, conn, files, state, result)
+                        target = max(target, master_status(conn).in_epoch(state.position.epoch))
+                        continue
                 if not files or resume.file_index < files[0].index:
                     # Purged while capturing (--continuous, or a slow batch): same policy as at start.
                     with connect(config.source) as conn:
-                        resume = _ensure_not_purged(spark, config, conn, files, resume, result)
+                        state = _ensure_not_purged(spark, config, lh, conn, files, state, result)
                     continue
                 ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
                 changes_before = result.changes
                 if not ranges:
-                    new = _commit(spark, lh, [], resume, target, [heartbeat_row(target)], result)
+                    # No bytes to read up to the target: the GTID position is unchanged.
+                    new = _commit(spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result)
                 else:
-                    new = _read_and_commit(spark, config, lh, resume, ranges, result)
+                    new = _read_and_commit(spark, config, lh, state, ranges, result)
                 attempts = 0
             except SourceConnectionError:
                 attempts += 1
@@ -390,43 +526,91 @@ def _capture_until(spark, config: Config, lh: Lakehouse, resume: BinlogPosition,
                 wait_for_server(config.source, timeout=120)
                 continue
             if task is not None:
-                task.advance(max(0, new.file_index - resume.file_index), items=result.changes - changes_before)
-            resume = new
+                task.advance(max(0, new.position.file_index - resume.file_index), items=result.changes - changes_before)
+            state = new
     finally:
         if task_cm is not None:
             task_cm.__exit__(None, None, None)
-    return resume
+    return state, target
 
 
-def _read_and_commit(spark, config: Config, lh: Lakehouse, start: BinlogPosition, ranges: list[ReadRange],
-                     result: CaptureResult) -> BinlogPosition:
+def _read_and_commit(spark, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange],
+                     result: CaptureResult) -> CaptureState:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
+    start = state.position
     df = read_dataframe(spark, config.source, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One pass builds the cache and returns the few side rows: schema versions, each
-        # partition's counts per op and the heartbeat. No aggregation, no shuffle.
+        # partition's counts per op and last GTIDs, and the heartbeat. No aggregation, no shuffle.
         side = (df.where(F.col("op").isin(HEARTBEAT_OP, *SIDE_OPS))
-                .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json").collect())
+                .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json", "gtid").collect())
         counts: dict[str, int] = {}
-        for r in side:
-            if r["op"] == "stats":
-                for op, n in json.loads(r["ddl"]).items():
-                    counts[op] = counts.get(op, 0) + n
+        gtid = state.gtid
+        for r in sorted((r for r in side if r["op"] == "stats"), key=lambda r: (r["file_index"], r["pos"])):
+            for op, n in json.loads(r["ddl"]).items():
+                counts[op] = counts.get(op, 0) + n
+            gtid = gtids.advance(gtid, r["gtid"])
         beats = [r for r in side if r["op"] == HEARTBEAT_OP]
         if len(beats) != 1:
             raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
-        end = BinlogPosition(beats[0]["binlog_file"], int(beats[0]["pos"]))
+        end = CaptureState(BinlogPosition.from_log(beats[0]["binlog_file"], beats[0]["file_index"], beats[0]["pos"]),
+                           state.server_id, gtid)
         schemas = [(TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
                    for r in side if r["op"] == "schema"]
         changes = df.where(~F.col("op").isin(*SIDE_OPS)).drop("schema_json")
+        # The heartbeat names the server and the GTID position at the batch's end.
+        beat = F.col("op") == HEARTBEAT_OP
+        changes = (changes.withColumn("gtid", F.when(beat, F.lit(end.gtid)).otherwise(F.col("gtid")))
+                   .withColumn("server_id", F.when(beat, F.lit(end.server_id).cast("bigint")).otherwise(F.col("server_id"))))
         if counts.get(RENAMED_INTO_OP):
             renamed = changes.where(F.col("op") == RENAMED_INTO_OP).select("db", "table").distinct().collect()
             _snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
         return _commit(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()
+
+
+def table_filter(config: Config) -> dict:
+    """The table filter capture records with each commit (its tag)."""
+    return {"tables": list(config.source.tables), "exclude": list(config.source.exclude)}
+
+
+def _snapshot_newly_matched(spark, config: Config, lh: Lakehouse, conn, state: CaptureState,
+                            result: CaptureResult) -> None:
+    """Snapshot the tables the filter matches now and did not at capture's last commit,
+    unless a snapshot taken since capture's position already covers them."""
+    from dataclasses import replace
+
+    if state.table_filter is None or state.table_filter == table_filter(config):
+        return
+    try:
+        before = replace(config.source, tables=tuple(state.table_filter["tables"]),
+                         exclude=tuple(state.table_filter["exclude"]))
+    except (KeyError, TypeError):
+        return
+    newly = [(db, t) for db, t in captured_tables(conn, config.source) if not before.captures(db, t)]
+    if not newly:
+        return
+    covered: set = set()
+    if lh.snapshot_chunks.exists(spark):
+        from pyspark.sql import functions as F
+
+        names = F.lit(False)
+        for db, t in newly:
+            names = names | ((F.col("db") == db) & (F.col("table") == t))
+        # A snapshot every chunk of which was read after capture's position holds every row
+        # the missed changes could have touched.
+        rows = (lh.snapshot_chunks.read(spark).where(names).groupBy("db", "table", "snapshot_id")
+                .agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect())
+        covered = {(r["db"], r["table"]) for r in rows
+                   if (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) >= state.position.key()}
+    todo = sorted(f"{db}.{t}" for db, t in newly if (db, t) not in covered)
+    if todo:
+        log.info("capture: %s newly matched by source.tables: snapshotting first", ", ".join(todo))
+        run_snapshot(spark, config, tables=todo)
+        result.new_tables = todo
 
 
 def _snapshot_renamed_into(spark, config: Config, names: list[str], result: CaptureResult) -> None:
@@ -447,9 +631,10 @@ def _snapshot_renamed_into(spark, config: Config, names: list[str], result: Capt
         result.renamed_into = sorted(set(result.renamed_into) | set(targets))
 
 
-def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPosition, changes,
-            result: CaptureResult, counts: dict[str, int] | None = None) -> BinlogPosition:
-    """One Delta commit: the batch's changes and its end heartbeat. Returns the resume position."""
+def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: CaptureState, changes,
+            result: CaptureResult, counts: dict[str, int] | None = None, note: str | None = None) -> CaptureState:
+    """One Delta commit: the batch's changes and its end heartbeat (``changes`` None: the
+    heartbeat alone). Returns the state capture resumes from."""
     schemas = [s for s in schemas if (s[0].database, s[0].table, s[0].version()) not in result.schemas_known]
     if schemas:
         # Before the change log commit: a crash in between re-reads the batch and records
@@ -457,28 +642,37 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: BinlogPos
         # lose a schema version for good.
         result.schemas_recorded += record_schemas(spark, lh, schemas)
         result.schemas_known.update((s[0].database, s[0].table, s[0].version()) for s in schemas)
-    if isinstance(changes, list):
-        changes = spark.createDataFrame(changes, CHANGELOG_SCHEMA)
+    if changes is None:
+        changes = spark.createDataFrame(
+            [heartbeat_row(end.position, note=note, server_id=end.server_id, gtid=end.gtid)], CHANGELOG_SCHEMA)
     counts = counts or {}
-    tag = json.dumps({"capture_start": str(start), "capture_end": str(end), "id": uuid.uuid4().hex})
+    tag = json.dumps({"capture_start": str(start), **end.tag(), "filter": table_filter(lh.config),
+                      "id": uuid.uuid4().hex})
     # Two writers that read the same start get the same version: Delta keeps the first.
     # A batch that moves past ``start`` gets an odd version, a bare heartbeat at ``start`` an even one.
-    version = 2 * _key(start) + (1 if end > start else 0)
+    version = 2 * _key(start) + (1 if end.position > start else 0)
     writer = (changes.write.format("delta").mode("append")
-              .option("txnAppId", TXN_APP_ID).option("txnVersion", str(version)).option("userMetadata", tag))
+              .option("txnAppId", _txn_app_id(start.epoch)).option("txnVersion", str(version))
+              .option("userMetadata", tag))
     faults.point("capture.before_commit")
     lh.changelog.save(writer)
     faults.point("capture.after_commit")
     last = lh.changelog.delta(spark).history(1).collect()[0]
     if last["userMetadata"] != tag:
         # Another capture process committed this range first; continue from what it stored.
-        stored = capture_position(spark, lh)
-        log.warning("another capture run committed the batch starting at %s; continuing from %s", start, stored)
+        stored = capture_state(spark, lh)
+        log.warning("another capture run committed the batch starting at %s; continuing from %s", start,
+                    stored.position if stored else end.position)
         return stored or end
     result.batches += 1
     result.changes += sum(n for op, n in counts.items() if op in DATA_OPS)
     result.ddl += sum(n for op, n in counts.items() if op in DDL_OPS)
     return end
+
+
+def _txn_app_id(epoch: int) -> str:
+    """Idempotent-write versions must grow per app id; positions restart in a new epoch."""
+    return TXN_APP_ID if epoch == 0 else f"{TXN_APP_ID}-epoch{epoch}"
 
 
 def _key(pos: BinlogPosition) -> int:

@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Sequence
 
 from binlake import faults
+from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.chunking import (
     Chunk,
     boundary_query,
@@ -61,12 +62,12 @@ from binlake.contract.lakehouse import (
     Lakehouse,
     ManifestRow,
 )
-from binlake.contract.position import file_index
+from binlake.contract.position import epoch_of, file_index, log_index
 from binlake.contract.types import TableSchema, encode_value
 from binlake.errors import LakehouseError, PreflightError
 from binlake.progress import Progress
 from binlake.source.catalog import table_arguments, table_schema
-from binlake.source.mysql import connect, master_status, query
+from binlake.source.mysql import connect, master_status, query, server_id
 
 log = logging.getLogger("binlake")
 
@@ -181,16 +182,24 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fre
                 chunks = _unmanifested(spark, lh, latest["snapshot_id"])
                 pending.extend(_Pending(latest["snapshot_id"], current, cid, s, e) for cid, s, e in chunks)
                 result.tables.append(TableSnapshot(db, t, latest["snapshot_id"], latest["planned"], mode="resumed"))
+        source = _source_epoch(spark, lh, conn) if (to_plan or pending) else (0, 0)
         if to_plan:
-            planned, plan_committed = _plan(spark, config, lh, conn, to_plan)
+            planned, plan_committed = _plan(spark, config, lh, conn, to_plan, source)
             for schema, snapshot_id, chunks, mode in planned:
                 pending.extend(_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json) for c in chunks)
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
     if pending:
         tune_snapshot_rows(spark, lh)
-    _read_waves(spark, config, lh, pending, result, progress, plan_committed)
+    _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _source_epoch(spark, lh: Lakehouse, conn) -> tuple[int, int]:
+    """(source epoch, server id) the chunks' watermarks are read in: the server capture
+    reads, or a clear error when the source switched and capture has not followed yet."""
+    sid = server_id(conn)
+    return current_epoch(spark, lh, sid), sid
 
 
 def resnapshot_chunks(spark, config: Config, db: str, table: str,
@@ -228,11 +237,12 @@ def resnapshot_chunks(spark, config: Config, db: str, table: str,
                     raise ValueError(f"chunks[{i}] bound {list(bound)} has {len(bound)} values but "
                                      f"{db}.{table} has {len(schema.key)} key columns {list(schema.key)}")
             planned.append(Chunk(i, start, end))
+        source = _source_epoch(spark, lh, conn)
         [(schema, snapshot_id, plan, _)], plan_committed = _plan(spark, config, lh, conn, [(schema, "repair")],
-                                                                 fixed={schema.name: planned})
+                                                                 source, fixed={schema.name: planned})
     pending = [_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json) for c in plan]
     result.tables.append(TableSnapshot(db, table, snapshot_id, len(plan), mode="repair"))
-    _read_waves(spark, config, lh, pending, result, progress, plan_committed)
+    _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
 
@@ -280,15 +290,15 @@ def _new_snapshot_id() -> str:
 
 
 def _plan(spark, config: Config, lh: Lakehouse, conn, tables: list[tuple[TableSchema, str]],
-          fixed: dict[str, list[Chunk]] | None = None) -> tuple[list[tuple[TableSchema, str, list[Chunk], str]], Future]:
+          source: tuple[int, int], fixed: dict[str, list[Chunk]] | None = None) -> tuple[list[tuple[TableSchema, str, list[Chunk], str]], Future]:
     """Record schemas, plan chunks and start persisting the plan (one Delta append for all
     tables); the future is done when the plan is committed."""
     for schema, _ in tables:
         _require_key(schema)
     # Recorded before planning, so capture (which starts at or before every lw) decodes
     # any event after this position with at least this schema.
-    position = master_status(conn)
-    record_schemas(spark, lh, [(s, position.file_index, position.pos, None) for s, _ in tables])
+    position = master_status(conn).in_epoch(source[0])
+    record_schemas(spark, lh, [(s, position.log_index, position.pos, None) for s, _ in tables])
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     out = []
     rows = []
@@ -363,7 +373,7 @@ def _unmanifested(spark, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str
 
 
 def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], result: SnapshotResult,
-                progress: Progress, plan_committed: Future | None) -> None:
+                progress: Progress, plan_committed: Future | None, source: tuple[int, int]) -> None:
     if not pending:
         if plan_committed is not None:
             plan_committed.result()
@@ -379,7 +389,8 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
             # stay in snapshot_rows but never match a manifest row.
             attempt_id = uuid.uuid4().hex
             schemas = {p.schema.name: p.schema.to_json() for p in wave}
-            opts = reader_options(config.source, [p.as_option() for p in wave], schemas, attempt_id, barrier)
+            opts = reader_options(config.source, [p.as_option() for p in wave], schemas, attempt_id, barrier,
+                                  epoch=source[0], server_id=source[1])
             df, observed = observe_markers(spark.read.format(FORMAT).options(**opts).load(), attempt_id)
             try:
                 lh.snapshot_rows.save(df.write.format("delta").mode("append"))
@@ -404,7 +415,7 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
                     snapshot_id=p.snapshot_id, db=p.schema.database, table=p.schema.table, chunk_id=p.chunk_id,
                     attempt_id=attempt_id, key_columns=list(p.schema.key), start_key=p.start_key, end_key=p.end_key,
                     lw_file=s["lw_file"], lw_file_index=m["lw_file_index"], lw_pos=m["lw_pos"],
-                    hw_file=s["hw_file"], hw_file_index=file_index(s["hw_file"]), hw_pos=int(s["hw_pos"]),
+                    hw_file=s["hw_file"], hw_file_index=log_index(epoch_of(m["lw_file_index"]), file_index(s["hw_file"])), hw_pos=int(s["hw_pos"]),
                     row_count=n, checksum=s["checksum"], schema_version=p.schema.version(), committed_at=now))
                 t = by_table[p.schema.name]
                 t.chunks_read += 1
@@ -483,11 +494,16 @@ def _read_back_markers(spark, lh: Lakehouse, attempt_id: str) -> dict[tuple[str,
 
 def _wave_error(exc: Exception, wave: list[_Pending]) -> Exception:
     """One line naming the chunks and the root cause; never the reader options (password)."""
-    from binlake.errors import BinlakeError, SchemaChangeError, SourceConnectionError
+    from binlake.errors import (
+        BinlakeError,
+        SchemaChangeError,
+        SourceChangedError,
+        SourceConnectionError,
+    )
 
     text = str(exc)
     names = sorted({p.schema.name for p in wave})
-    for cls in (SchemaChangeError, SourceConnectionError):
+    for cls in (SchemaChangeError, SourceConnectionError, SourceChangedError):
         marker = f"{cls.__name__}: "
         if marker in text:
             return cls(text.split(marker, 1)[1].splitlines()[0])

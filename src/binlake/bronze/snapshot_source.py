@@ -1,7 +1,9 @@
 """``binlake-snapshot``: a Spark Python Data Source whose partitions are snapshot chunks.
 
-Each partition reads one chunk on an executor: low watermark (``SHOW MASTER STATUS``), one
-autocommit SELECT of the key range (a consistent read, no locks), high watermark. It
+Each partition reads one chunk on an executor: one SELECT of the key range inside a
+consistent-snapshot transaction (no locks), bounded by its low and high binlog watermarks
+(:class:`binlake.source.mysql.consistent_read`: on MariaDB both are the exact position the
+snapshot sees). It
 yields the chunk's data rows and then one marker row (``row`` NULL) whose ``chunk_stats``
 hold ``lw_file``, ``hw_file``, ``hw_pos``, ``row_count`` and ``checksum`` (see
 :func:`row_hashes`). The schema is :data:`binlake.contract.lakehouse.SNAPSHOT_ROWS_SCHEMA`; rows go to
@@ -113,15 +115,20 @@ class ChunkPartition(InputPartition):
 
 
 def reader_options(source, chunks: Sequence[dict], schemas: Mapping[str, str], attempt_id: str,
-                   barrier_dir: str | None = None) -> dict[str, str]:
+                   barrier_dir: str | None = None, epoch: int = 0, server_id: int | None = None) -> dict[str, str]:
     """Options for one read: chunks (dicts with snapshot_id, db, table, chunk_id, start_key,
-    end_key, schema_version), table schemas as JSON by ``db.table``, and the connection."""
+    end_key, schema_version), table schemas as JSON by ``db.table``, and the connection.
+    Watermarks are positions of source epoch ``epoch``, valid only on server ``server_id``
+    (when given: a reader that finds another server there fails instead of mixing them)."""
     opts = {
         **source.executor_options(),
         "chunks": json.dumps(list(chunks), separators=(",", ":")),
         "schemas": json.dumps(dict(schemas), separators=(",", ":")),
         "attempt_id": attempt_id,
+        "epoch": str(int(epoch)),
     }
+    if server_id is not None:
+        opts["server_id"] = str(int(server_id))
     if barrier_dir:
         opts["testing.barrier_dir"] = barrier_dir
     return opts
@@ -253,9 +260,14 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
     from binlake.config import SourceConfig
     from binlake.contract.sql import qualified, quote_ident
     from binlake.contract.types import TableSchema
-    from binlake.errors import SchemaChangeError
+    from binlake.errors import SchemaChangeError, SourceChangedError
     from binlake.source import textrows
-    from binlake.source.mysql import connect, exact_value_sql, master_status
+    from binlake.source.mysql import (
+        connect,
+        consistent_read,
+        exact_value_sql,
+        server_id,
+    )
 
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
     attempt_id = options["attempt_id"]
@@ -273,72 +285,79 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
             "attempt_id": attempt_id, "schema_version": p.schema_version}
 
     def batch(n: int, lw, rows, stats):
-        values = {**head, "lw_file_index": lw.file_index, "lw_pos": lw.pos}
+        values = {**head, "lw_file_index": lw.log_index, "lw_pos": lw.pos}
         consts = [pa.repeat(pa.scalar(values[f.name], f.type), n) for f in out_schema if f.name in values]
         return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=out_schema)
 
+    epoch = int(options.get("epoch") or 0)
     conn = connect(SourceConfig.from_executor_options(options))
     try:
-        lw = master_status(conn)
-        _barrier(options, p, "lw")
-        count = 0
-        checksum = 0
-        with conn.cursor(pymysql.cursors.SSCursor) as cur:
-            try:
-                cur.execute(sql, params)
-            except pymysql.err.OperationalError as exc:
-                if exc.args[0] != ER_BAD_FIELD_ERROR:
-                    raise
-                raise SchemaChangeError(
-                    f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
-                    "re-run binlake snapshot, which re-plans it with the new schema"
-                ) from exc
-            names = [d[0] for d in cur.description][len(exact):]
-            if set(names) != set(by_name):
-                # Rows decoded with the planned schema would be silently wrong; the driver
-                # re-plans the table when its schema version moved.
-                raise SchemaChangeError(
-                    f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(names)}): "
-                    "re-run binlake snapshot, which re-plans it with the new schema"
-                )
-            n = len(names)
-            # Output column i: either the protocol text of result column len(exact) + i as it
-            # is, or an encoder applied to result column ``src`` (its exact re-select, if any).
-            binary = [enc is None for enc, _ in cur._result.converters]
-            exact_at = {c.name: k for k, c in enumerate(exact)}
-            as_is, encoded = [], []
-            for i, name in enumerate(names):
-                c, src = by_name[name], exact_at.get(name, len(exact) + i)
-                if src == len(exact) + i and not binary[src] and raw_is_canonical(c):
-                    as_is.append(i)
-                else:
-                    encoded.append((i, src, _encoder(c, cur.description[src][1])))
-            keys = pa.array(names, pa.string())
-            for block in textrows.blocks(cur, BATCH_ROWS):
-                m = block.rows
-                if encoded:
-                    # Rows x columns positions into [as-is texts, then each encoded column].
-                    index = np.empty((m, n), dtype=np.int64)
-                    index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
-                    parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
-                    base = m * len(as_is)
-                    for i, src, encode in encoded:
-                        # Python sees each distinct value of the block once, not each row.
-                        raw = block.column(src).dictionary_encode()
-                        texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
-                        parts.append(texts.take(raw.indices))
-                        index[:, i] = base + np.arange(m)
-                        base += m
-                    items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
-                else:
-                    items = block.items([len(exact) + i for i in as_is])
-                offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
-                texts = pa.MapArray.from_arrays(offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items)
-                checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
-                count += m
-                yield batch(m, lw, texts, pa.nulls(m, texts_type))
-        _barrier(options, p, "select")
-        hw = master_status(conn)
+        expected = options.get("server_id")
+        if expected is not None and server_id(conn) != int(expected):
+            raise SourceChangedError(
+                f"the source is now server {server_id(conn)}, not server {expected} that the snapshot of "
+                f"{p.db}.{p.table} was planned on: run binlake capture, then binlake snapshot again")
+        with consistent_read(conn) as read:
+            lw = read.low.in_epoch(epoch)
+            _barrier(options, p, "lw")
+            count = 0
+            checksum = 0
+            with conn.cursor(pymysql.cursors.SSCursor) as cur:
+                try:
+                    cur.execute(sql, params)
+                except pymysql.err.OperationalError as exc:
+                    if exc.args[0] != ER_BAD_FIELD_ERROR:
+                        raise
+                    raise SchemaChangeError(
+                        f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
+                        "re-run binlake snapshot, which re-plans it with the new schema"
+                    ) from exc
+                names = [d[0] for d in cur.description][len(exact):]
+                if set(names) != set(by_name):
+                    # Rows decoded with the planned schema would be silently wrong; the driver
+                    # re-plans the table when its schema version moved.
+                    raise SchemaChangeError(
+                        f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(names)}): "
+                        "re-run binlake snapshot, which re-plans it with the new schema"
+                    )
+                n = len(names)
+                # Output column i: either the protocol text of result column len(exact) + i as it
+                # is, or an encoder applied to result column ``src`` (its exact re-select, if any).
+                binary = [enc is None for enc, _ in cur._result.converters]
+                exact_at = {c.name: k for k, c in enumerate(exact)}
+                as_is, encoded = [], []
+                for i, name in enumerate(names):
+                    c, src = by_name[name], exact_at.get(name, len(exact) + i)
+                    if src == len(exact) + i and not binary[src] and raw_is_canonical(c):
+                        as_is.append(i)
+                    else:
+                        encoded.append((i, src, _encoder(c, cur.description[src][1])))
+                keys = pa.array(names, pa.string())
+                for block in textrows.blocks(cur, BATCH_ROWS):
+                    m = block.rows
+                    if encoded:
+                        # Rows x columns positions into [as-is texts, then each encoded column].
+                        index = np.empty((m, n), dtype=np.int64)
+                        index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
+                        parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
+                        base = m * len(as_is)
+                        for i, src, encode in encoded:
+                            # Python sees each distinct value of the block once, not each row.
+                            raw = block.column(src).dictionary_encode()
+                            texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
+                            parts.append(texts.take(raw.indices))
+                            index[:, i] = base + np.arange(m)
+                            base += m
+                        items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
+                    else:
+                        items = block.items([len(exact) + i for i in as_is])
+                    offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
+                    texts = pa.MapArray.from_arrays(offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items)
+                    checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
+                    count += m
+                    yield batch(m, lw, texts, pa.nulls(m, texts_type))
+            _barrier(options, p, "select")
+        hw = read.high.in_epoch(epoch)
     finally:
         conn.close()
     stats = {"lw_file": lw.file, "hw_file": hw.file, "hw_pos": str(hw.pos), "row_count": str(count),

@@ -79,12 +79,15 @@ class ChangeRow(NamedTuple):
     captured_at: datetime | None
 
 
-def heartbeat_row(position, note: str | None = None, captured_at: datetime | None = None) -> ChangeRow:
-    """The row that ends a capture batch at ``position`` (a BinlogPosition)."""
+def heartbeat_row(position, note: str | None = None, captured_at: datetime | None = None,
+                  server_id: int | None = None, gtid: str | None = None) -> ChangeRow:
+    """The row that ends a capture batch at ``position`` (a BinlogPosition), with the server
+    it was read from and, on MariaDB, the GTID state at that position (what capture resumes
+    from on another server)."""
     from binlake.contract.position import HEARTBEAT_ROW
 
-    return ChangeRow(None, None, HEARTBEAT_OP, position.file_index, position.pos, HEARTBEAT_ROW, position.file,
-                     None, None, None, None, None, None, note, captured_at or datetime.now(timezone.utc))
+    return ChangeRow(None, None, HEARTBEAT_OP, position.log_index, position.pos, HEARTBEAT_ROW, position.file,
+                     None, None, None, gtid, server_id, None, note, captured_at or datetime.now(timezone.utc))
 
 SNAPSHOT_PLAN_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, "

@@ -156,11 +156,11 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
 
     if not lh.changelog.exists(spark):
         return None, None
-    at_or_before = (F.col("file_index") < p.file_index) | ((F.col("file_index") == p.file_index) & (F.col("pos") <= p.pos))
+    at_or_before = (F.col("file_index") < p.log_index) | ((F.col("file_index") == p.log_index) & (F.col("pos") <= p.pos))
     gtid = source_time = None
     # Capture writes a heartbeat per batch, so P's own binlog file almost always answers;
     # Delta's file statistics then skip the rest of the change log.
-    for scope in (F.col("file_index") == p.file_index, F.lit(True)):
+    for scope in (F.col("file_index") == p.log_index, F.lit(True)):
         r = lh.changelog.read(spark).where(scope & at_or_before).agg(
             F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
             F.max(F.when(F.col("commit_ts").isNotNull(), F.struct(
@@ -250,7 +250,7 @@ def _publish_id(p: BinlogPosition, tables: list[TablePublish], digests: dict[str
     # Deterministic: re-running a killed publish of the same silver state reuses its id, so
     # the quarantine slice it wrote is replaced instead of doubled.
     basis = json.dumps([[t.name, t.silver_version, digests[t.name]] for t in tables])
-    return f"{p.file_index:06d}-{p.pos}-{hashlib.sha1(basis.encode()).hexdigest()[:10]}"
+    return f"{p.log_index:06d}-{p.pos}-{hashlib.sha1(basis.encode()).hexdigest()[:10]}"
 
 
 # ---------------------------------------------------------------------------------------

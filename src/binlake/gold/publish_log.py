@@ -91,7 +91,7 @@ def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: s
     from pyspark.sql import functions as F
 
     rows = [
-        (publish_id, t.db, t.table, t.gold_version, t.silver_version, p.file, p.file_index, p.pos, gtid, source_time,
+        (publish_id, t.db, t.table, t.gold_version, t.silver_version, p.file, p.log_index, p.pos, gtid, source_time,
          t.row_count, checks_json[t.name], status, t.silver_rows)
         for t in tables
     ]

@@ -56,7 +56,7 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
         key = (r["db"], r["table"])
         if key not in latest or rank > latest[key][0]:
             latest[key] = (rank, r)
-    out = [TableState(db, t, BinlogPosition(r["applied_file"], r["applied_pos"]), r["chunks_version"],
+    out = [TableState(db, t, BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]), r["chunks_version"],
                       r["silver_version"] if has_version else None)
            for (db, t), (_, r) in latest.items()]
     return sorted(out, key=lambda s: (s.db, s.table))
@@ -96,9 +96,9 @@ def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | 
     df = lh.snapshot_chunks.read(spark) if version is None else lh.snapshot_chunks.read_version(spark, version)
     out: dict = {}
     for r in (df.where(_in_tables(names) & F.col("snapshot_id").isin(sorted(snapshot_ids)))
-              .select("db", "table", "snapshot_id", "chunk_id", "hw_file", "hw_pos").collect()):
+              .select("db", "table", "snapshot_id", "chunk_id", "hw_file", "hw_file_index", "hw_pos").collect()):
         done = out.setdefault((r["db"], r["table"], r["snapshot_id"]), {})
-        hw = BinlogPosition(r["hw_file"], int(r["hw_pos"]))
+        hw = BinlogPosition.from_log(r["hw_file"], r["hw_file_index"], r["hw_pos"])
         # A chunk read twice (a retried attempt) counts with its latest high watermark.
         if r["chunk_id"] not in done or hw > done[r["chunk_id"]]:
             done[r["chunk_id"]] = hw

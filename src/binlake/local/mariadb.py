@@ -247,6 +247,40 @@ class LocalMariaDB:
                 raise LocalMariaDBError(f"the server kept binlog files older than {current} for {timeout}s")
             time.sleep(0.5)
 
+    # -- replication (failover tests and the chaos failover scenario) --------------------
+    def replicate_from(self, primary: "LocalMariaDB") -> None:
+        """Make this server a GTID replica of ``primary``, from the start of its binlog.
+
+        Start this server with ``--log-slave-updates`` so that it logs what it applies and
+        can be promoted, and with the primary's ``cdc_password`` (the login binlake uses on
+        both, as it would after a real failover).
+        """
+        self.execute("STOP SLAVE", "RESET SLAVE ALL", "RESET MASTER", "SET GLOBAL gtid_slave_pos = ''")
+        with self.root_connection() as conn, conn.cursor() as cur:
+            cur.execute("CHANGE MASTER TO master_host = '127.0.0.1', master_port = %s, master_user = %s, "
+                        "master_password = %s, master_use_gtid = slave_pos",
+                        (primary.port, CDC_USER, primary.cdc_password))
+            cur.execute("START SLAVE")
+
+    def gtid_binlog_pos(self) -> str:
+        with self.root_connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT @@gtid_binlog_pos")
+            return str(cur.fetchone()[0] or "")
+
+    def wait_replicated(self, position: str, timeout: float = 60) -> None:
+        """Wait until this replica has applied the primary's GTID position ``position``."""
+        with self.root_connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT MASTER_GTID_WAIT(%s, %s)", (position, timeout))
+            if cur.fetchone()[0] != 0:
+                cur.execute("SHOW SLAVE STATUS")
+                status = dict(zip([d[0] for d in cur.description], cur.fetchone() or ()))
+                raise LocalMariaDBError(f"replica did not reach GTID {position} in {timeout}s: "
+                                        f"{status.get('Last_Error') or status.get('Last_IO_Error')}")
+
+    def promote(self) -> None:
+        """Stop replicating and forget the primary: this server is a primary now."""
+        self.execute("STOP SLAVE", "RESET SLAVE ALL")
+
     def config_yaml(self, lakehouse: str, tables: list[str], server_id: int = 5401, **sections: dict) -> str:
         """A ``binlake.yml`` pointing at this server, with the password from ``$MYSQL_PASSWORD``."""
         import yaml

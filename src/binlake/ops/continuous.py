@@ -33,11 +33,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from binlake.bronze.capture import run_capture
-from binlake.bronze.snapshot import run_snapshot
 from binlake.config import Config
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
 from binlake.gold.publish import run_gold
+from binlake.ops.pipeline import snapshot_what_needs_it
 from binlake.silver.run import run_silver
 
 log = logging.getLogger("binlake.continuous")
@@ -117,7 +117,7 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
     lh = Lakehouse(config)
     state = ContinuousState(pid=os.getpid(), host=socket.gethostname(), started_at=_now())
     log.info("continuous: snapshotting the tables that need it")
-    run_snapshot(spark, config, tables=None, progress=progress)
+    snapshot_what_needs_it(spark, config, progress)
     pending = True  # silver and gold have not run yet in this process
     restore = _interrupt_on_sigterm()
     try:

@@ -63,11 +63,24 @@ class PipelineResult:
         return "\n".join(s.summary() for s in self.steps)
 
 
+def snapshot_what_needs_it(spark, config: Config, progress=None):
+    """The run's first step: snapshot the captured tables whose snapshot is missing or open."""
+    from binlake.bronze.capture import follow_source
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.errors import SourceChangedError
+
+    try:
+        return run_snapshot(spark, config, tables=None, progress=progress)
+    except SourceChangedError:
+        # The source switched since capture's last batch: capture follows it first (or stops
+        # with the recovery), then the snapshot's watermarks are comparable with its positions.
+        follow_source(spark, config)
+        return run_snapshot(spark, config, tables=None, progress=progress)
+
+
 def pipeline_steps(spark, config: Config, progress) -> list[tuple[str, Callable[[], Any]]]:
     def snapshot():
-        from binlake.bronze.snapshot import run_snapshot
-
-        return run_snapshot(spark, config, tables=None, progress=progress)
+        return snapshot_what_needs_it(spark, config, progress)
 
     def capture():
         from binlake.bronze.capture import run_capture

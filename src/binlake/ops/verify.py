@@ -10,8 +10,8 @@ identical values (FLOAT/DOUBLE included: they are compared through their exact I
 significand and exponent, not a decimal rendering).
 
 - the source side is one aggregate query run by the server (``SELECT chunk, COUNT(*),
-  SUM(hash) ... GROUP BY chunk``): only one small row per chunk comes back, between two
-  ``SHOW MASTER STATUS`` positions (the read's low and high watermark);
+  SUM(hash) ... GROUP BY chunk``): only one small row per chunk comes back, read in a
+  consistent snapshot whose binlog position is the read's low and high watermark;
 - silver's live rows (``_cdc_deleted = false``) are hashed by Spark, and assigned to chunks
   with :func:`binlake.silver.ranges.key_range_predicate`. The server assigns with the same
   order: numbers and dates by value, strings (and everything silver holds as STRING or
@@ -51,6 +51,7 @@ from decimal import Decimal
 from typing import Sequence
 
 from binlake.bronze.capture import run_capture
+from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.snapshot import plan_table, resnapshot_chunks
 from binlake.config import Config
 from binlake.contract.lakehouse import DATA_OPS, EMPTYING_OPS, Lakehouse
@@ -65,7 +66,7 @@ from binlake.silver.batch import Decoder
 from binlake.silver.ranges import key_range_predicate
 from binlake.silver.run import run_silver
 from binlake.source.catalog import table_arguments, table_schema
-from binlake.source.mysql import connect, master_status
+from binlake.source.mysql import connect, consistent_read, server_id
 
 log = logging.getLogger("binlake.verify")
 
@@ -276,7 +277,7 @@ def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:
 
 def _verify_table(spark, config: Config, lh: Lakehouse, schema: TableSchema,
                   chunks: list[tuple[int, str | None, str | None]]) -> TableCheck:
-    source_stats, lw_min, hw_max = _source_side(config, schema, chunks)
+    source_stats, lw_min, hw_max = _source_side(spark, config, lh, schema, chunks)
     _catch_up(spark, config, lh, schema, hw_max)
     silver_stats = _silver_side(spark, lh, schema, chunks)
     check = TableCheck(schema.database, schema.table)
@@ -319,21 +320,23 @@ def _chunk_of(schema: TableSchema, chunks: list[tuple[int, str | None, str | Non
     return expr.otherwise(F.lit(-1)) if expr is not None else F.lit(-1)
 
 
-def _source_side(config: Config, schema: TableSchema, chunks):
+def _source_side(spark, config: Config, lh: Lakehouse, schema: TableSchema, chunks):
     """Per chunk (rows, checksum) computed by the source server in one aggregate scan, and
     the binlog positions just before and just after it (the read's low and high watermark).
 
-    The statement reads one consistent snapshot (autocommit InnoDB), taken after the first
-    position, so everything committed before it is in the read and nothing after the second.
+    The statement runs in one consistent snapshot bounded by those positions
+    (:class:`binlake.source.mysql.consistent_read`; on MariaDB both are the exact position
+    the snapshot sees).
     """
 
     sql, params = chunk_stats_sql(schema, chunks)
     with connect(config.source) as conn:  # connect() pins time_zone '+00:00': TIMESTAMP texts are UTC
-        lw = master_status(conn)
-        with conn.cursor() as cur:
-            cur.execute(sql, tuple(params))
-            rows = cur.fetchall()
-        hw = master_status(conn)
+        epoch = current_epoch(spark, lh, server_id(conn))
+        with consistent_read(conn) as read:
+            with conn.cursor() as cur:
+                cur.execute(sql, tuple(params))
+                rows = cur.fetchall()
+        lw, hw = read.low.in_epoch(epoch), read.high.in_epoch(epoch)
     stats = {int(g): (int(n), Decimal(h or 0)) for g, n, h in rows}
     if -1 in stats:
         # Cannot happen with a plan that covers the whole key space; never hide it if it does.

@@ -163,7 +163,7 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
         # Commits append heartbeats in binlog order, so the newest one is the largest.
         top = (new.changes.where(F.col("op") == HEARTBEAT_OP)
                .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb")).first()["hb"])
-        new.applied = BinlogPosition(top["binlog_file"], int(top["pos"])) if top else None
+        new.applied = BinlogPosition.from_log(top["binlog_file"], top["file_index"], top["pos"]) if top else None
         firsts = spark.createDataFrame([(db, t, v) for (db, t), v in sorted(starts.items())],
                                        "db STRING, `table` STRING, _first BIGINT")
         data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
@@ -226,7 +226,7 @@ def _progress_row(new: NewBronze, key: tuple[str, str], previous: ProgressRow | 
         chunks_version=new.chunks_end if new.chunks_start[key] is not None else (
             previous.chunks_version if previous else None),
         applied_file=applied.file if applied else (previous.applied_file if previous else None),
-        applied_file_index=applied.file_index if applied else (previous.applied_file_index if previous else None),
+        applied_file_index=applied.log_index if applied else (previous.applied_file_index if previous else None),
         applied_pos=applied.pos if applied else (previous.applied_pos if previous else None),
         zero_dates=(int(previous.zero_dates or 0) if previous else 0) + zero_dates,
         updated_at=now,
@@ -319,7 +319,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     finally:
         if new.changes is not None:
             new.changes.unpersist()
-    positions = [BinlogPosition(r.applied_file, r.applied_pos) for r in rows if r.applied_file]
+    positions = [BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos) for r in rows if r.applied_file]
     result = SilverResult(list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work))
     failed = result.failed
     if failed:

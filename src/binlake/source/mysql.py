@@ -7,7 +7,9 @@ is ever pasted unquoted.
 
 from __future__ import annotations
 
+import re
 import ssl
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pymysql
@@ -129,12 +131,95 @@ def stream(conn: pymysql.connections.Connection, sql: str, args: Any = None) -> 
         yield from cur
 
 
+def is_mariadb(conn: pymysql.connections.Connection) -> bool:
+    """From the handshake's version string: no round trip."""
+    return "mariadb" in conn.get_server_info().lower()
+
+
+def server_version(conn: pymysql.connections.Connection) -> tuple[int, int, int]:
+    """``(major, minor, patch)`` from the handshake's version string."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", conn.get_server_info())
+    return (int(m.group(1)), int(m.group(2)), int(m.group(3))) if m else (0, 0, 0)
+
+
+def server_id(conn: pymysql.connections.Connection) -> int:
+    """The server's ``@@server_id``: which server of a replication topology this is."""
+    return int(query(conn, "SELECT @@server_id AS s")[0]["s"])
+
+
 def master_status(conn: pymysql.connections.Connection) -> BinlogPosition:
-    """The server's current binlog end: always a transaction boundary."""
-    rows = query(conn, "SHOW MASTER STATUS")
+    """The server's current binlog end: always a transaction boundary.
+
+    MySQL 8.2 renamed ``SHOW MASTER STATUS`` to ``SHOW BINARY LOG STATUS`` and 8.4 removed
+    the old name; MariaDB keeps it.
+    """
+    modern = not is_mariadb(conn) and server_version(conn) >= (8, 2, 0)
+    rows = query(conn, "SHOW BINARY LOG STATUS" if modern else "SHOW MASTER STATUS")
     if not rows:
         raise SourceConnectionError("the source has no binary log: start it with log_bin enabled (see preflight)")
     return BinlogPosition(rows[0]["File"], int(rows[0]["Position"]))
+
+
+@dataclass
+class ConsistentRead:
+    """The binlog positions that bound a consistent read: ``low`` before it, ``high`` after.
+
+    ``exact`` means both name the one position whose effects the read sees: every
+    transaction that ends at or before it is visible, and none after it.
+    """
+
+    low: BinlogPosition
+    high: BinlogPosition
+    exact: bool
+
+
+class consistent_read:
+    """``with consistent_read(conn) as read:`` run SELECTs that see one snapshot; ``read.low``
+    is set on entry, ``read.high`` on exit.
+
+    A transaction is written to the binlog before the storage engine makes it visible (the
+    two-phase commit), so a position from ``SHOW MASTER STATUS`` followed by a SELECT can
+    miss a transaction that ended before the position: its change would then sort below
+    the snapshot row and lose. MariaDB closes that window: ``START TRANSACTION WITH
+    CONSISTENT SNAPSHOT`` reports in ``Binlog_snapshot_file`` / ``Binlog_snapshot_position``
+    exactly the binlog position its snapshot corresponds to (low and high watermark at
+    once). MySQL has no such status: there the low watermark is read before the snapshot
+    starts and the high one after it ends, the window stays (docs/snapshot.md says what it
+    means).
+    """
+
+    def __init__(self, conn: pymysql.connections.Connection):
+        self.conn = conn
+        self.read: ConsistentRead | None = None
+
+    def __enter__(self) -> ConsistentRead:
+        conn = self.conn
+        with conn.cursor() as cur:
+            # The snapshot is only consistent under REPEATABLE READ; SET TRANSACTION applies
+            # to the next transaction only and leaves the session's default alone.
+            cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        if is_mariadb(conn):
+            with conn.cursor() as cur:
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            status = {r["Variable_name"].lower(): r["Value"] for r in query(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")}
+            at = BinlogPosition(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
+            self.read = ConsistentRead(at, at, exact=True)
+        else:
+            low = master_status(conn)
+            with conn.cursor() as cur:
+                cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
+            self.read = ConsistentRead(low, low, exact=False)
+        return self.read
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        try:
+            self.conn.rollback()  # the read wrote nothing; ending it releases the snapshot
+        except pymysql.err.MySQLError:
+            if exc_type is None:
+                raise
+            return
+        if exc_type is None and not self.read.exact:
+            self.read.high = master_status(self.conn)
 
 
 def binary_logs(conn: pymysql.connections.Connection) -> list[tuple[str, int]]:
