@@ -212,11 +212,12 @@ class Harness:
         self.mariadb.destroy()
 
     # -- setup -------------------------------------------------------------------------
-    def new_scenario(self, name: str, seed_rows: int = 1500, **sections) -> tuple[str, Path]:
+    def new_scenario(self, name: str, seed_rows: int = 1500, server=None, **sections) -> tuple[str, Path]:
+        server = server or self.mariadb
         db = f"chaos_{name}"
-        self.mariadb.execute(f"DROP DATABASE IF EXISTS `{db}`", f"CREATE DATABASE `{db}`")
-        self.mariadb.execute(*TABLES_DDL, database=db)
-        self.mariadb.execute(
+        server.execute(f"DROP DATABASE IF EXISTS `{db}`", f"CREATE DATABASE `{db}`")
+        server.execute(*TABLES_DDL, database=db)
+        server.execute(
             "INSERT INTO accounts (id, owner, balance, status, opened, flags, ratio) "
             f"SELECT seq, CONCAT('seed-', seq), seq * 1.5, 'open', '2026-01-01 00:00:00', 'a', seq / 7 FROM seq_1_to_{seed_rows}",
             f"INSERT INTO ledger (account_id, seq, amount) SELECT seq, 1, seq FROM seq_1_to_{seed_rows}",
@@ -229,7 +230,7 @@ class Harness:
         base.mkdir(parents=True)
         sections.setdefault("snapshot", {"chunk_size": 400, "parallelism": 2})
         config = base / "binlake.yml"
-        config.write_text(self.mariadb.config_yaml(str(base / "lakehouse"), [f"{db}.*"], server_id=6100, **sections))
+        config.write_text(server.config_yaml(str(base / "lakehouse"), [f"{db}.*"], server_id=6100, **sections))
         return db, config
 
     # -- running binlake -----------------------------------------------------------------
@@ -653,6 +654,72 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
     h.compare(config, db, out)
 
 
+def scenario_failover(h: Harness, out: Outcome) -> None:
+    """The primary stops under a write load, its GTID replica is promoted and binlake is
+    pointed at it; kill -9 of binlake before, at and after the switch."""
+    from binlake.local.mariadb import LocalMariaDB
+
+    servers = []
+    for name, sid, extra in (("primary", 21, []), ("replica", 22, ["--log-slave-updates"])):
+        d = h.workdir / "failover-servers" / name
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        (d / "cdc_password").write_text(h.mariadb.cdc_password)  # one login on both, $MYSQL_PASSWORD
+        servers.append(LocalMariaDB(d, server_id=sid, extra_args=extra).start())
+    primary, replica = servers
+    try:
+        replica.replicate_from(primary)
+        db, config = h.new_scenario("failover", server=primary)
+        h.converge(config, out)
+        writer = Writer(primary, db, seed=5)
+        writer.start()
+        try:
+            for point in ("capture.after_commit", None, "silver.before_merge"):
+                rc, _ = (h.binlake(config, "run", kill_at=point) if point
+                         else h.binlake(config, "run", kill_after=h.rng.uniform(3, 20)))
+                out.faults += rc == -9
+            rc, err = h.binlake(config, "run")
+            if rc != 0:
+                out.notes.append(f"run on the primary exit {rc}: {_last_line(err)}")
+            time.sleep(2)  # the load goes on past binlake's last read
+            # The switch: the primary stops under the load once the replica has all it wrote.
+            writer.paused.set()
+            time.sleep(0.3)
+            replica.wait_replicated(primary.gtid_binlog_pos())
+            primary.stop()
+            replica.promote()
+            out.faults += 1
+            writer.mariadb = replica
+            writer.paused.clear()
+            text = config.read_text().replace(f"port: {primary.port}", f"port: {replica.port}")
+            assert f"port: {replica.port}" in text, "the config names the primary's port"
+            config.write_text(text)
+            for point in ("capture.after_commit", "gold.before_publish_log", None):
+                rc, _ = (h.binlake(config, "run", kill_at=point) if point
+                         else h.binlake(config, "run", kill_after=h.rng.uniform(3, 20)))
+                out.faults += rc == -9
+            time.sleep(2)
+        finally:
+            writer.stop()
+        h.converge(config, out)
+        h.compare(config, db, out)
+        if not _switched(h, config):
+            out.notes.append("capture never recorded the switch (no position in source epoch 1)")
+            out.rows_different += 1
+    finally:
+        for s in servers:
+            s.destroy()
+
+
+def _switched(h: Harness, config: Path) -> bool:
+    from binlake.bronze.capture_state import capture_state
+    from binlake.config import load_config
+    from binlake.contract.lakehouse import Lakehouse
+
+    state = capture_state(h.spark, Lakehouse(load_config(config)))
+    return state is not None and state.position.epoch >= 1
+
+
 SCENARIOS = {
     "ci": scenario_ci,
     "kill9": scenario_kill9,
@@ -663,6 +730,7 @@ SCENARIOS = {
     "ddl": scenario_ddl,
     "bigtxn": scenario_big_transactions,
     "unwritable": scenario_unwritable,
+    "failover": scenario_failover,
 }
 SHORT = ("ci",)
 

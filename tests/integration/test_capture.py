@@ -134,3 +134,45 @@ def test_purged_resume_file_raises_naming_the_file_and_the_recovery(spark, maria
     assert "binlog mysql-bin.000001 needed to resume capture has been purged" in str(err.value)
     assert f"binlake snapshot --reset-capture --table {database}.t" in str(err.value)
     assert "purged" in capture_status(spark, config)["purge_warning"]
+
+
+def test_every_heartbeat_names_its_server_and_the_gtid_position_the_server_has_there(spark, mariadb, database,
+                                                                                    make_config):
+    from binlake.bronze.capture_state import capture_state
+    from binlake.source import gtid
+
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
+    config = _latest(make_config, database)
+    run_capture(spark, config)
+    for i in range(3):
+        mariadb.execute(f"INSERT INTO `{database}`.t VALUES ({i})", "FLUSH BINARY LOGS")
+        run_capture(spark, config)
+    lh = Lakehouse(config)
+    beats = lh.changelog.read(spark).where("op = 'heartbeat'").collect()
+    assert beats and all(b.server_id == 1 and b.gtid for b in beats)
+    state = capture_state(spark, lh)
+    with mariadb.root_connection() as conn:
+        assert gtid.parse(state.gtid) == gtid.parse(gtid.gtid_at(conn, state.position))
+
+
+def test_a_lakehouse_from_before_servers_were_recorded_learns_them_at_its_next_run(spark, mariadb, database,
+                                                                                   make_config):
+    import json
+
+    from binlake.bronze.capture_state import capture_state
+    from binlake.contract.lakehouse import CHANGELOG_SCHEMA, heartbeat_row
+
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
+    config = _latest(make_config, database)
+    run_capture(spark, config)
+    lh = Lakehouse(config)
+    # What an older binlake committed: a heartbeat without server or GTID, a tag without them.
+    old = capture_position(spark, lh)
+    lh.changelog.save(spark.createDataFrame([heartbeat_row(old)], CHANGELOG_SCHEMA).write.format("delta")
+                      .mode("append").option("userMetadata", json.dumps({"capture_end": str(old)})))
+    assert capture_state(spark, lh).server_id is None
+    mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1)")
+    run_capture(spark, config)
+    state = capture_state(spark, lh)
+    assert state.server_id == 1 and state.gtid and state.position.epoch == 0
+    assert len(_changes(spark, config, database)) == 1

@@ -594,18 +594,22 @@ def _snapshot_newly_matched(spark, config: Config, lh: Lakehouse, conn, state: C
     if not newly:
         return
     covered: set = set()
-    if lh.snapshot_chunks.exists(spark):
+    if lh.snapshot_chunks.exists(spark) and lh.snapshot_plan.exists(spark):
         from pyspark.sql import functions as F
 
         names = F.lit(False)
         for db, t in newly:
             names = names | ((F.col("db") == db) & (F.col("table") == t))
-        # A snapshot every chunk of which was read after capture's position holds every row
-        # the missed changes could have touched.
+        # A complete snapshot every chunk of which was read after capture's position holds
+        # every row the missed changes could have touched.
+        planned = {r["snapshot_id"]: r["n"] for r in lh.snapshot_plan.read(spark).where(names)
+                   .groupBy("snapshot_id").agg(F.countDistinct("chunk_id").alias("n")).collect()}
         rows = (lh.snapshot_chunks.read(spark).where(names).groupBy("db", "table", "snapshot_id")
-                .agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect())
+                .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
+                .collect())
         covered = {(r["db"], r["table"]) for r in rows
-                   if (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) >= state.position.key()}
+                   if r["n"] == planned.get(r["snapshot_id"])
+                   and (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) >= state.position.key()}
     todo = sorted(f"{db}.{t}" for db, t in newly if (db, t) not in covered)
     if todo:
         log.info("capture: %s newly matched by source.tables: snapshotting first", ", ".join(todo))
