@@ -322,8 +322,19 @@ class CheckRule:
 
 @dataclass(frozen=True)
 class GoldConfig:
-    # Tables published together at one binlog position; default: all captured tables.
     checks: Mapping[str, tuple[CheckRule, ...]] = field(default_factory=dict)
+    # Publish groups: name -> "db.table" patterns. A group's tables are published together
+    # at one binlog position; a table no group names is in its database's group.
+    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def group_of(self, db: str, table: str) -> str:
+        """The publish group of ``db.table``: the first configured group with a matching
+        pattern, else the group named after its database."""
+        name = f"{db}.{table}"
+        for group, patterns in self.groups.items():
+            if any(fnmatch.fnmatchcase(name, p) for p in patterns):
+                return group
+        return db
 
 
 @dataclass(frozen=True)
@@ -353,7 +364,7 @@ _SECTIONS = {
     "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
     "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
     "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
-    "gold": {"checks"},
+    "gold": {"checks", "groups"},
 }
 _TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
 _CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
@@ -605,4 +616,26 @@ def _gold(s: Mapping[str, Any]) -> GoldConfig:
                 )
             )
         checks[str(table)] = tuple(parsed)
-    return GoldConfig(checks=checks)
+    return GoldConfig(checks=checks, groups=_groups(s.get("groups")))
+
+
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+
+
+def _groups(raw: Any) -> dict[str, tuple[str, ...]]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ConfigError('gold.groups must map a group name to a list of "db.table" patterns, '
+                          'e.g. {orders: ["shop.orders", "shop.order_lines"]}')
+    groups: dict[str, tuple[str, ...]] = {}
+    for name, patterns in raw.items():
+        if not _GROUP_NAME.match(str(name)):
+            raise ConfigError(f"gold.groups name {name!r} must be letters, digits, _ . or - (e.g. orders)")
+        if not isinstance(patterns, list) or not patterns:
+            raise ConfigError(f'gold.groups.{name} must be a non-empty list of "db.table" patterns')
+        for p in patterns:
+            if not isinstance(p, str) or not _TABLE_PATTERN.match(p):
+                raise ConfigError(f'gold.groups.{name} entry {p!r} is not a "db.table" pattern such as "shop.orders"')
+        groups[str(name)] = tuple(patterns)
+    return groups

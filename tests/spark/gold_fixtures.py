@@ -52,7 +52,8 @@ def ts(text: str) -> dt.datetime:
 class Lake:
     """One lakehouse directory with its config."""
 
-    def __init__(self, spark, tmp_path: Path, tables: Sequence[str] = ("shop.*",), checks: dict | None = None):
+    def __init__(self, spark, tmp_path: Path, tables: Sequence[str] = ("shop.*",), checks: dict | None = None,
+                 groups: dict | None = None):
         self.spark = spark
         doc = {
             "source": {"host": "127.0.0.1", "port": 3306, "user": "cdc", "password": "pw", "server_id": 77,
@@ -60,7 +61,9 @@ class Lake:
             "lakehouse": {"path": str(tmp_path / "lakehouse")},
         }
         if checks:
-            doc["gold"] = {"checks": checks}
+            doc.setdefault("gold", {})["checks"] = checks
+        if groups:
+            doc.setdefault("gold", {})["groups"] = groups
         self.config = load_config_text(yaml.safe_dump(doc))
         self.lh = Lakehouse(self.config)
         self.schemas: dict[tuple[str, str], TableSchema] = {}

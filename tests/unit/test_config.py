@@ -286,3 +286,26 @@ def test_the_readme_quickstart_commands_are_make_targets_and_ci_runs_make_test()
     assert {"demo", "test"} <= targets, f"Makefile lacks targets {sorted({'demo', 'test'} - targets)}"
     ci = (ROOT / ".ci/run").read_text()
     assert re.search(r"^\s*make test\b", ci, re.M), ".ci/run must run exactly what a user runs: make test"
+
+
+def test_publish_groups_default_to_one_per_database_and_configured_groups_come_first():
+    cfg = load(doc(gold={"groups": {"orders": ["shop.orders", "shop.order_*"], "people": ["crm.*", "shop.customers"]}}))
+    assert cfg.gold.groups == {"orders": ("shop.orders", "shop.order_*"), "people": ("crm.*", "shop.customers")}
+    group = cfg.gold.group_of
+    assert (group("shop", "orders"), group("shop", "order_lines"), group("shop", "customers")) == ("orders", "orders", "people")
+    assert (group("shop", "items"), group("crm", "accounts"), group("billing", "invoices")) == ("shop", "people", "billing")
+    assert load(doc()).gold.group_of("shop", "items") == "shop"
+
+
+@pytest.mark.parametrize(
+    "groups, message",
+    [
+        (["shop.*"], 'gold.groups must map a group name to a list of "db.table" patterns, e.g. {orders: ["shop.orders", "shop.order_lines"]}'),
+        ({"orders": []}, 'gold.groups.orders must be a non-empty list of "db.table" patterns'),
+        ({"orders": ["orders"]}, 'gold.groups.orders entry \'orders\' is not a "db.table" pattern such as "shop.orders"'),
+        ({"my group": ["shop.*"]}, "gold.groups name 'my group' must be letters, digits, _ . or - (e.g. orders)"),
+    ],
+    ids=["not-a-mapping", "empty", "not-db-table", "bad-name"],
+)
+def test_bad_publish_groups_are_refused(groups, message):
+    assert refused(doc(gold={"groups": groups})) == message

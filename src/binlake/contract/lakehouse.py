@@ -183,7 +183,8 @@ class ProgressRow(NamedTuple):
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
     "binlog_file STRING, file_index BIGINT, pos BIGINT, gtid STRING, source_time TIMESTAMP, "
-    "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING, silver_rows BIGINT"
+    "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING, silver_rows BIGINT, "
+    "publish_group STRING"
 )
 """gold/_publish_log: one row per table per publish attempt. ``row_count``: the rows gold
 holds; ``silver_rows``: silver's live rows at ``silver_version`` (they differ by the rows drop

@@ -1,8 +1,10 @@
-"""``binlake gold``: check and publish every captured table's current state at one binlog position P.
+"""``binlake gold``: check and publish the captured tables' current state, each publish group
+at one binlog position P.
 
-``run_gold`` publishes the whole publish group (every captured table that silver has
-progress for) or nothing, and only when Invariant S holds at one position P for all of them
-(:mod:`binlake.gold.readiness`). Each silver table is read at the version silver's progress
+``run_gold`` publishes each publish group (``gold.groups``; by default the tables of one
+source database) as a whole or not at all, and only when Invariant S holds at one position
+P for all of its tables (:mod:`binlake.gold.readiness`); a blocked group does not hold back
+the others. Each silver table is read at the version silver's progress
 recorded with P. Per table, a publish does the least that makes gold equal silver's live
 rows there:
 
@@ -49,7 +51,12 @@ from binlake.contract.lakehouse import (
 from binlake.contract.position import BinlogPosition, describe_key
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import TableSchema
-from binlake.errors import BinlakeError, LakehouseError, QualityCheckFailed
+from binlake.errors import (
+    BinlakeError,
+    LakehouseError,
+    NotReadyError,
+    QualityCheckFailed,
+)
 from binlake.gold.publish_log import (
     STATUS_FAILED,
     STATUS_PUBLISHED,
@@ -57,7 +64,13 @@ from binlake.gold.publish_log import (
     ensure_publish_log,
     last_published,
 )
-from binlake.gold.readiness import TableState, check_ready, not_ready
+from binlake.gold.readiness import (
+    TableState,
+    check_group,
+    not_ready,
+    publish_groups,
+    silver_progress,
+)
 from binlake.quality.checks import (
     TableChecks,
     keep_frame,
@@ -109,6 +122,9 @@ class TablePublish:
 
 @dataclass
 class GoldResult:
+    """One publish group's publish; for a run over several groups, their combination
+    (:meth:`combine`): ``groups`` holds each group's own result."""
+
     publish_id: str
     status: str
     position: BinlogPosition
@@ -116,12 +132,35 @@ class GoldResult:
     source_time: str | None = None
     tables: list[TablePublish] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    group: str | None = None
+    groups: list["GoldResult"] = field(default_factory=list)
 
-    def summary(self) -> str:
+    @staticmethod
+    def combine(results: list["GoldResult"]) -> "GoldResult | None":
+        """The run's result: the one group's, or over several groups the newest position,
+        "published" if any group published, and every table."""
+        if not results:
+            return None
+        if len(results) == 1:
+            only = results[0]
+            only.groups = [only]
+            return only
+        newest = max(results, key=lambda r: r.position)
+        status = STATUS_PUBLISHED if any(r.status == STATUS_PUBLISHED for r in results) else "unchanged"
+        return GoldResult(",".join(r.publish_id for r in results), status, newest.position, newest.gtid,
+                          newest.source_time, [t for r in results for t in r.tables],
+                          [w for r in results for w in r.warnings], None, list(results))
+
+    def summary(self, named: bool = False) -> str:
+        """``named``: say which group (when the run had several)."""
+        if len(self.groups) > 1:
+            return "\n".join(g.summary(named=True) for g in self.groups)
+        where = f" group {self.group}" if named and self.group else ""
         if self.status == "unchanged":
-            head = f"gold unchanged: already published at {self.position} (publish {self.publish_id})"
+            head = f"gold{where} unchanged: already published at {self.position} (publish {self.publish_id})"
         else:
-            head = f"gold published {len(self.tables)} table{'s' if len(self.tables) != 1 else ''} at {self.position} (publish {self.publish_id})"
+            head = (f"gold{where} published {len(self.tables)} table{'s' if len(self.tables) != 1 else ''} "
+                    f"at {self.position} (publish {self.publish_id})")
         reused = [t for t in self.tables if t.reused]
         if reused and self.status != "unchanged":
             head += f"; {len(reused)} unchanged since the last publish"
@@ -487,19 +526,52 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
 
 
 def run_gold(spark, config: Config, progress=None) -> GoldResult:
-    """Check and publish the whole publish group at one binlog position, or nothing.
+    """Check and publish each publish group at its own binlog position, or nothing of it.
 
-    Raises :class:`NotReadyError` naming each blocking table and why when Invariant S does
-    not hold, and :class:`QualityCheckFailed` when a check with severity ``fail`` fails (the
-    attempt is recorded in the publish log with status ``failed``; gold is not touched).
+    A group that cannot publish (Invariant S does not hold, or a check with severity ``fail``
+    failed: the attempt is recorded in the publish log with status ``failed`` and the group's
+    gold is not touched) does not hold back the others. After every group had its turn, a
+    blocked one raises :class:`NotReadyError` or :class:`QualityCheckFailed` (a failed check
+    wins) naming each blocked group and why; ``exc.result`` is the :class:`GoldResult` of the
+    groups that did publish.
     """
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
-    target, states = check_ready(spark, config)
+    states = silver_progress(spark, config, lh)
+    if not states:
+        raise NotReadyError("gold has nothing to publish: no captured table has silver progress yet; run binlake silver first")
     ensure_publish_log(spark, lh)
-    previous = last_published(spark, lh)
-    work, blockers = _plan(spark, config, lh, states, latest_schemas(spark, lh), previous, target)
+    previous = last_published(spark, lh, [s.name for s in states])
+    schemas = latest_schemas(spark, lh)
+    groups = publish_groups(config, states)
+    results: list[GoldResult] = []
+    blocked: dict[str, BinlakeError] = {}
+    for name, members in groups.items():
+        try:
+            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, progress))
+        except (NotReadyError, QualityCheckFailed) as exc:
+            blocked[name] = exc
+            if len(groups) > 1:
+                log.warning("gold group %s blocked, the other groups go on: %s", name, exc)
+    result = GoldResult.combine(results)
+    if not blocked:
+        return result
+    if len(groups) == 1:
+        raise next(iter(blocked.values()))
+    kind = QualityCheckFailed if any(isinstance(e, QualityCheckFailed) for e in blocked.values()) else NotReadyError
+    done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
+    err = kind(f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "
+               + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items()))
+    err.result = result  # type: ignore[attr-defined]
+    err.blocked = blocked  # type: ignore[attr-defined]
+    raise err
+
+
+def _publish_group(spark, config: Config, lh: Lakehouse, group: str, states: list[TableState], schemas: dict,
+                   previous: dict, progress) -> GoldResult:
+    target = check_group(spark, lh, states)
+    work, blockers = _plan(spark, config, lh, states, schemas, previous, target)
     if blockers:
         raise not_ready(blockers, target)
     tables = [w.publish for w in work]
@@ -508,11 +580,11 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         for t in tables:
             t.mode, t.gold_version, t.row_count = REUSE, previous[t.name]["gold_version"], previous[t.name]["row_count"]
         gtid, source_time = _position_extras(spark, lh, target)
-        return GoldResult(publish_id, "unchanged", target, gtid, source_time, tables)
+        return GoldResult(publish_id, "unchanged", target, gtid, source_time, tables, group=group)
 
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
-        with (progress.task("gold checks", total=len(todo), unit="tables") if progress else _no_task()) as task:
+        with (progress.task(f"gold checks ({group})", total=len(todo), unit="tables") if progress else _no_task()) as task:
             for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
                 future.result()
                 if task:
@@ -523,7 +595,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         if blocking:
             _release(todo)
             with _writing(lh.publish_log):
-                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
+                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group)
             raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
                                      f"failed checks: {_describe_blocking(blocking)}")
 
@@ -539,19 +611,20 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
             if blocking:
                 _roll_back(spark, written)
                 with _writing(lh.publish_log):
-                    append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json)
+                    append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json,
+                               group)
                 raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
                                          f"failed checks: {_describe_blocking(blocking)}")
             faults.point("gold.before_publish_log")
             with _writing(lh.publish_log):
-                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json)
+                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json, group)
         except LakehouseError:
             _roll_back(spark, written)
             raise
         finally:
             spark.conf.unset(_COMMIT_TAG)
             _release(todo)
-    return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings)
+    return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings, group=group)
 
 
 def _release(work: list[_Work]) -> None:

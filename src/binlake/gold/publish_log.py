@@ -40,27 +40,37 @@ def ensure_publish_log(spark, lh: Lakehouse) -> None:
         # A publish log from before the change feed was kept: from now on (older commits are
         # found by a scan, see last_published).
         spark.sql(f"ALTER TABLE {log_ref.sql} SET TBLPROPERTIES ('{_CDF}' = 'true')")
-    if "silver_rows" not in log_ref.read(spark).columns:
+    columns = log_ref.read(spark).columns
+    if "silver_rows" not in columns:
         # A publish log from before silver_rows: NULL in old rows, so their tables are rebuilt once.
         spark.sql(f"ALTER TABLE {log_ref.sql} ADD COLUMNS (silver_rows BIGINT)")
+    if "publish_group" not in columns:
+        # From before publish groups: NULL in old rows (those publishes covered every table).
+        spark.sql(f"ALTER TABLE {log_ref.sql} ADD COLUMNS (publish_group STRING)")
     _ready.add(str(log_ref))
 
 
-def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
-    """The table rows of the latest successful publish, by ``db.table``.
+def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
+    """Each table's row of its latest successful publish, by ``db.table`` (``tables``: only
+    these names; None: every table the log holds).
 
-    A publish writes a row for every table of its group, so that one publish holds the last
-    published state of every table; it is found among the log's latest commits."""
+    Each publish appends one commit with a row for every table of its group, so the latest
+    rows of busy tables are among the log's latest commits; tables of a group that has not
+    published for a while are looked up in the whole log."""
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     if not lh.publish_log.exists(spark):
         return {}
+    wanted = None if tables is None else set(tables)
+    found: dict[str, dict] = {}
     latest = lh.publish_log.latest_version(spark)
-    # The newest commit first (the last publish, unless it failed), then a few more, then all.
+    # The newest commits first (a few, then more), then the whole log for what is still missing.
     for first in sorted({latest, max(0, latest - RECENT_COMMITS + 1)}, reverse=True) + [None]:
         recent = first is not None
         if recent:
+            if wanted is None:
+                continue  # every table: only the whole log can say
             try:
                 feed = lh.publish_log.read_changes(spark, first, latest, inserts_only=False).persist()
                 # Rows deleted or changed since (a repair by hand) make the feed no account of the log.
@@ -73,26 +83,31 @@ def last_published(spark, lh: Lakehouse) -> dict[str, dict]:
         else:
             rows = lh.publish_log.read(spark)
         good = rows.where(F.col("status") == STATUS_PUBLISHED)
-        top = good.agg(F.max(F.struct("published_at", "file_index", "pos", "publish_id")).alias("m")).first()["m"]
-        found = [] if top is None else good.where(F.col("publish_id") == top["publish_id"]).drop(
-            "_change_type", "_commit_version", "_commit_timestamp").collect()
+        if wanted is not None:
+            missing = sorted(wanted - set(found))
+            good = good.where(F.concat_ws(".", "db", "table").isin(missing))
+        order = F.struct("published_at", "file_index", "pos", "publish_id")
+        best = (good.drop("_change_type", "_commit_version", "_commit_timestamp")
+                .groupBy("db", "table").agg(F.max_by(F.struct("*"), order).alias("r")).collect())
         if recent:
             rows.unpersist()
-        if found:
-            return {f"{r['db']}.{r['table']}": r.asDict() for r in found}
+        for r in best:
+            found.setdefault(f"{r['db']}.{r['table']}", r["r"].asDict())
+        if wanted is not None and wanted <= set(found):
+            break
         if first == 0:
             break
-    return {}
+    return found
 
 
 def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: str | None, source_time: str | None,
-               tables: list, status: str, checks_json: dict[str, str]) -> None:
-    """Append one row per table of ``tables`` (TablePublish) for this publish attempt."""
+               tables: list, status: str, checks_json: dict[str, str], group: str | None = None) -> None:
+    """Append one row per table of ``tables`` (TablePublish) for this attempt to publish ``group``."""
     from pyspark.sql import functions as F
 
     rows = [
         (publish_id, t.db, t.table, t.gold_version, t.silver_version, p.file, p.log_index, p.pos, gtid, source_time,
-         t.row_count, checks_json[t.name], status, t.silver_rows)
+         t.row_count, checks_json[t.name], status, t.silver_rows, group)
         for t in tables
     ]
     staged = spark.createDataFrame(rows, PUBLISH_LOG_SCHEMA.replace("source_time TIMESTAMP", "source_time STRING")
@@ -100,7 +115,7 @@ def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: s
     df = staged.select(
         "publish_id", "db", "table", "gold_version", "silver_version", "binlog_file", "file_index", "pos", "gtid",
         F.to_timestamp("source_time").alias("source_time"), F.current_timestamp().alias("published_at"),
-        "row_count", "checks", "status", "silver_rows",
+        "row_count", "checks", "status", "silver_rows", "publish_group",
     )
     lh.publish_log.save(df.write.format("delta").mode("append"))
 

@@ -1,14 +1,15 @@
 """Invariant S: whether gold may publish the group at one binlog position P
 (docs/architecture.md, "Silver" and "Gold").
 
-Gold publishes the whole group (every captured table silver has progress for) at P only when:
+Gold publishes each publish group (``gold.groups``; by default the captured tables of one
+database that silver has progress for) at its own P, only when:
 
 1. every table's silver progress is at the same P (a transaction boundary);
 2. every planned chunk of each table's latest snapshot has a manifest row, silver has
    applied it, and its high watermark is <= P;
 3. no silver row carries a sequence beyond P (checked when the silver versions are pinned).
 
-:func:`check_ready` returns P and the group, or raises :class:`NotReadyError` naming each
+:func:`check_group` returns a group's P, or raises :class:`NotReadyError` naming each
 blocking table, why, and the command that unblocks it.
 """
 
@@ -108,7 +109,7 @@ def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | 
 # Per snapshot plan (by location): the plan and manifest versions and the group's applied
 # manifest versions of the last check that found no blocker, with its target. The same
 # versions and a later target cannot find one either (a continuous process asks every loop).
-_clear: dict[str, tuple] = {}
+_clear: dict[tuple, tuple] = {}
 
 
 def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: BinlogPosition) -> dict[str, list[str]]:
@@ -121,7 +122,8 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
     latest_version = chunks_commit[0]
     versions = (lh.snapshot_plan.newest_commit(spark), chunks_commit,
                 tuple(sorted((s.name, s.chunks_version) for s in states)))
-    clear = _clear.get(str(lh.snapshot_plan))
+    memo = (str(lh.snapshot_plan), tuple(sorted(s.name for s in states)))  # one entry per publish group
+    clear = _clear.get(memo)
     if clear is not None and clear[0] == versions and target.key() >= clear[1]:
         return blockers
     names = {(s.db, s.table): s for s in states}
@@ -165,7 +167,7 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
                     f"snapshot {sid}: {len(unapplied)} completed chunk{'s are' if len(unapplied) != 1 else ' is'} "
                     "not yet applied to silver: run binlake silver")
     if not blockers:
-        _clear[str(lh.snapshot_plan)] = (versions, target.key())
+        _clear[memo] = (versions, target.key())
     return blockers
 
 
@@ -177,12 +179,17 @@ def not_ready(blockers: dict[str, list[str]], target: BinlogPosition) -> NotRead
     return err
 
 
-def check_ready(spark, config: Config) -> tuple[BinlogPosition, list[TableState]]:
-    """Check Invariant S for the publish group; return (P, the group) or raise NotReadyError."""
-    lh = Lakehouse(config)
-    states = silver_progress(spark, config, lh)
-    if not states:
-        raise NotReadyError("gold has nothing to publish: no captured table has silver progress yet; run binlake silver first")
+def publish_groups(config: Config, states: list[TableState]) -> dict[str, list[TableState]]:
+    """The captured tables by publish group (``gold.groups``; by default one per database),
+    groups in name order."""
+    groups: dict[str, list[TableState]] = {}
+    for s in sorted(states, key=lambda s: s.name):
+        groups.setdefault(config.gold.group_of(s.db, s.table), []).append(s)
+    return dict(sorted(groups.items()))
+
+
+def check_group(spark, lh: Lakehouse, states: list[TableState]) -> BinlogPosition:
+    """Check Invariant S for one publish group; return its P or raise NotReadyError."""
     target = max(s.position for s in states)
     blockers: dict[str, list[str]] = {}
     for s in states:
@@ -193,4 +200,4 @@ def check_ready(spark, config: Config) -> tuple[BinlogPosition, list[TableState]
         blockers.setdefault(name, []).extend(reasons)
     if blockers:
         raise not_ready(blockers, target)
-    return target, states
+    return target
