@@ -159,13 +159,14 @@ class Lake:
         return int(ref.delta(self.spark).history(1).first()["version"])
 
     def progress(self, db: str, table: str, file_index: int, pos: int, chunks_version: int | None = -1,
-                 also: Sequence[tuple[str, str]] = ()) -> None:
+                 also: Sequence[tuple[str, str]] = (), stopped: str | None = None) -> None:
         """Silver has applied the change log up to (file_index, pos) for db.table (and the
         ``also`` tables); by default also every manifest row committed so far
         (chunks_version = the manifest's current version)."""
         if chunks_version == -1:
             chunks_version = self.chunks_version()
-        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9), None)
+        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9), None,
+                 stopped)
                 for d, t in [(db, table), *also]]
         df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))

@@ -94,3 +94,21 @@ def test_each_group_moves_on_alone_and_gold_as_of_reads_each_tables_own_publish(
     row = publish_as_of(spark, lake.config, "crm", "customers", position="mysql-bin.000004:50")
     assert (row["file_index"], row["pos"], row["publish_group"]) == (*P, "crm")
     assert gold_as_of(spark, lake.config, "shop", "orders", position="mysql-bin.000003:900").first()["qty"] == 3
+
+
+def test_a_table_silver_stopped_is_named_with_its_recovery_by_gold_and_status(spark, tmp_path):
+    from binlake.ops.status import collect_status, format_status
+
+    lake = two_databases(spark, tmp_path)
+    reason = ("shop.x: ALTER TABLE customers MODIFY id SMALLINT narrows id: re-snapshot it with "
+              "binlake snapshot --table crm.customers")
+    lake.progress("crm", "customers", *P, stopped=reason)
+    with pytest.raises(NotReadyError) as err:
+        run_gold(spark, lake.config)
+    assert f"crm.customers blocks: silver stopped it: {reason}" in str(err.value)
+    assert [g.group for g in err.value.result.groups] == ["shop"]
+    status = collect_status(spark, lake.config)
+    row = {t["table"]: t for t in status["tables"]}["crm.customers"]
+    assert (row["group"], row["stopped"]) == ("crm", reason)
+    assert f"crm.customers: silver stopped it: {reason}" in status["warnings"]
+    assert "STOPPED" in format_status(status)

@@ -10,6 +10,7 @@ from chispa import assert_df_equality
 from binlake.contract.ddl import column_renames
 from binlake.contract.types import Kind
 from binlake.errors import SchemaChangeError
+from binlake.gold.readiness import silver_progress
 from binlake.silver.run import run_silver
 from binlake.silver.schema_evolution import widening
 
@@ -109,6 +110,9 @@ def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b)
     assert err.value.result.table("shop.items").error
     # The other table went on.
     same(live(spark, b, ["id", "x"], "other"), spark, [(1, "x"), (2, "y")], "id INT, x STRING")
+    # The stop is recorded with its reason and recovery (status and gold's readiness name it).
+    stopped = {s.name: s.stopped for s in silver_progress(spark, b.config, b.lh)}
+    assert "binlake snapshot --table shop.items" in stopped["shop.items"] and stopped["shop.other"] is None
     # Still stopped on the next run (its progress did not move) ...
     with pytest.raises(SchemaChangeError):
         run_silver(spark, b.config)
@@ -117,6 +121,7 @@ def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b)
             snapshot_id="resnap")
     result = run_silver(spark, b.config)
     assert result.table("shop.items").recreated
+    assert {s.name: s.stopped for s in silver_progress(spark, b.config, b.lh)}["shop.items"] is None
     assert silver_df(spark, b).schema["qty"].dataType.simpleString() == "smallint"
     same(live(spark, b, ["id", "qty"]), spark, [(1, 1), (2, 2)], "id INT, qty SMALLINT")
 

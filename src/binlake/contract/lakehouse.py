@@ -160,10 +160,11 @@ SILVER_METADATA_COLUMNS = (
 PROGRESS_SCHEMA = (
     "db STRING, `table` STRING, changelog_version BIGINT, chunks_version BIGINT, "
     "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP, "
-    "silver_version BIGINT"
+    "silver_version BIGINT, stopped STRING"
 )
 """silver/_progress, one row per table. ``silver_version`` is the silver table's version once
-the run that wrote the row had applied its batch."""
+the run that wrote the row had applied its batch; ``stopped`` is why silver stopped the table
+and the command that recovers it (NULL while the table is applied)."""
 
 
 class ProgressRow(NamedTuple):
@@ -179,6 +180,7 @@ class ProgressRow(NamedTuple):
     zero_dates: int
     updated_at: datetime
     silver_version: int | None
+    stopped: str | None = None
 
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "

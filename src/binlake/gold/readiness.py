@@ -34,6 +34,7 @@ class TableState:
     position: BinlogPosition  # the change log is applied up to here
     chunks_version: int | None  # the manifest version silver has applied
     silver_version: int | None  # the silver table's version after that run
+    stopped: str | None = None  # why silver stopped the table, with the recovery
 
     @property
     def name(self) -> str:
@@ -48,17 +49,18 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
     # shuffle on a busy cluster (an old lakehouse may hold several rows per table).
     columns = ["db", "table", "applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version"]
     df = lh.silver_progress.read(spark)
-    has_version = "silver_version" in df.columns
+    optional = [c for c in ("silver_version", "stopped") if c in df.columns]  # older lakehouses lack them
     latest: dict[tuple[str, str], tuple] = {}
-    for r in df.select(*columns, *(["silver_version"] if has_version else [])).collect():
+    for r in df.select(*columns, *optional).collect():
         if r["applied_file_index"] is None or not config.source.captures(r["db"], r["table"]):
             continue
         rank = (r["applied_file_index"], r["applied_pos"] or 0, r["updated_at"] or datetime.min)
         key = (r["db"], r["table"])
         if key not in latest or rank > latest[key][0]:
             latest[key] = (rank, r)
-    out = [TableState(db, t, BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]), r["chunks_version"],
-                      r["silver_version"] if has_version else None)
+    out = [TableState(db, t, BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]),
+                      r["chunks_version"], r["silver_version"] if "silver_version" in optional else None,
+                      r["stopped"] if "stopped" in optional else None)
            for (db, t), (_, r) in latest.items()]
     return sorted(out, key=lambda s: (s.db, s.table))
 
@@ -193,7 +195,9 @@ def check_group(spark, lh: Lakehouse, states: list[TableState]) -> BinlogPositio
     target = max(s.position for s in states)
     blockers: dict[str, list[str]] = {}
     for s in states:
-        if s.position < target:
+        if s.stopped:
+            blockers.setdefault(s.name, []).append(f"silver stopped it: {s.stopped}")
+        elif s.position < target:
             blockers.setdefault(s.name, []).append(
                 f"silver applied the change log up to {s.position}, the rest of the group is at {target}: run binlake silver")
     for name, reasons in snapshot_blockers(spark, lh, states, target).items():

@@ -137,7 +137,9 @@ def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str]) -> li
         gold_ref = lh.gold(db, table)
         rows.append({
             "table": name,
+            "group": config.gold.group_of(db, table),
             "silver_position": str(s.position) if s else None,
+            "stopped": s.stopped if s else None,
             "published_position": _position_text(p) if p else None,
             "publish_id": p["publish_id"] if p else None,
             "published_at": _plain(p["published_at"]) if p else None,
@@ -146,6 +148,8 @@ def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str]) -> li
             "published_gold_version": p["gold_version"] if p else None,
             "last_attempt_status": a["status"] if a else None,
         })
+        if s and s.stopped:
+            warnings.append(f"{name}: silver stopped it: {s.stopped}")
         if a and a["status"] != STATUS_PUBLISHED:
             warnings.append(f"{name}: the last publish attempt {a['publish_id']} {a['status']}; gold still holds publish "
                             f"{p['publish_id'] if p else '(none)'}")
@@ -159,7 +163,8 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     (the change log's last batch), ``lag`` (``bytes``, ``seconds``, ``seconds_basis``),
     ``continuous`` (the last loop of ``run --continuous``, or None),
     ``warnings``, ``notes``, ``last_publish`` and ``tables`` (one dict per table:
-    ``table``, ``silver_position``, ``published_position``, ``publish_id``,
+    ``table``, ``group`` (its publish group), ``silver_position``, ``stopped`` (why silver
+    stopped it and the command that recovers it, or None), ``published_position``, ``publish_id``,
     ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
     ``last_attempt_status``).
     """
@@ -278,9 +283,11 @@ def format_status(status: Mapping[str, Any]) -> str:
         lines.append("last publish: none yet")
     tables = status.get("tables") or []
     if tables:
-        header = ("table", "silver applied", "gold published at", "gold version", "last attempt")
-        rows = [(t["table"], t["silver_position"] or "-", t["published_position"] or "-",
-                 "-" if t["gold_version"] is None else str(t["gold_version"]), t["last_attempt_status"] or "-")
+        header = ("table", "group", "silver applied", "gold published at", "gold version", "last attempt")
+        rows = [(t["table"], t.get("group") or "-",
+                 (t["silver_position"] or "-") + (" STOPPED" if t.get("stopped") else ""),
+                 t["published_position"] or "-", "-" if t["gold_version"] is None else str(t["gold_version"]),
+                 t["last_attempt_status"] or "-")
                 for t in tables]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines.append("")

@@ -313,8 +313,12 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         done = {(r.db, r.table) for r in rows}
         rows += [_progress_row(new, t, previous.get(t), now, previous[t].silver_version)
                  for t in tables if t not in done and t not in stopped and t in previous]
+        # A stopped table keeps its progress, with the reason: status, gold and the job's
+        # result name it and the command that recovers it.
+        rows += [previous[t]._replace(stopped=results[f"{t[0]}.{t[1]}"].error, updated_at=now)
+                 for t in sorted(stopped) if t in previous and previous[t].stopped != results[f"{t[0]}.{t[1]}"].error]
         faults.point("silver.before_progress")
-        if new.changes is not None or new.manifest or done:  # else nothing moved: no commit
+        if new.changes is not None or new.manifest or done or any(r.stopped for r in rows):  # else no commit
             write_progress(spark, lh, rows, previous)
     finally:
         if new.changes is not None:
