@@ -13,7 +13,7 @@ from typing import Sequence
 
 from binlake.errors import BinlakeError
 
-COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "jobs")
+COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "jobs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", help="compare source and silver chunk by chunk (count + checksum)")
     p.add_argument("--repair", action="store_true", help="re-snapshot only the chunks that differ")
     p.add_argument("--table", action="append", default=[], metavar="DB.TABLE", help="only these tables (repeatable)")
+
+    sub.add_parser("maintain", help="remove old silver tombstones and bronze rows nothing needs, compact, VACUUM "
+                                    "(safe beside a running pipeline)")
 
     p = sub.add_parser("jobs", help="the Databricks bundle's job runs (needs databricks-sdk auth)")
     p.add_argument("action", choices=["status"])
@@ -140,6 +143,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from binlake.ops.pipeline import run_pipeline
 
         result = run_pipeline(spark, config, progress=progress)
+    elif cmd == "maintain":
+        from binlake.ops.maintain import run_maintain
+
+        result = run_maintain(spark, config)
     elif cmd == "verify":
         from binlake.ops.verify import run_verify
 

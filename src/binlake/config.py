@@ -338,12 +338,35 @@ class GoldConfig:
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """``binlake maintain``: compaction, retention and VACUUM (docs/maintenance.md)."""
+
+    # A table is compacted (OPTIMIZE) once it has at least this many data files.
+    optimize_min_files: int = 64
+    # Silver tombstones older than this (by source commit time) and below the safe bound are removed.
+    tombstone_retention_hours: int = 168
+    # Bronze change-log records older than this that silver applied and no snapshot needs are removed.
+    changelog_retention_days: int = 30
+    # VACUUM keeps files the tables' last this-many hours of versions read (time travel, gold_as_of).
+    vacuum_retention_hours: int = 168
+
+    def __post_init__(self) -> None:
+        for name, low in (("optimize_min_files", 2), ("tombstone_retention_hours", 0), ("changelog_retention_days", 0)):
+            if getattr(self, name) < low:
+                raise ConfigError(f"maintenance.{name} must be at least {low}, got {getattr(self, name)}")
+        if self.vacuum_retention_hours < 168:
+            raise ConfigError(f"maintenance.vacuum_retention_hours must be at least 168 (Delta's safety check: a "
+                              f"reader or writer older than that would lose its files), got {self.vacuum_retention_hours}")
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     lakehouse: LakehouseConfig
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     gold: GoldConfig = field(default_factory=GoldConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     # The directory the config file was read from; relative lakehouse paths resolve here.
     base_dir: str = "."
 
@@ -365,6 +388,8 @@ _SECTIONS = {
     "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
     "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
     "gold": {"checks", "groups"},
+    "maintenance": {"optimize_min_files", "tombstone_retention_hours", "changelog_retention_days",
+                    "vacuum_retention_hours"},
 }
 _TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
 _CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
@@ -423,6 +448,8 @@ def load_config_text(
         ),
         capture=_capture(sections["capture"]),
         gold=_gold(sections["gold"]),
+        maintenance=MaintenanceConfig(**{k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
+                                         for k in _SECTIONS["maintenance"]}),
         base_dir=base_dir,
     )
 

@@ -26,7 +26,7 @@ from binlake.source.mysql import connect, master_status
 
 KEYS = 8
 WRITERS = 8
-SECONDS = 12.0
+SECONDS = 8.0
 
 
 def _writer(mariadb, db: str, stop: threading.Event, seed: int) -> None:

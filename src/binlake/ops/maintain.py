@@ -1,0 +1,276 @@
+"""``binlake maintain``: keep a long-running lakehouse tidy, safely beside a running pipeline.
+
+Four steps, each one Delta commit per table, so a kill at any point leaves every table valid
+and a re-run simply does what is left (docs/maintenance.md):
+
+1. **Tombstones**: silver's deleted rows below the table's *safe bound* and older than
+   ``maintenance.tombstone_retention_hours`` are removed. The bound is the smallest of the
+   table's applied position, the low watermark of every snapshot chunk silver has not
+   applied yet, and the position gold last published the table at (gold's incremental
+   publish carries a delete over as the tombstone's change); a table with a snapshot still
+   being read is skipped. A record that could still arrive for the table sorts above the
+   bound, so it still meets the tombstones it must lose to.
+2. **Bronze retention**: snapshot rows of snapshots older than the table's latest complete,
+   applied, full snapshot, and rows of killed read attempts of complete snapshots; change-log
+   records older than ``maintenance.changelog_retention_days`` that silver has applied and
+   that sort below that snapshot (a re-built silver table replays from it, so nothing before
+   it is needed; a table with no such snapshot keeps its whole log).
+3. **OPTIMIZE** of the change log, silver and gold tables with at least
+   ``maintenance.optimize_min_files`` files (gold stays incremental across it).
+4. **VACUUM** of every table at ``maintenance.vacuum_retention_hours``.
+
+Deletes and compactions that lose a race with a concurrent writer are retried
+(:func:`binlake.contract.lakehouse.with_retry`); they are correct against any newer version.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from binlake import faults
+from binlake.config import Config
+from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse, TableRef, with_retry
+from binlake.contract.position import DERIVED_ROW, describe_key, seq_literal
+from binlake.gold.publish_log import last_published
+from binlake.gold.readiness import TableState, silver_progress
+
+log = logging.getLogger("binlake.maintain")
+
+OPEN_SNAPSHOT_DEAD_AFTER = timedelta(days=7)
+
+
+@dataclass
+class MaintainResult:
+    tombstones_removed: dict[str, int] = field(default_factory=dict)
+    tombstones_kept: dict[str, str] = field(default_factory=dict)  # table -> why it was skipped
+    snapshot_files_removed: int = 0
+    changelog_rows_removed: int = 0
+    optimized: list[str] = field(default_factory=list)
+    vacuumed: int = 0
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        lines = [f"maintain: {sum(self.tombstones_removed.values())} silver tombstone(s) removed, "
+                 f"{self.snapshot_files_removed} snapshot file(s) and {self.changelog_rows_removed} "
+                 f"change-log row(s) removed, {len(self.optimized)} table(s) compacted, {self.vacuumed} vacuumed "
+                 f"in {self.seconds:.1f}s"]
+        lines += [f"  {name}: {n} tombstone(s) removed" for name, n in sorted(self.tombstones_removed.items()) if n]
+        lines += [f"  {name}: tombstones kept: {why}" for name, why in sorted(self.tombstones_kept.items())]
+        lines += [f"  compacted {name}" for name in self.optimized]
+        return "\n".join(lines)
+
+
+@dataclass
+class _Snapshots:
+    """What the snapshot tables say about one captured table."""
+
+    open_since: datetime | None = None  # planned_at of its newest snapshot still being read
+    unapplied_lw: tuple[int, int] | None = None  # smallest lw of a completed chunk silver has not applied
+    base: str | None = None  # its latest complete, applied, full snapshot
+    base_lw: tuple[int, int] | None = None  # that snapshot's smallest low watermark
+    older: list[str] = field(default_factory=list)  # snapshots planned before the base
+    complete: set = field(default_factory=set)  # its complete snapshots
+
+
+def run_maintain(spark, config: Config) -> MaintainResult:
+    """Run the four steps (see the module doc); returns what was done."""
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    started = time.monotonic()
+    lh = Lakehouse(config)
+    result = MaintainResult()
+    _append_only(spark, lh)
+    states = silver_progress(spark, config, lh)
+    facts = _snapshot_facts(spark, lh, states)
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    published = {name: (int(r["file_index"]), int(r["pos"]))
+                 for name, r in last_published(spark, lh, [s.name for s in states]).items()}
+    _compact_tombstones(spark, config, lh, states, facts, published, now, result)
+    faults.point("maintain.after_tombstones")
+    _prune_bronze(spark, config, lh, states, facts, now, result)
+    faults.point("maintain.after_retention")
+    refs = [lh.changelog, *(lh.silver(s.db, s.table) for s in states), *(lh.gold(s.db, s.table) for s in states)]
+    for ref in refs:
+        if ref.exists(spark) and _file_count(spark, ref) >= config.maintenance.optimize_min_files:
+            with_retry(f"OPTIMIZE {ref}", lambda ref=ref: ref.delta(spark).optimize().executeCompaction())
+            result.optimized.append(str(ref))
+    faults.point("maintain.after_optimize")
+    everything = [lh.changelog, lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history,
+                  lh.silver_progress, lh.publish_log, *refs[1:]]
+    for ref in everything:
+        if ref.exists(spark):
+            ref.delta(spark).vacuum(float(config.maintenance.vacuum_retention_hours))
+            result.vacuumed += 1
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _file_count(spark, ref: TableRef) -> int:
+    return int(spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("numFiles").first()[0] or 0)
+
+
+def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[str, _Snapshots]:
+    from pyspark.sql import functions as F
+
+    facts = {s.name: _Snapshots() for s in states}
+    if not (facts and lh.snapshot_plan.exists(spark) and lh.snapshot_chunks.exists(spark)):
+        return facts
+    plans: dict[tuple[str, str], dict] = {}
+    for r in (lh.snapshot_plan.read(spark).groupBy("db", "table", "snapshot_id")
+              .agg(F.countDistinct("chunk_id").alias("n"), F.min("planned_at").alias("at"),
+                   F.collect_list(F.struct("chunk_id", "start_key", "end_key")).alias("chunks")).collect()):
+        if f"{r['db']}.{r['table']}" in facts:
+            plans[(f"{r['db']}.{r['table']}", r["snapshot_id"])] = r.asDict()
+    done = {(f"{r['db']}.{r['table']}", r["snapshot_id"]): r for r in (
+        lh.snapshot_chunks.read(spark).groupBy("db", "table", "snapshot_id")
+        .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect())}
+    latest = lh.snapshot_chunks.latest_version(spark)
+    unapplied: set = set()  # (table, snapshot id) with a chunk silver has not applied
+    for s in states:
+        # Chunks committed after the manifest version silver recorded are not applied yet.
+        first = 0 if s.chunks_version is None else int(s.chunks_version) + 1
+        if first <= latest:
+            for r in (lh.snapshot_chunks.read_changes(spark, first, latest)
+                      .where((F.col("db") == s.db) & (F.col("table") == s.table))
+                      .groupBy("snapshot_id").agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect()):
+                lw = (r["lw"]["lw_file_index"], r["lw"]["lw_pos"])
+                f = facts[s.name]
+                f.unapplied_lw = lw if f.unapplied_lw is None else min(f.unapplied_lw, lw)
+                unapplied.add((s.name, r["snapshot_id"]))
+    for (name, sid), plan in sorted(plans.items(), key=lambda kv: kv[1]["at"]):
+        f = facts[name]
+        m = done.get((name, sid))
+        if m is not None and m["n"] == plan["n"]:
+            f.complete.add(sid)
+            if (name, sid) not in unapplied and _covers_everything(plan["chunks"]):
+                f.base, f.base_lw = sid, (m["lw"]["lw_file_index"], m["lw"]["lw_pos"])
+        else:
+            f.open_since = plan["at"]
+    for (name, sid), plan in plans.items():
+        f = facts[name]
+        if f.base is not None and sid != f.base and plan["at"] < plans[(name, f.base)]["at"]:
+            f.older.append(sid)
+    return facts
+
+
+def _covers_everything(chunks) -> bool:
+    """A full snapshot's chunks tile the whole key space; a repair's cover only some ranges."""
+    ordered = sorted(chunks, key=lambda c: c["chunk_id"])
+    return (bool(ordered) and ordered[0]["start_key"] is None and ordered[-1]["end_key"] is None
+            and all(a["end_key"] == b["start_key"] for a, b in zip(ordered, ordered[1:])))
+
+
+def _compact_tombstones(spark, config: Config, lh: Lakehouse, states: list[TableState], facts: dict[str, _Snapshots],
+                        published: dict[str, tuple[int, int]], now: datetime, result: MaintainResult) -> None:
+    hours = config.maintenance.tombstone_retention_hours
+    horizon = (now - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
+    for s in states:
+        f = facts[s.name]
+        ref = lh.silver(s.db, s.table)
+        if s.stopped:
+            result.tombstones_kept[s.name] = "silver stopped the table"
+            continue
+        # A snapshot being read may have read rows before a delete it has not seen yet; one
+        # left open for a week is taken for dead (a killed run nobody resumed).
+        if f.open_since is not None and f.open_since > now - OPEN_SNAPSHOT_DEAD_AFTER:
+            result.tombstones_kept[s.name] = "a snapshot of it is still being read"
+            continue
+        if not ref.exists(spark):
+            continue
+        # Never published: gold's first publish rebuilds from the live rows, tombstones unneeded.
+        bound = min(k for k in (s.position.key(), f.unapplied_lw, published.get(s.name)) if k is not None)
+        condition = (f"_cdc_deleted AND _cdc_seq < {seq_literal((bound[0], bound[1], DERIVED_ROW))} "
+                     f"AND (_cdc_commit_ts IS NULL OR _cdc_commit_ts < TIMESTAMP '{horizon}')")
+
+        def delete(ref=ref, condition=condition) -> int:
+            before = ref.latest_version(spark)
+            ref.delta(spark).delete(condition)
+            return int(ref.last_commit(spark, since=before)[1].get("numDeletedRows", 0) or 0)
+
+        removed = with_retry(f"tombstone compaction of {ref}", delete)
+        result.tombstones_removed[s.name] = removed
+        log.info("maintain %s: %d tombstone(s) below %s removed", s.name, removed, describe_key(bound))
+
+
+def _prune_bronze(spark, config: Config, lh: Lakehouse, states: list[TableState], facts: dict[str, _Snapshots],
+                  now: datetime, result: MaintainResult) -> None:
+    from pyspark.sql import functions as F
+
+    if lh.snapshot_rows.exists(spark):
+        for s in states:
+            f = facts[s.name]
+            same = (F.col("db") == s.db) & (F.col("table") == s.table)
+            if f.older:
+                doomed = same & F.col("snapshot_id").isin(sorted(f.older))
+                result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, doomed)
+            if f.complete:
+                # Killed attempts of complete snapshots: rows without a manifest row, never read.
+                kept = (lh.snapshot_chunks.read(spark).where(same & F.col("snapshot_id").isin(sorted(f.complete)))
+                        .select("snapshot_id", "chunk_id", "attempt_id").distinct())
+                orphans = (lh.snapshot_rows.read(spark).where(same & F.col("snapshot_id").isin(sorted(f.complete)))
+                           .select("snapshot_id", "chunk_id", "attempt_id").distinct()
+                           .join(kept, ["snapshot_id", "chunk_id", "attempt_id"], "left_anti").collect())
+                if orphans:
+                    doomed = F.lit(False)
+                    for o in orphans:
+                        doomed = doomed | ((F.col("snapshot_id") == o["snapshot_id"]) & (F.col("chunk_id") == o["chunk_id"])
+                                           & (F.col("attempt_id") == o["attempt_id"]))
+                    result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, same & doomed)
+    if not lh.changelog.exists(spark) or not states:
+        return
+    horizon = (now - timedelta(days=config.maintenance.changelog_retention_days)).strftime("%Y-%m-%d %H:%M:%S")
+    bounds = {s.name: min(s.position.key(), facts[s.name].base_lw) for s in states
+              if facts[s.name].base_lw is not None and not s.stopped}
+    if not bounds:
+        return
+    seq = "named_struct('a', file_index, 'b', pos)"
+
+    def below(key: tuple[int, int]) -> str:
+        return f"{seq} < named_struct('a', CAST({key[0]} AS BIGINT), 'b', CAST({key[1]} AS BIGINT))"
+
+    per_table = " OR ".join(
+        f"(db = '{name.split('.', 1)[0]}' AND `table` = '{name.split('.', 1)[1]}' AND {below(b)})"
+        for name, b in sorted(bounds.items()))
+    # Heartbeats below every table's bound; the newest (capture's resume position) is above them all.
+    everyone = min(bounds.values()) if len(bounds) == len(states) else None
+    beats = f" OR (op = '{HEARTBEAT_OP}' AND {below(everyone)})" if everyone else ""
+    condition = f"captured_at < TIMESTAMP '{horizon}' AND (({per_table}){beats})"
+
+    def delete() -> int:
+        before = lh.changelog.latest_version(spark)
+        lh.changelog.delta(spark).delete(condition)
+        return int(lh.changelog.last_commit(spark, since=before)[1].get("numDeletedRows", 0) or 0)
+
+    # The change log is append-only for every writer but this one: the guard is lifted for the
+    # delete alone (readers take only its inserts) and put back even when the delete fails;
+    # a run killed in between puts it back first thing (_append_only).
+    _set_append_only(spark, lh, False)
+    try:
+        result.changelog_rows_removed = with_retry("change-log retention", delete)
+    finally:
+        _set_append_only(spark, lh, True)
+
+
+def _set_append_only(spark, lh: Lakehouse, on: bool) -> None:
+    value = "true" if on else "false"
+    with_retry("change-log append-only guard", lambda: spark.sql(
+        f"ALTER TABLE {lh.changelog.sql} SET TBLPROPERTIES ('delta.appendOnly' = '{value}')"))
+
+
+def _append_only(spark, lh: Lakehouse) -> None:
+    """Put the change log's append-only guard back if a killed maintain run left it lifted."""
+    if lh.changelog.exists(spark) and lh.changelog.properties(spark).get("delta.appendOnly") == "false":
+        _set_append_only(spark, lh, True)
+
+
+def _delete_partitions(spark, ref: TableRef, predicate) -> int:
+    """Delete whole partitions of snapshot_rows (a metadata-only commit); returns the files removed."""
+    def delete() -> int:
+        before = ref.latest_version(spark)
+        ref.delta(spark).delete(predicate)
+        return int(ref.last_commit(spark, since=before)[1].get("numRemovedFiles", 0) or 0)
+
+    return with_retry(f"snapshot retention of {ref}", delete)
