@@ -15,6 +15,9 @@ from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
 from binlake.contract.position import BinlogPosition
 from binlake.errors import SourceChangedError
 
+# How many of the change log's newest commits are searched for capture's latest tag.
+_RECENT_COMMITS = 20
+
 
 @dataclass(frozen=True)
 class CaptureState:
@@ -34,13 +37,14 @@ def capture_state(spark, lh: Lakehouse) -> CaptureState | None:
     """The state the newest capture commit left (None before the first one)."""
     if not lh.changelog.exists(spark):
         return None
-    # The latest commit is normally capture's own, and its tag holds the state of the
-    # heartbeat it committed, the largest one (commits are ordered by their start). Reading
-    # one commit from the Delta log spares a scan of the whole table. Any other latest
-    # commit (OPTIMIZE, a foreign writer) falls back to the scan.
-    tagged = from_tag(lh.changelog.delta(spark).history(1).select("userMetadata").collect())
-    if tagged is not None:
-        return tagged
+    # The latest capture commit's tag holds the state of the heartbeat it committed, the
+    # largest one (commits are ordered by their start). It is normally the latest commit;
+    # after maintenance (OPTIMIZE, retention, VACUUM) it is among the last few. Reading them
+    # from the Delta log spares a scan of the whole table, which is the fallback.
+    for row in lh.changelog.delta(spark).history(_RECENT_COMMITS).select("userMetadata").collect():
+        tagged = from_tag([row])
+        if tagged is not None:
+            return tagged
     rows = spark.sql(
         f"SELECT binlog_file, file_index, pos, server_id, gtid FROM {lh.changelog.sql} WHERE op = '{HEARTBEAT_OP}' "
         "ORDER BY file_index DESC, pos DESC LIMIT 1"
