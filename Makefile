@@ -46,9 +46,9 @@ demo: setup mysql-up
 	$(PY) -m binlake.demo --mariadb-dir .local/mariadb --workdir .local/demo
 
 # The whole suite, including the chaos short form (tests/integration/test_chaos_short.py).
-# Two workers, whole files each (one Spark and one MariaDB per worker): most tests wait on
-# a JVM or a server, so two overlap well even on 2 cores.
-PYTEST_WORKERS ?= 2
+# Three workers, whole files each (one Spark and one MariaDB per worker): most tests wait on
+# a JVM or a server, so three overlap well even on 2 cores.
+PYTEST_WORKERS ?= 3
 test: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 

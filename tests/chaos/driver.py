@@ -637,8 +637,7 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
     writer = Writer(h.mariadb, db, seed=8)
     writer.start()
     try:
-        for point in ("capture.after_commit", "silver.before_merge"):
-            kill(point)
+        kill("capture.after_commit")  # silver.before_merge is left to the full run (kill9)
         rc, err = h.binlake(config, "run", debug=True)  # a complete publish, so the next ones are incremental
         if rc != 0:
             out.notes.append(f"the run between the kills failed (exit {rc}: {_last_line(err)})")

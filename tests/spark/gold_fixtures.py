@@ -165,8 +165,10 @@ class Lake:
         (chunks_version = the manifest's current version)."""
         if chunks_version == -1:
             chunks_version = self.chunks_version()
-        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, dt.datetime(2026, 11, 1, 9), None,
-                 stopped)
+        # Appended rows (silver overwrites, this appends): a later one must win the tie on position.
+        self._progress_rows = getattr(self, "_progress_rows", 0) + 1
+        at = dt.datetime(2026, 11, 1, 9) + dt.timedelta(milliseconds=self._progress_rows)
+        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, at, None, stopped)
                 for d, t in [(db, table), *also]]
         df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))

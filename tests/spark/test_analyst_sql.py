@@ -167,7 +167,7 @@ def _build(spark, lh: Lakehouse) -> None:
 
     def publish(pid, version, fi, pos, src, at, rows, status="published"):
         return (pid, "shop", "orders", version, version, f"mysql-bin.{fi:06d}", fi, pos, None, _ts(src), _ts(at), rows, "[]", status,
-                rows)
+                rows, "shop")
 
     spark.createDataFrame([
         publish("p1", 1, 41, 600, "2026-11-20 09:31:00", "2026-11-20 10:00:00", 3),

@@ -71,7 +71,7 @@ def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, mo
     assert "capture: resume mysql-bin.000003:990, server mysql-bin.000003:1490, lag 500 bytes, <= " in text
     assert "last publish: " in text and " at mysql-bin.000003:900 (GTID 0-1-5)" in text
     table_line = next(line for line in text.splitlines() if line.startswith("shop.items"))
-    assert table_line.split() == ["shop.items", "mysql-bin.000003:990", "mysql-bin.000003:900",
+    assert table_line.split() == ["shop.items", "shop", "mysql-bin.000003:990", "mysql-bin.000003:900",
                                   str(items["gold_version"]), "failed"]
 
 
