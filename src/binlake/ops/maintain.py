@@ -185,12 +185,7 @@ def _compact_tombstones(spark, config: Config, lh: Lakehouse, states: list[Table
         condition = (f"_cdc_deleted AND _cdc_seq < {seq_literal((bound[0], bound[1], DERIVED_ROW))} "
                      f"AND (_cdc_commit_ts IS NULL OR _cdc_commit_ts < TIMESTAMP '{horizon}')")
 
-        def delete(ref=ref, condition=condition) -> int:
-            before = ref.latest_version(spark)
-            ref.delta(spark).delete(condition)
-            return int(ref.last_commit(spark, since=before)[1].get("numDeletedRows", 0) or 0)
-
-        removed = with_retry(f"tombstone compaction of {ref}", delete)
+        removed = _delete(spark, ref, condition, "numDeletedRows", f"tombstone compaction of {ref}")
         result.tombstones_removed[s.name] = removed
         log.info("maintain %s: %d tombstone(s) below %s removed", s.name, removed, describe_key(bound))
 
@@ -239,17 +234,12 @@ def _prune_bronze(spark, config: Config, lh: Lakehouse, states: list[TableState]
     beats = f" OR (op = '{HEARTBEAT_OP}' AND {below(everyone)})" if everyone else ""
     condition = f"captured_at < TIMESTAMP '{horizon}' AND (({per_table}){beats})"
 
-    def delete() -> int:
-        before = lh.changelog.latest_version(spark)
-        lh.changelog.delta(spark).delete(condition)
-        return int(lh.changelog.last_commit(spark, since=before)[1].get("numDeletedRows", 0) or 0)
-
     # The change log is append-only for every writer but this one: the guard is lifted for the
     # delete alone (readers take only its inserts) and put back even when the delete fails;
     # a run killed in between puts it back first thing (_append_only).
     _set_append_only(spark, lh, False)
     try:
-        result.changelog_rows_removed = with_retry("change-log retention", delete)
+        result.changelog_rows_removed = _delete(spark, lh.changelog, condition, "numDeletedRows", "change-log retention")
     finally:
         _set_append_only(spark, lh, True)
 
@@ -268,9 +258,15 @@ def _append_only(spark, lh: Lakehouse) -> None:
 
 def _delete_partitions(spark, ref: TableRef, predicate) -> int:
     """Delete whole partitions of snapshot_rows (a metadata-only commit); returns the files removed."""
+    return _delete(spark, ref, predicate, "numRemovedFiles", f"snapshot retention of {ref}")
+
+
+def _delete(spark, ref: TableRef, condition, metric: str, what: str) -> int:
+    """One Delta DELETE, retried against a concurrent writer; returns its ``metric`` (0 when
+    nothing matched: Delta then commits nothing)."""
     def delete() -> int:
         before = ref.latest_version(spark)
-        ref.delta(spark).delete(predicate)
-        return int(ref.last_commit(spark, since=before)[1].get("numRemovedFiles", 0) or 0)
+        ref.delta(spark).delete(condition)
+        return int(ref.last_commit(spark, since=before)[1].get(metric, 0) or 0)
 
-    return with_retry(f"snapshot retention of {ref}", delete)
+    return with_retry(what, delete)

@@ -19,7 +19,7 @@ import pymysql
 
 from binlake.config import SourceConfig
 from binlake.contract.position import BinlogPosition
-from binlake.source.mysql import query
+from binlake.source.mysql import master_status, query
 
 _GTID = re.compile(r"^\d+-\d+-\d+$")
 _EVENT_GTID = re.compile(r"GTID (\d+-\d+-\d+)")
@@ -109,7 +109,6 @@ def position_after(source: SourceConfig, server_id: int, conn: pymysql.connectio
     )
 
     from binlake.source.binlog import stream_settings
-    from binlake.source.mysql import master_status
 
     here = binlog_position(conn)
     if not covers(here, position):
