@@ -113,49 +113,56 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
 
     spark = get_spark()
-    if cmd == "snapshot" and args.reset_capture:
-        from binlake.bronze.capture import recover_from_purge
-
-        result = recover_from_purge(spark, config, tables=args.table or None, progress=progress)
-    elif cmd == "snapshot":
-        from binlake.bronze.snapshot import run_snapshot
-
-        result = run_snapshot(spark, config, tables=args.table or None, progress=progress)
-    elif cmd == "capture":
-        from binlake.bronze.capture import run_capture
-
-        result = run_capture(spark, config, continuous=args.continuous, progress=progress)
-    elif cmd == "silver":
-        from binlake.silver.run import run_silver
-
-        result = run_silver(spark, config, progress=progress)
-    elif cmd == "gold":
-        from binlake.gold.publish import run_gold
-
-        result = run_gold(spark, config, progress=progress)
-    elif cmd == "run" and args.continuous:
+    if cmd == "run" and args.continuous:
         from binlake.ops.continuous import run_continuous
 
         state = run_continuous(spark, config, progress=progress)
         print(f"continuous: stopped after {state.loops} loop(s)")
         return 0
-    elif cmd == "run":
-        from binlake.ops.pipeline import run_pipeline
+    from binlake.ops.metrics import recorded
 
-        result = run_pipeline(spark, config, progress=progress)
-    elif cmd == "maintain":
-        from binlake.ops.maintain import run_maintain
-
-        result = run_maintain(spark, config)
-    elif cmd == "verify":
-        from binlake.ops.verify import run_verify
-
-        result = run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
-    else:  # pragma: no cover - argparse rejects unknown commands
-        raise AssertionError(cmd)
+    result = recorded(spark, config, cmd, lambda: _run_command(spark, config, args, progress))
     print(result.summary())
     logging.getLogger("binlake").debug("done: %s", cmd)
     return 0
+
+
+def _run_command(spark, config, args: argparse.Namespace, progress):
+    """The work of one lakehouse command; returns its result (which has ``summary()``)."""
+    cmd = args.command
+    if cmd == "snapshot" and args.reset_capture:
+        from binlake.bronze.capture import recover_from_purge
+
+        return recover_from_purge(spark, config, tables=args.table or None, progress=progress)
+    if cmd == "snapshot":
+        from binlake.bronze.snapshot import run_snapshot
+
+        return run_snapshot(spark, config, tables=args.table or None, progress=progress)
+    if cmd == "capture":
+        from binlake.bronze.capture import run_capture
+
+        return run_capture(spark, config, continuous=args.continuous, progress=progress)
+    if cmd == "silver":
+        from binlake.silver.run import run_silver
+
+        return run_silver(spark, config, progress=progress)
+    if cmd == "gold":
+        from binlake.gold.publish import run_gold
+
+        return run_gold(spark, config, progress=progress)
+    if cmd == "run":
+        from binlake.ops.pipeline import run_pipeline
+
+        return run_pipeline(spark, config, progress=progress)
+    if cmd == "maintain":
+        from binlake.ops.maintain import run_maintain
+
+        return run_maintain(spark, config)
+    if cmd == "verify":
+        from binlake.ops.verify import run_verify
+
+        return run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
+    raise AssertionError(cmd)  # pragma: no cover - argparse rejects unknown commands
 
 
 if __name__ == "__main__":

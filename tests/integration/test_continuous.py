@@ -67,6 +67,11 @@ def test_a_change_committed_on_the_source_reaches_gold_while_the_loop_runs(spark
     assert 0 <= state["recent_freshness"][-1] < 180
     shown = collect_status(spark, config)["continuous"]
     assert shown["loops"] == state["loops"]
+    # The loops that moved something are in the metrics table, appended when the loop stopped.
+    metrics = lh.metrics.read(spark).where("command = 'run --continuous'")
+    published = metrics.where(f"step = 'gold' AND `table` = '{database}.orders' AND rows_out = 50").count()
+    assert published >= 1, "no loop recorded the publish of the change"
+    assert metrics.where("step = 'capture' AND `table` IS NULL AND rows_in >= 3").count() >= 1
 
 
 def _start(config_path: Path) -> subprocess.Popen:

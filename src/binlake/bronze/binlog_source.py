@@ -340,8 +340,9 @@ class _ChangeColumns:
 def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> Iterator:
     """Decode one file range into Arrow record batches of change-log rows (see the module doc).
 
-    Every partition ends with one ``op='stats'`` side row whose ``ddl`` holds its row counts per
-    op as JSON, so the driver needs no aggregation job. ``fast_rows=False`` decodes every row
+    Every partition ends with one ``op='stats'`` side row whose ``ddl`` holds, as JSON, its row
+    counts per op (``ops``) and per ``db.table`` (``tables``) and the commit time of its newest
+    row change (``last_ts``, microseconds), so the driver needs no aggregation job. ``fast_rows=False`` decodes every row
     through python-mysql-replication (tests compare both paths).
     """
     from pymysqlreplication.constants import BINLOG, FIELD_TYPE
@@ -366,6 +367,8 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     fidx = log_index(rng.epoch, file_index(rng.file))
     out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
     counts: dict[str, int] = {}
+    per_table: dict[str, int] = {}
+    last_ts = None
     # MariaDB: the last GTID of each replication domain in the range, so the driver can
     # carry the GTID state from one batch's end to the next without asking the server.
     last_gtids: dict[str, str] = {}
@@ -373,7 +376,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     def finish(heartbeat_pos: int | None):
         if rng.last:
             out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
-        out.add(None, None, "stats", rng.start_pos, 0, ddl=json.dumps(counts),
+        out.add(None, None, "stats", rng.start_pos, 0, ddl=json.dumps({"ops": counts, "tables": per_table, "last_ts": last_ts}),
                 gtid=",".join(last_gtids[d] for d in sorted(last_gtids)) or None)
         return out.batch()
 
@@ -451,6 +454,9 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                                 gtid=gtid, server_id=sid, schema_version=version)
                         n += 1
                 counts[op] = counts.get(op, 0) + n
+                name = f"{schema.database}.{schema.table}"
+                per_table[name] = per_table.get(name, 0) + n
+                last_ts = ts
                 emitted += n
             elif isinstance(event, QueryEvent):
                 text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)

@@ -102,6 +102,8 @@ class CaptureResult:
     renamed_into: list[str] = field(default_factory=list)
     new_tables: list[str] = field(default_factory=list)
     source_switches: list[str] = field(default_factory=list)
+    table_changes: dict[str, int] = field(default_factory=dict)  # db.table -> row changes captured
+    last_commit_ts: int | None = None  # source commit time of the newest captured row change, in µs
     # (db, table, schema_version) known to be in schema_history: later batches of the run
     # skip the lookup (schema_history only grows, so the set can only be incomplete).
     schemas_known: set = field(default_factory=set, repr=False)
@@ -549,8 +551,13 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, state: CaptureState, 
         counts: dict[str, int] = {}
         gtid = state.gtid
         for r in sorted((r for r in side if r["op"] == "stats"), key=lambda r: (r["file_index"], r["pos"])):
-            for op, n in json.loads(r["ddl"]).items():
+            stats = json.loads(r["ddl"])
+            for op, n in stats["ops"].items():
                 counts[op] = counts.get(op, 0) + n
+            for name, n in stats["tables"].items():
+                result.table_changes[name] = result.table_changes.get(name, 0) + n
+            if stats["last_ts"] is not None:
+                result.last_commit_ts = max(result.last_commit_ts or 0, stats["last_ts"])
             gtid = gtids.advance(gtid, r["gtid"])
         beats = [r for r in side if r["op"] == HEARTBEAT_OP]
         if len(beats) != 1:

@@ -12,6 +12,7 @@ Locally tables are directories under ``lakehouse.path``::
     <path>/gold/<db>/<table>           validated current state
     <path>/gold/_publish_log           one row per table per publish
     <path>/gold/_quarantine            rows dropped by checks with severity drop
+    <path>/gold/_metrics               one row per command run, step and table (health)
     <path>/_system/continuous          the continuous mode's state (a JSON file)
 
 On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>`` with
@@ -192,6 +193,16 @@ PUBLISH_LOG_SCHEMA = (
 holds; ``silver_rows``: silver's live rows at ``silver_version`` (they differ by the rows drop
 checks hold back)."""
 
+
+METRICS_SCHEMA = (
+    "run_id STRING, command STRING, step STRING, `table` STRING, publish_group STRING, "
+    "started_at TIMESTAMP, seconds DOUBLE, status STRING, rows_in BIGINT, changes_applied BIGINT, "
+    "rows_out BIGINT, position STRING, lag_bytes BIGINT, lag_seconds DOUBLE, checks_failed INT, "
+    "checks_warned INT, detail STRING, job_run_id STRING, host STRING"
+)
+"""gold/_metrics: one row per command run and step (``table`` NULL) and per table a step
+touched. ``lag_bytes``/``lag_seconds``: how far the step's position is behind the source's
+binlog end when the run finished (seconds: 0 when caught up, else an upper bound)."""
 
 @dataclass(frozen=True)
 class TableRef:
@@ -396,6 +407,10 @@ class Lakehouse:
     @property
     def publish_log(self) -> TableRef:
         return self._ref("gold", "_publish_log")
+
+    @property
+    def metrics(self) -> TableRef:
+        return self._ref("gold", "_metrics")
 
     def quarantine(self, db: str, table: str) -> TableRef:
         return self._ref("gold", "_quarantine", db, table)

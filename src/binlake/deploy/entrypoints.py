@@ -22,6 +22,7 @@ value) instead of running, e.g. to save it for the operator notebooks.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class JobInvocation:
     settings: Mapping[str, Any]
     cli_args: tuple[str, ...]
     print_config: bool = False
+    job_run_id: str | None = None
 
     @property
     def config_yaml(self) -> str:
@@ -77,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--settings", metavar="PATH",
                     help="a binlake.yml whose snapshot, capture and gold sections apply; flags override its source and lakehouse keys")
     ap.add_argument("--print-config", action="store_true", help="print the generated binlake.yml and exit")
+    ap.add_argument("--job-run-id", help="the Databricks job run ({{job.run_id}}), recorded in the metrics table")
     ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     ap.add_argument("command", choices=COMMANDS)
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the command's own flags")
@@ -123,9 +126,13 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         # The generated file lives in a temporary directory; a relative path must not follow it there.
         lakehouse["path"] = str(Path(ns.lakehouse_path).resolve())
 
+    if ns.job_run_id is not None and (not ns.job_run_id.strip() or ns.job_run_id.startswith("{{")):
+        raise ConfigError(f"--job-run-id={ns.job_run_id} has no run id: pass --job-run-id={{{{job.run_id}}}} "
+                          "in a job task, or drop the flag")
     settings = {**settings, "source": source, "lakehouse": lakehouse}
     cli_args = (["--verbose"] if ns.verbose else []) + [ns.command, *_expand_value_flags(ns.args)]
-    return JobInvocation(settings=settings, cli_args=tuple(cli_args), print_config=ns.print_config)
+    return JobInvocation(settings=settings, cli_args=tuple(cli_args), print_config=ns.print_config,
+                         job_run_id=ns.job_run_id)
 
 
 def run_job(invocation: JobInvocation, runtime=None) -> int:
@@ -140,10 +147,21 @@ def run_job(invocation: JobInvocation, runtime=None) -> int:
     runtime = runtime or current_runtime()
     lakehouse = invocation.settings.get("lakehouse") or {}
     runtime.check_lakehouse(LakehouseConfig(**{k: v for k, v in lakehouse.items() if k in LakehouseConfig.__dataclass_fields__}))
-    with tempfile.TemporaryDirectory(prefix="binlake-job-") as tmp:
-        path = Path(tmp, "binlake.yml")
-        path.write_text(invocation.config_yaml, encoding="utf-8")
-        return cli.main(["--config", str(path), *invocation.cli_args])
+    from binlake.ops.metrics import JOB_RUN_ENV
+
+    previous = os.environ.get(JOB_RUN_ENV)
+    if invocation.job_run_id:
+        os.environ[JOB_RUN_ENV] = invocation.job_run_id
+    try:
+        with tempfile.TemporaryDirectory(prefix="binlake-job-") as tmp:
+            path = Path(tmp, "binlake.yml")
+            path.write_text(invocation.config_yaml, encoding="utf-8")
+            return cli.main(["--config", str(path), *invocation.cli_args])
+    finally:
+        if previous is None:
+            os.environ.pop(JOB_RUN_ENV, None)
+        else:
+            os.environ[JOB_RUN_ENV] = previous
 
 
 def main(argv: Sequence[str] | None = None) -> None:

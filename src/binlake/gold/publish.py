@@ -533,7 +533,8 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     gold is not touched) does not hold back the others. After every group had its turn, a
     blocked one raises :class:`NotReadyError` or :class:`QualityCheckFailed` (a failed check
     wins) naming each blocked group and why; ``exc.result`` is the :class:`GoldResult` of the
-    groups that did publish.
+    groups that did publish, ``exc.blocked`` maps each blocked group to its own error (whose
+    ``tables`` lists the group's tables).
     """
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -551,6 +552,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         try:
             results.append(_publish_group(spark, config, lh, name, members, schemas, previous, progress))
         except (NotReadyError, QualityCheckFailed) as exc:
+            exc.tables = [s.name for s in members]  # type: ignore[attr-defined]
             blocked[name] = exc
             if len(groups) > 1:
                 log.warning("gold group %s blocked, the other groups go on: %s", name, exc)
@@ -558,7 +560,9 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     if not blocked:
         return result
     if len(groups) == 1:
-        raise next(iter(blocked.values()))
+        only = next(iter(blocked.values()))
+        only.blocked = blocked  # type: ignore[attr-defined]
+        raise only
     kind = QualityCheckFailed if any(isinstance(e, QualityCheckFailed) for e in blocked.values()) else NotReadyError
     done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
     err = kind(f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "

@@ -12,6 +12,9 @@ leaves nothing the next run (continuous or not) cannot finish.
   on the next loop; capture and silver go on. Any other failure ends the process with its
   exit code: a continuous job's scheduler restarts it, and it resumes where it stopped.
 
+Loops that moved something, and one idle loop a minute, are recorded in the metrics table
+(:mod:`binlake.ops.metrics`), appended once a minute and when the process stops.
+
 After each loop the process writes its state to ``<system_path>/continuous/state.json``
 (the lakehouse's system location: a Unity Catalog volume on Databricks): the loop count,
 what each step did, the gold position, and the freshness of the last publish (how long
@@ -37,6 +40,7 @@ from binlake.config import Config
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
 from binlake.gold.publish import run_gold
+from binlake.ops.metrics import MetricsRecorder, source_head
 from binlake.ops.pipeline import snapshot_what_needs_it
 from binlake.silver.run import run_silver
 
@@ -116,14 +120,19 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
     state = ContinuousState(pid=os.getpid(), host=socket.gethostname(), started_at=_now())
+    metrics = MetricsRecorder(config, "run --continuous")
     log.info("continuous: snapshotting the tables that need it")
-    snapshot_what_needs_it(spark, config, progress)
+    began = time.monotonic()
+    snapshot = snapshot_what_needs_it(spark, config, progress)
+    metrics.add("snapshot", snapshot, time.monotonic() - began)
     pending = True  # silver and gold have not run yet in this process
     restore = _interrupt_on_sigterm()
     try:
         stop = stop or threading.Event()
         while (max_loops is None or state.loops < max_loops) and not stop.is_set():
-            report = _loop(spark, config, state.loops + 1, pending, progress)
+            report = _loop(spark, config, state.loops + 1, pending, progress, metrics)
+            if metrics.due():
+                metrics.flush(spark)
             state.loops, state.last = report.loop, report
             if report.freshness_seconds is not None:
                 state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
@@ -140,6 +149,7 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
         log.info("continuous: interrupted after loop %d; every step's commit is in place", state.loops)
     finally:
         restore()
+        metrics.flush(spark)
     return state
 
 
@@ -157,9 +167,10 @@ def _interrupt_on_sigterm():
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _loop(spark, config: Config, number: int, pending: bool, progress) -> LoopReport:
+def _loop(spark, config: Config, number: int, pending: bool, progress, metrics: MetricsRecorder) -> LoopReport:
     started, began = _now(), time.monotonic()
     steps: dict[str, float] = {}
+    outcomes: dict[str, tuple] = {}  # step -> (result, error) for the metrics
 
     def timed(name, fn):
         t0 = time.monotonic()
@@ -170,19 +181,31 @@ def _loop(spark, config: Config, number: int, pending: bool, progress) -> LoopRe
 
     captured = timed("capture", lambda: run_capture(spark, config, continuous=False, progress=progress))
     report = LoopReport(number, started, 0.0, captured.changes, 0, "idle", steps=steps)
+    outcomes["capture"] = (captured, None)
     if captured.batches or pending or number == 1:
         silver = timed("silver", lambda: run_silver(spark, config, progress=progress))
+        outcomes["silver"] = (silver, None)
         report.silver_tables = sum(1 for t in silver.tables if t.merged or t.cascaded or t.truncated or t.reconciled)
         try:
             gold = timed("gold", lambda: run_gold(spark, config, progress=progress))
+            outcomes["gold"] = (gold, None)
             report.gold, report.position = gold.status, str(gold.position)
             if gold.status != "unchanged" and not all(t.reused for t in gold.tables):
                 report.freshness_seconds = _freshness(gold)
         except NotReadyError as exc:
+            outcomes["gold"] = (None, exc)
             report.gold = "not ready"
             log.warning("continuous: %s", exc)
         except QualityCheckFailed as exc:
+            outcomes["gold"] = (None, exc)
             report.gold = "check failed"
             log.error("continuous: %s", exc)
     report.seconds = round(time.monotonic() - began, 3)
+    # Loops that moved something are recorded; an idle process records one loop a minute,
+    # so lag and freshness stay charted while nothing changes.
+    if len(outcomes) > 1 or metrics.sample_due():
+        head = source_head(config)
+        at = datetime.fromisoformat(started)
+        for name, (result, error) in outcomes.items():
+            metrics.add(name, result, steps.get(name), error, at, head)
     return report

@@ -1,0 +1,122 @@
+"""The metrics table: every command run appends one row per step and per table it touched,
+with rows in and out, the position reached, lag behind the source and check results; a
+blocked group is recorded as blocked while the others record their publish; a metrics table
+that cannot be written never fails the command it describes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from binlake import cli
+from binlake.config import load_config
+from binlake.contract.lakehouse import Lakehouse
+from binlake.deploy.entrypoints import parse_job_args, run_job
+
+
+def _rows(spark, config, **where):
+    df = Lakehouse(config).metrics.read(spark)
+    for column, value in where.items():
+        df = df.where(df[column].isNull() if value is None else df[column] == value)
+    return [r.asDict() for r in df.orderBy("started_at", "step", "table").collect()]
+
+
+def _last_run(spark, config, command: str) -> list[dict]:
+    rows = _rows(spark, config, command=command)
+    last = max(rows, key=lambda r: r["started_at"])["run_id"]
+    return [r for r in rows if r["run_id"] == last]
+
+
+def _write_config(mariadb, tmp_path: Path, database: str, name: str, **sections) -> Path:
+    path = tmp_path / name
+    groups = {"orders": [f"{database}.orders"], "people": [f"{database}.people"]}
+    path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=6301,
+                                        gold={"groups": groups, **sections.pop("gold", {})}, **sections))
+    return path
+
+
+def test_each_command_records_its_steps_and_tables_with_lag_and_check_results(spark, mariadb, database, tmp_path,
+                                                                               capsys):
+    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)",
+                    "CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))",
+                    "INSERT INTO orders SELECT seq, seq * 10 FROM seq_1_to_40",
+                    "INSERT INTO people SELECT seq, CONCAT('p', seq) FROM seq_1_to_7", database=database)
+    path = _write_config(mariadb, tmp_path, database, "binlake.yml")
+    config = load_config(path)
+
+    assert cli.main(["--config", str(path), "run"]) == 0
+    run = _last_run(spark, config, "run")
+    steps = {r["step"]: r for r in run if r["table"] is None}
+    assert set(steps) == {"snapshot", "capture", "silver", "gold"}
+    assert all(r["status"] == "ok" and r["seconds"] is not None and r["seconds"] >= 0 for r in steps.values())
+    snap = {r["table"]: r["rows_in"] for r in run if r["step"] == "snapshot" and r["table"]}
+    assert snap == {f"{database}.orders": 40, f"{database}.people": 7}
+    gold = {r["table"]: r for r in run if r["step"] == "gold" and r["table"]}
+    assert {t: (r["publish_group"], r["rows_out"], r["status"]) for t, r in gold.items()} == {
+        f"{database}.orders": ("orders", 40, "ok"), f"{database}.people": ("people", 7, "ok")}
+    # Nothing committed since: every layer is at the source's end.
+    assert all(r["lag_bytes"] == 0 and r["lag_seconds"] == 0 for r in gold.values())
+    assert steps["capture"]["lag_bytes"] == 0 and steps["silver"]["lag_bytes"] == 0
+
+    # Capture counts per table; silver is then behind by what committed after it.
+    mariadb.execute("INSERT INTO orders VALUES (41, 410), (42, 420), (43, 430)", "UPDATE people SET name = 'x' WHERE id = 1",
+                    database=database)
+    assert cli.main(["--config", str(path), "capture"]) == 0
+    capture = _last_run(spark, config, "capture")
+    assert {r["table"]: r["rows_in"] for r in capture if r["table"]} == {f"{database}.orders": 3, f"{database}.people": 1}
+    assert [r["rows_in"] for r in capture if r["table"] is None] == [4]
+    mariadb.execute("INSERT INTO orders VALUES (44, 440)", database=database)
+    assert cli.main(["--config", str(path), "silver"]) == 0
+    silver = {r["table"]: r for r in _last_run(spark, config, "silver")}
+    assert silver[f"{database}.orders"]["rows_in"] == 3 and silver[f"{database}.orders"]["changes_applied"] == 3
+    assert silver[None]["lag_bytes"] > 0, "the insert after capture is not in silver"
+
+    # A failing check blocks its group only: recorded as blocked, the other group publishes.
+    failing = _write_config(mariadb, tmp_path, database, "failing.yml",
+                            gold={"checks": {f"{database}.people": [{"column": "name", "regex": "^p", "severity": "fail"}]}})
+    assert cli.main(["--config", str(failing), "gold"]) == 7
+    gold_run = {r["table"]: r for r in _last_run(spark, config, "gold")}
+    assert gold_run[None]["status"] == "blocked" and "group people" in gold_run[None]["detail"]
+    people = gold_run[f"{database}.people"]
+    assert (people["status"], people["checks_failed"], people["publish_group"]) == ("blocked", 1, "people")
+    orders = gold_run[f"{database}.orders"]
+    assert (orders["status"], orders["rows_out"]) == ("ok", 43)
+    # The insert after capture is not published: gold lags the source, an upper bound in seconds.
+    assert orders["lag_bytes"] > 0 and orders["lag_seconds"] is not None and orders["lag_seconds"] >= 0
+
+    assert cli.main(["--config", str(path), "verify"]) == 0
+    verify = {r["table"]: r for r in _last_run(spark, config, "verify")}
+    assert verify[f"{database}.people"]["status"] == "ok" and verify[f"{database}.people"]["rows_in"] == 7
+    assert cli.main(["--config", str(path), "maintain"]) == 0
+    assert [r["status"] for r in _last_run(spark, config, "maintain") if r["table"] is None] == ["ok"]
+
+    # A job task records the Databricks job run it belongs to.
+    job = parse_job_args([f"--lakehouse-path={tmp_path / 'lakehouse'}", f"--mysql-port={mariadb.port}",
+                          "--mysql-host=127.0.0.1", "--mysql-user=cdc", "--mysql-server-id=6301",
+                          "--mysql-password-env=MYSQL_PASSWORD", f"--tables={database}.*",
+                          f"--settings={path}", "--job-run-id=987654", "gold"])
+    assert run_job(job) == 0
+    assert {r["job_run_id"] for r in _last_run(spark, config, "gold")} == {"987654"}
+    capsys.readouterr()
+
+
+def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark, mariadb, database, tmp_path, caplog):
+    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)", "INSERT INTO orders VALUES (1, 1)",
+                    database=database)
+    path = _write_config(mariadb, tmp_path, database, "binlake.yml")
+    blocker = tmp_path / "lakehouse" / "gold" / "_metrics"
+    blocker.parent.mkdir(parents=True)
+    blocker.write_text("not a Delta table")  # the metrics table's directory is a file
+
+    assert cli.main(["--config", str(path), "run"]) == 0
+    assert "metrics:" in caplog.text and "not written" in caplog.text
+    assert Lakehouse(load_config(path)).gold(database, "orders").read(spark).count() == 1
+
+
+@pytest.mark.parametrize("value", ["", "{{job.run_id}}"])
+def test_a_job_run_id_flag_without_a_value_is_a_config_error(value):
+    from binlake.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--job-run-id"):
+        parse_job_args(["--lakehouse-path=/tmp/x", f"--job-run-id={value}", "gold"])
