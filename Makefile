@@ -6,9 +6,9 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup venv mariadb-package sysbench-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-short clean
+.PHONY: setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-short clean
 
-setup: venv mariadb-package sysbench-package spark-jars
+setup: venv mariadb-package sysbench-package browser-package spark-jars
 
 venv: $(STAMP)
 $(STAMP): pyproject.toml
@@ -28,6 +28,13 @@ sysbench-package:
 	@if ! command -v sysbench >/dev/null; then \
 	  echo "installing sysbench (Debian package)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq sysbench >/dev/null; \
+	fi
+
+# The headless browser tests/integration/test_health_page.py renders `status --html` in.
+browser-package:
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing chromium (Debian package, headless rendering test)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; \
 	fi
 
 # The first Spark start resolves the Delta jars from Maven Central into ~/.ivy2*; do it

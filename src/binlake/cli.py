@@ -11,7 +11,7 @@ import logging
 import sys
 from typing import Sequence
 
-from binlake.errors import BinlakeError
+from binlake.errors import BinlakeError, ConfigError
 
 COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "jobs")
 
@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="capture position, lag, purge risk, last publish per table")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--html", metavar="FILE", help="also write the health dashboard (charts from the metrics table) to FILE")
+    p.add_argument("--days", type=int, default=7, help="days of metrics the --html charts show (default: 7)")
+    p.add_argument("--check", action="store_true",
+                   help="exit 12 when capture or gold is further behind the source than health.max_lag_seconds")
 
     p = sub.add_parser("verify", help="compare source and silver chunk by chunk (count + checksum)")
     p.add_argument("--repair", action="store_true", help="re-snapshot only the chunks that differ")
@@ -106,10 +110,24 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     progress = Progress()
     if cmd == "status":
-        from binlake.ops.status import collect_status, format_status, status_json
+        from binlake.ops.status import (
+            check_lag,
+            collect_status,
+            format_status,
+            status_json,
+        )
 
-        status = collect_status(get_spark(), config)
+        if args.days < 1:
+            raise ConfigError(f"--days must be at least 1, got {args.days}")
+        spark = get_spark()
+        status = collect_status(spark, config)
         print(status_json(status) if args.json else format_status(status))
+        if args.html:
+            from binlake.ops.health_page import write_health_page
+
+            print(f"health page written to {write_health_page(spark, config, status, args.html, days=args.days)}")
+        if args.check:
+            check_lag(status, config.health.max_lag_seconds)
         return 0
 
     spark = get_spark()

@@ -360,6 +360,18 @@ class MaintenanceConfig:
 
 
 @dataclass(frozen=True)
+class HealthConfig:
+    """When is binlake unhealthy: ``binlake status --check`` and the bundle's lag alert."""
+
+    # Capture, or any table's gold, behind the source by more than this many seconds.
+    max_lag_seconds: int = 900
+
+    def __post_init__(self) -> None:
+        if self.max_lag_seconds < 1:
+            raise ConfigError(f"health.max_lag_seconds must be at least 1, got {self.max_lag_seconds}")
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     lakehouse: LakehouseConfig
@@ -367,6 +379,7 @@ class Config:
     capture: CaptureConfig = field(default_factory=CaptureConfig)
     gold: GoldConfig = field(default_factory=GoldConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    health: HealthConfig = field(default_factory=HealthConfig)
     # The directory the config file was read from; relative lakehouse paths resolve here.
     base_dir: str = "."
 
@@ -390,6 +403,7 @@ _SECTIONS = {
     "gold": {"checks", "groups"},
     "maintenance": {"optimize_min_files", "tombstone_retention_hours", "changelog_retention_days",
                     "vacuum_retention_hours"},
+    "health": {"max_lag_seconds"},
 }
 _TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
 _CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
@@ -450,6 +464,7 @@ def load_config_text(
         gold=_gold(sections["gold"]),
         maintenance=MaintenanceConfig(**{k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
                                          for k in _SECTIONS["maintenance"]}),
+        health=HealthConfig(max_lag_seconds=_int(sections["health"], "health.max_lag_seconds", HealthConfig.max_lag_seconds)),
         base_dir=base_dir,
     )
 

@@ -95,6 +95,17 @@ class SecretError(ConfigError):
     """A Databricks secret the config references cannot be read; names scope/key, never the value."""
 
 
+class MissingDependencyError(ConfigError):
+    """An optional library a command needs is not installed; names the pip command."""
+
+
+class LagExceededError(BinlakeError):
+    """``binlake status --check``: capture or gold is further behind the source than
+    ``health.max_lag_seconds``."""
+
+    exit_code = 12
+
+
 class DatabricksApiError(BinlakeError):
     """The Databricks workspace cannot be reached or refused a request (e.g. ``jobs status``)."""
 

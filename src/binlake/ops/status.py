@@ -23,7 +23,7 @@ from typing import Any, Mapping
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
 from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
-from binlake.errors import BinlakeError
+from binlake.errors import BinlakeError, LagExceededError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
@@ -126,7 +126,20 @@ def _last_attempts(spark, lh: Lakehouse) -> dict[str, dict]:
                       .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a")).collect())}
 
 
-def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str]) -> list[dict[str, Any]]:
+def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | None, now: datetime) -> float | None:
+    """Seconds gold's published position is behind the source: 0 when it is the server's
+    position, else an upper bound (now - source commit time of the newest published change)."""
+    if not published or not capture or not capture.get("server_file"):
+        return None
+    if (published["binlog_file"], published["pos"]) == (capture["server_file"], capture["server_pos"]):
+        return 0.0
+    if published.get("source_time") is None:
+        return None
+    return round(max(0.0, (now - published["source_time"]).total_seconds()), 1)
+
+
+def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str], capture=None,
+                now: datetime | None = None) -> list[dict[str, Any]]:
     progress = {s.name: s for s in silver_progress(spark, config, lh)}
     published = last_published(spark, lh)
     attempts = _last_attempts(spark, lh)
@@ -147,6 +160,7 @@ def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str]) -> li
             "gold_version": gold_ref.latest_version(spark) if gold_ref.exists(spark) else None,
             "published_gold_version": p["gold_version"] if p else None,
             "last_attempt_status": a["status"] if a else None,
+            "gold_lag_seconds": _gold_lag(p, capture, now) if now else None,
         })
         if s and s.stopped:
             warnings.append(f"{name}: silver stopped it: {s.stopped}")
@@ -166,7 +180,8 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     ``table``, ``group`` (its publish group), ``silver_position``, ``stopped`` (why silver
     stopped it and the command that recovers it, or None), ``published_position``, ``publish_id``,
     ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
-    ``last_attempt_status``).
+    ``last_attempt_status``, ``gold_lag_seconds``: how far its gold is behind the source, 0
+    when at the server's position, else an upper bound).
     """
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -182,7 +197,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
         warnings.append(purge if isinstance(purge, str) else "the resume position is close to being purged from the server")
     if captured:
         captured["last_commit_ts"] = _plain(captured["last_commit_ts"])
-    tables = _table_rows(spark, config, lh, warnings)
+    tables = _table_rows(spark, config, lh, warnings, capture, now)
     return {
         "generated_at": _plain(now),
         "capture": capture,
@@ -283,10 +298,12 @@ def format_status(status: Mapping[str, Any]) -> str:
         lines.append("last publish: none yet")
     tables = status.get("tables") or []
     if tables:
-        header = ("table", "group", "silver applied", "gold published at", "gold version", "last attempt")
+        header = ("table", "group", "silver applied", "gold published at", "gold lag", "gold version", "last attempt")
         rows = [(t["table"], t.get("group") or "-",
                  (t["silver_position"] or "-") + (" STOPPED" if t.get("stopped") else ""),
-                 t["published_position"] or "-", "-" if t["gold_version"] is None else str(t["gold_version"]),
+                 t["published_position"] or "-",
+                 "-" if t.get("gold_lag_seconds") is None else ("<= " if t["gold_lag_seconds"] else "") + _fmt_seconds(t["gold_lag_seconds"]),
+                 "-" if t["gold_version"] is None else str(t["gold_version"]),
                  t["last_attempt_status"] or "-")
                 for t in tables]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -298,3 +315,27 @@ def format_status(status: Mapping[str, Any]) -> str:
 
 def status_json(status: Mapping[str, Any]) -> str:
     return json.dumps(status, indent=2, default=str)
+
+
+def check_lag(status: Mapping[str, Any], max_lag_seconds: float) -> None:
+    """Raise :class:`LagExceededError` when capture, or any table's gold, is more than
+    ``max_lag_seconds`` behind the source (``binlake status --check``)."""
+    over = []
+    capture_lag = (status.get("lag") or {}).get("seconds")
+    if capture_lag is not None and capture_lag > max_lag_seconds:
+        over.append(f"capture {capture_lag:,.0f} s")
+    for group, lag in sorted(_group_lags(status).items()):
+        if lag > max_lag_seconds:
+            over.append(f"gold group {group} {lag:,.0f} s")
+    if over:
+        raise LagExceededError(f"behind the source by more than health.max_lag_seconds={max_lag_seconds:,.0f}: "
+                               + "; ".join(over) + " (upper bounds; binlake status shows where each layer is)")
+
+
+def _group_lags(status: Mapping[str, Any]) -> dict[str, float]:
+    lags: dict[str, float] = {}
+    for t in status.get("tables") or []:
+        if t.get("gold_lag_seconds") is not None:
+            group = t.get("group") or "-"
+            lags[group] = max(lags.get(group, 0.0), float(t["gold_lag_seconds"]))
+    return lags
