@@ -12,6 +12,7 @@ import pytest
 from binlake import cli
 from binlake.config import load_config
 from binlake.contract.lakehouse import Lakehouse
+from binlake.deploy.dashboard import METRICS, dashboard, lag_alert_query
 from binlake.deploy.entrypoints import parse_job_args, run_job
 
 
@@ -99,6 +100,14 @@ def test_each_command_records_its_steps_and_tables_with_lag_and_check_results(sp
     assert run_job(job) == 0
     assert {r["job_run_id"] for r in _last_run(spark, config, "gold")} == {"987654"}
     capsys.readouterr()
+
+    # Every query the bundle's dashboard and lag alert run is valid SQL over this table.
+    table = f"delta.`{Lakehouse(config).metrics.path}`"
+    for dataset in dashboard()["datasets"]:
+        rows = spark.sql(dataset["query"].replace(METRICS, table)).collect()
+        assert rows or dataset["name"] == "stopped_tables", f"dashboard dataset {dataset['name']} is empty"
+    (lag,) = spark.sql(lag_alert_query(table)).collect()
+    assert lag["lag_seconds"] is not None and lag["lag_seconds"] >= 0
 
 
 def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark, mariadb, database, tmp_path, caplog):

@@ -20,6 +20,8 @@ import pytest
 import tomllib
 import yaml
 
+from binlake.deploy.entrypoints import parse_job_args
+
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path("/work/shared/bundle-schema/jsonschema.json")
 BUNDLE_FILES = sorted((ROOT / "bundles").glob("*.yml"))
@@ -301,6 +303,7 @@ def _substitute(text: str) -> str:
         return "resolved_" + ref.split(".")[2] if ref.startswith("resources.") else "x"
 
     text = INTERPOLATION.sub(value, text)
+    text = text.replace("{{job.run_id}}", "123456")  # what Databricks fills in at run time
     return JOB_PARAMETER.sub(lambda m: {"repair": "false", "reset_capture": "false", "capture": "true"}.get(m.group(1), ""), text)
 
 
@@ -397,3 +400,49 @@ def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(pa
                 assert hasattr(module, alias.name), f"{path.name}: {node.module} has no {alias.name}"
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runtime":
             assert hasattr(Runtime, node.attr), f"{path.name}: Runtime has no {node.attr}"
+
+
+# ---------------------------------------------------------------------------------------------
+# health: metrics, dashboard, alert
+
+
+def test_every_binlake_job_task_records_its_job_run_in_the_metrics():
+    for job_key, task in _tasks():
+        wheel = task.get("python_wheel_task")
+        if wheel and wheel["entry_point"] == "binlake-job":
+            assert "--job-run-id={{job.run_id}}" in wheel["parameters"], f"{job_key}.{task['task_key']}"
+            assert parse_job_args([_substitute(a) for a in wheel["parameters"]]).job_run_id == "123456"
+
+
+def test_the_dashboard_file_is_what_the_health_views_generate_and_a_valid_lakeview_document():
+    from databricks.labs.lsql.lakeview import model
+
+    from binlake.deploy.dashboard import dashboard
+
+    (resource,) = _merged()["resources"]["dashboards"].values()
+    path = (ROOT / "bundles" / resource["file_path"]).resolve()
+    assert path.name.endswith(".lvdash.json") and path.exists()
+    document = json.loads(path.read_text(encoding="utf-8"))
+    assert document == dashboard(), "stale: python -m binlake.deploy.dashboard > " + str(path.relative_to(ROOT))
+    # Databricks' Lakeview model reads every key back: a misspelt key or widget type would not survive.
+    assert model.Dashboard.from_dict(document).as_dict() == document
+    datasets = {d["name"] for d in document["datasets"]}
+    for page in document["pages"]:
+        for item in page["layout"]:
+            for q in item["widget"]["queries"]:
+                assert q["query"]["datasetName"] in datasets
+    assert resource["warehouse_id"] == "${var.warehouse_id}"
+    assert resource["dataset_schema"] == "${resources.schemas.binlake_gold.name}"
+
+
+def test_the_lag_alert_evaluates_the_current_lag_view_against_max_lag_seconds():
+    from binlake.deploy.dashboard import lag_alert_query
+
+    (alert,) = _merged()["resources"]["alerts"].values()
+    metrics = "`${var.catalog}`.`${resources.schemas.binlake_gold.name}`.`_metrics`"
+    assert alert["query_text"] == lag_alert_query(metrics)
+    assert alert["evaluation"]["source"]["name"] == "lag_seconds"
+    assert alert["evaluation"]["comparison_operator"] == "GREATER_THAN"
+    assert alert["evaluation"]["threshold"]["value"]["double_value"] == "${var.max_lag_seconds}"
+    rule = _jobs()["binlake_pipeline"]["health"]["rules"][0]
+    assert (rule["metric"], rule["value"]) == ("RUN_DURATION_SECONDS", "${var.max_lag_seconds}")

@@ -127,8 +127,8 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         lakehouse["path"] = str(Path(ns.lakehouse_path).resolve())
 
     if ns.job_run_id is not None and (not ns.job_run_id.strip() or ns.job_run_id.startswith("{{")):
-        raise ConfigError(f"--job-run-id={ns.job_run_id} has no run id: pass --job-run-id={{{{job.run_id}}}} "
-                          "in a job task, or drop the flag")
+        raise ConfigError(f"--job-run-id={ns.job_run_id!r} is no run id: Databricks fills in {{{{job.run_id}}}} in job "
+                          "tasks only; elsewhere pass a run id or drop the flag")
     settings = {**settings, "source": source, "lakehouse": lakehouse}
     cli_args = (["--verbose"] if ns.verbose else []) + [ns.command, *_expand_value_flags(ns.args)]
     return JobInvocation(settings=settings, cli_args=tuple(cli_args), print_config=ns.print_config,

@@ -17,9 +17,11 @@ from typing import Any, Mapping
 
 from binlake.config import Config
 from binlake.errors import MissingDependencyError
-from binlake.ops.metrics import read_metrics
+from binlake.ops.metrics import HEALTH_VIEWS, health_view, read_metrics
 
 DAYS = 7
+# Stopped tables come from the status (current); the current lag is the alert's.
+_NOT_CHARTED = ("stopped_tables", "current_lag")
 # Problems listed at most (newest first).
 PROBLEM_ROWS = 50
 
@@ -38,30 +40,13 @@ def write_health_page(spark, config: Config, status: Mapping[str, Any], path: st
 
 def _views(spark, config: Config, since: datetime) -> dict[str, list[dict]]:
     """Each chart's and table's rows, aggregated by Spark (the page gets a few hundred rows)."""
-    metrics = read_metrics(spark, config, since)
+    metrics = read_metrics(spark, config)
     if metrics is None:
         return {}
     metrics.createOrReplaceTempView("binlake_metrics")
-
-    def rows(sql: str) -> list[dict]:
-        return [r.asDict() for r in spark.sql(sql).collect()]
-
-    return {
-        "capture_lag": rows("SELECT started_at AS t, lag_seconds, lag_bytes FROM binlake_metrics "
-                            "WHERE step = 'capture' AND `table` IS NULL AND lag_seconds IS NOT NULL ORDER BY t"),
-        "gold_lag": rows("SELECT min(started_at) AS t, publish_group, max(lag_seconds) AS lag_seconds "
-                         "FROM binlake_metrics WHERE step = 'gold' AND `table` IS NOT NULL AND status = 'ok' "
-                         "AND lag_seconds IS NOT NULL GROUP BY run_id, publish_group ORDER BY t"),
-        "rows": rows("SELECT min(started_at) AS t, "
-                     "sum(CASE WHEN step = 'capture' THEN rows_in END) AS captured, "
-                     "sum(CASE WHEN step = 'silver' THEN changes_applied END) AS applied "
-                     "FROM binlake_metrics WHERE `table` IS NULL GROUP BY run_id ORDER BY t"),
-        "durations": rows("SELECT min(started_at) AS t, step, sum(seconds) AS seconds FROM binlake_metrics "
-                          "WHERE `table` IS NULL AND seconds IS NOT NULL GROUP BY run_id, step ORDER BY t"),
-        "problems": rows("SELECT started_at, command, step, `table`, publish_group, status, checks_failed, detail "
-                         "FROM binlake_metrics WHERE status IN ('failed', 'blocked', 'stopped', 'mismatch') "
-                         f"OR checks_failed > 0 ORDER BY started_at DESC LIMIT {PROBLEM_ROWS}"),
-    }
+    since_sql = f"TIMESTAMP '{since.isoformat(sep=' ')}'"
+    return {name: [r.asDict() for r in spark.sql(health_view(name, "binlake_metrics", since_sql)).collect()]
+            for name in HEALTH_VIEWS if name not in _NOT_CHARTED}
 
 
 # ---------------------------------------------------------------------------------------
@@ -92,11 +77,11 @@ def render_page(status: Mapping[str, Any], views: Mapping[str, list[dict]], days
                     "seconds"),
             "<h2>Rows per run</h2>",
             _figure("Row changes captured and applied to silver per run",
-                    {"captured": _points(views["rows"], "captured"),
-                     "applied to silver": _points(views["rows"], "applied")}, "rows", bars=True),
+                    {kind: _points(rows, "rows") for kind, rows in _by(views["rows_per_run"], "kind").items()},
+                    "rows", bars=True),
             "<h2>Step durations</h2>",
             _figure("Seconds per step per run",
-                    {step: _points(rows, "seconds") for step, rows in _by(views["durations"], "step").items()},
+                    {step: _points(rows, "seconds") for step, rows in _by(views["step_seconds"], "step").items()},
                     "seconds"),
             "<h2>Failed checks, blocked and stopped tables</h2>",
             _table(["time", "command", "step", "table", "group", "status", "failed checks", "detail"],

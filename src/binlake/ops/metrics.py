@@ -176,6 +176,52 @@ def read_metrics(spark, config: Config, since: datetime | None = None):
 
 
 # ---------------------------------------------------------------------------------------
+# The health views: the same SQL feeds `binlake status --html` and the bundle's dashboard.
+# ``{metrics}`` is the metrics table, ``{since}`` an SQL timestamp expression.
+
+HEALTH_VIEWS = {
+    "capture_lag": (
+        "SELECT started_at AS t, lag_seconds, lag_bytes FROM {metrics} "
+        "WHERE step = 'capture' AND `table` IS NULL AND lag_seconds IS NOT NULL AND started_at >= {since} ORDER BY t"),
+    "gold_lag": (
+        "SELECT min(started_at) AS t, publish_group, max(lag_seconds) AS lag_seconds FROM {metrics} "
+        "WHERE step = 'gold' AND `table` IS NOT NULL AND status = 'ok' AND lag_seconds IS NOT NULL "
+        "AND started_at >= {since} GROUP BY run_id, publish_group ORDER BY t"),
+    "rows_per_run": (
+        "SELECT min(started_at) AS t, CASE step WHEN 'capture' THEN 'captured' ELSE 'applied to silver' END AS kind, "
+        "sum(CASE step WHEN 'capture' THEN rows_in ELSE changes_applied END) AS `rows` FROM {metrics} "
+        "WHERE `table` IS NULL AND step IN ('capture', 'silver') AND started_at >= {since} "
+        "GROUP BY run_id, step ORDER BY t"),
+    "step_seconds": (
+        "SELECT min(started_at) AS t, step, sum(seconds) AS seconds FROM {metrics} "
+        "WHERE `table` IS NULL AND seconds IS NOT NULL AND started_at >= {since} GROUP BY run_id, step ORDER BY t"),
+    "problems": (
+        "SELECT started_at, command, step, `table`, publish_group, status, checks_failed, detail FROM {metrics} "
+        "WHERE (status IN ('failed', 'blocked', 'stopped', 'mismatch') OR checks_failed > 0) "
+        "AND started_at >= {since} ORDER BY started_at DESC LIMIT 50"),
+    "stopped_tables": (
+        "SELECT `table`, detail AS why, started_at AS since FROM (SELECT *, row_number() OVER "
+        "(PARTITION BY `table` ORDER BY started_at DESC) AS n FROM {metrics} WHERE step = 'silver' AND `table` IS NOT NULL) "
+        "WHERE n = 1 AND status = 'stopped' ORDER BY `table`"),
+    # What the bundle's lag alert evaluates: per layer (capture, each gold table) the lag last
+    # measured plus the time since, an upper bound of the lag now that also grows when binlake
+    # stops running and so stops measuring.
+    "current_lag": (
+        "SELECT max(lag_seconds + timestampdiff(SECOND, started_at, current_timestamp())) AS lag_seconds FROM ("
+        "SELECT lag_seconds, started_at, row_number() OVER (PARTITION BY step, `table` ORDER BY started_at DESC) AS n "
+        "FROM {metrics} WHERE lag_seconds IS NOT NULL AND started_at >= {since} "
+        "AND ((step = 'capture' AND `table` IS NULL) OR (step = 'gold' AND `table` IS NOT NULL))) WHERE n = 1"),
+}
+"""Each health view's SQL: what the page and the dashboard chart (see their modules), and
+what the bundle's lag alert evaluates."""
+
+
+def health_view(name: str, metrics: str, since: str) -> str:
+    """The SQL of health view ``name`` over table ``metrics`` from ``since`` (an SQL expression)."""
+    return HEALTH_VIEWS[name].format(metrics=metrics, since=since)
+
+
+# ---------------------------------------------------------------------------------------
 # One step's rows, by the type of its result
 
 
