@@ -54,6 +54,8 @@ _EXPORTS = {
     "LakehouseError": "binlake.errors",
     "NotReadyError": "binlake.errors",
     "DatabricksApiError": "binlake.errors",
+    "MissingDependencyError": "binlake.errors",
+    "LagExceededError": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

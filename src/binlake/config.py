@@ -364,7 +364,7 @@ class HealthConfig:
     """When is binlake unhealthy: ``binlake status --check`` and the bundle's lag alert."""
 
     # Capture, or any table's gold, behind the source by more than this many seconds.
-    max_lag_seconds: int = 900
+    max_lag_seconds: int = 3600
 
     def __post_init__(self) -> None:
         if self.max_lag_seconds < 1:

@@ -75,7 +75,7 @@ def test_the_password_never_shows_in_the_configs_repr():
 @pytest.mark.parametrize(
     "d, message",
     [
-        (dict(sources={}), "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, lakehouse, maintenance, snapshot, source"),
+        (dict(sources={}), "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, lakehouse, maintenance, snapshot, source"),
         (dict(source__hots="x"), "unknown key source.hots: allowed keys are chunk_keys, connect_timeout, exclude, host, "
                                  "password, port, server_id, tables, tls, user"),
         (dict(snapshot={"chunksize": 10}), "unknown key snapshot.chunksize: allowed keys are chunk_size, chunks_per_commit, parallelism"),

@@ -15,7 +15,7 @@ and a re-run simply does what is left (docs/maintenance.md):
    records older than ``maintenance.changelog_retention_days`` that silver has applied and
    that sort below that snapshot (a re-built silver table replays from it, so nothing before
    it is needed; a table with no such snapshot keeps its whole log).
-3. **OPTIMIZE** of the change log, silver and gold tables with at least
+3. **OPTIMIZE** of the change log, silver and gold tables and the metrics table with at least
    ``maintenance.optimize_min_files`` files (gold stays incremental across it).
 4. **VACUUM** of every table at ``maintenance.vacuum_retention_hours``.
 
@@ -92,14 +92,15 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     faults.point("maintain.after_tombstones")
     _prune_bronze(spark, config, lh, states, facts, now, result)
     faults.point("maintain.after_retention")
-    refs = [lh.changelog, *(lh.silver(s.db, s.table) for s in states), *(lh.gold(s.db, s.table) for s in states)]
+    refs = [lh.changelog, *(lh.silver(s.db, s.table) for s in states), *(lh.gold(s.db, s.table) for s in states),
+            lh.metrics]
     for ref in refs:
         if ref.exists(spark) and _file_count(spark, ref) >= config.maintenance.optimize_min_files:
             with_retry(f"OPTIMIZE {ref}", lambda ref=ref: ref.delta(spark).optimize().executeCompaction())
             result.optimized.append(str(ref))
     faults.point("maintain.after_optimize")
-    everything = [lh.changelog, lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history,
-                  lh.silver_progress, lh.publish_log, *refs[1:]]
+    everything = [lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history, lh.silver_progress,
+                  lh.publish_log, *refs]
     for ref in everything:
         if ref.exists(spark):
             ref.delta(spark).vacuum(float(config.maintenance.vacuum_retention_hours))
