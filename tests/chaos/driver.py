@@ -618,10 +618,14 @@ def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
 
 
 def scenario_ci(h: Harness, out: Outcome) -> None:
-    """The short form for every `make test`: kill -9 once in each layer, in silver's bulk first
-    load and in gold's incremental publish, then a rotation burst, all but the first two under
-    a write load; a few minutes instead of the full matrix's hour."""
-    db, config = h.new_scenario("ci", seed_rows=800)
+    """The short form for every `make test`: kill -9 in each layer under a write load (silver's
+    bulk first load, capture, gold's incremental publish) and in ``binlake maintain`` running
+    beside the pipeline, then a rotation burst; a few minutes instead of the full matrix's hour.
+    (Kills inside the snapshot are left to the full run and tests/integration/test_snapshot.py.)"""
+    # Maintenance with no retention: every tombstone and change-log row below the safe bound
+    # is fair game, and two files make a table worth compacting.
+    db, config = h.new_scenario("ci", seed_rows=800, maintenance={
+        "tombstone_retention_hours": 0, "changelog_retention_days": 0, "optimize_min_files": 2})
 
     def kill(point: str) -> None:
         rc, err = h.binlake(config, "run", kill_at=point, debug=True)
@@ -630,19 +634,40 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
         else:
             out.notes.append(f"kill at {point} did not trigger (exit {rc}{': ' + _last_line(err) if rc else ''})")
 
+    def beside_maintain(run, maintain_kill_at: str | None) -> None:
+        """``run()`` while ``binlake maintain`` runs beside it (killed at ``maintain_kill_at``)."""
+        done: list = []
+        thread = threading.Thread(target=lambda: done.append(
+            h.binlake(config, "maintain", kill_at=maintain_kill_at, debug=True)), daemon=True)
+        thread.start()
+        try:
+            run()
+        finally:
+            thread.join(timeout=900)
+        rc, err = done[0] if done else (None, "maintain did not finish")
+        if maintain_kill_at and rc == -9:
+            out.faults += 1
+        elif rc != 0 or maintain_kill_at:
+            out.notes.append(f"maintain beside the pipeline (kill at {maintain_kill_at}) failed: exit {rc}: {_last_line(err)}")
+
     # A first load takes the bulk path only when no change lands in its snapshot windows,
-    # so these two run before the writer starts.
-    kill("snapshot.before_manifest")
+    # so this one runs before the writer starts.
     kill("silver.after_bulk_load")
-    writer = Writer(h.mariadb, db, seed=8)
+    # A steady load that each run's capture meets, light enough that a run's work (and so
+    # the next run's) does not grow with how long the last one took.
+    writer = Writer(h.mariadb, db, seed=8, pause=0.05)
     writer.start()
     try:
         kill("capture.after_commit")  # silver.before_merge is left to the full run (kill9)
-        rc, err = h.binlake(config, "run", debug=True)  # a complete publish, so the next ones are incremental
-        if rc != 0:
-            out.notes.append(f"the run between the kills failed (exit {rc}: {_last_line(err)})")
-        for point in ("gold.after_incremental_merge", "gold.before_publish_log"):
-            kill(point)
+
+        def complete_run() -> None:  # a complete publish, so the next ones are incremental
+            rc, err = h.binlake(config, "run", debug=True)
+            if rc != 0:
+                out.notes.append(f"the run beside maintain failed (exit {rc}: {_last_line(err)})")
+
+        beside_maintain(complete_run, "maintain.after_tombstones")
+        beside_maintain(lambda: kill("gold.after_incremental_merge"), None)
+        kill("gold.before_publish_log")
         for _ in range(10):
             h.mariadb.execute("FLUSH BINARY LOGS")
             out.faults += 1

@@ -1,6 +1,7 @@
 """The short form of `make chaos`: kill -9 in each layer (bulk first load and incremental
-publish included) and a binlog rotation burst under a concurrent write load; gold must equal
-the source with nothing missing, extra or different, and every named kill must fire."""
+publish included), in `binlake maintain` running beside the pipeline and of the pipeline
+beside a maintain, and a binlog rotation burst, under a concurrent write load; gold must
+equal the source with nothing missing, extra or different, and every named kill must fire."""
 
 import os
 

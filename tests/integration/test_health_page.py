@@ -43,7 +43,7 @@ def test_the_html_status_draws_lag_rows_durations_and_problems_and_check_fails_o
 
     assert cli.main(["--config", str(path), "run"]) == 0
     assert cli.main(["--config", str(path), "status", "--check"]) == 0, "caught up: lag 0"
-    for i in range(2, 5):
+    for i in range(2, 4):
         mariadb.execute(f"INSERT INTO orders SELECT {i} * 100 + seq, seq FROM seq_1_to_{i * 5}", database=database)
         assert cli.main(["--config", str(path), "run"]) == 0
     assert cli.main(["--config", str(failing), "gold"]) == 7  # a blocked group in the problems table
