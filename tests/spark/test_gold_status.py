@@ -71,8 +71,11 @@ def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, mo
     assert "capture: resume mysql-bin.000003:990, server mysql-bin.000003:1490, lag 500 bytes, <= " in text
     assert "last publish: " in text and " at mysql-bin.000003:900 (GTID 0-1-5)" in text
     table_line = next(line for line in text.splitlines() if line.startswith("shop.items"))
+    # Gold is at 900 while the server is at 1490: at most now minus the published source time behind.
+    lag = items["gold_lag_seconds"]
+    assert lag > 0 and status["tables"][0]["gold_lag_seconds"] is not None
     assert table_line.split() == ["shop.items", "shop", "mysql-bin.000003:990", "mysql-bin.000003:900",
-                                  str(items["gold_version"]), "failed"]
+                                  "<=", f"{lag:,.0f}", "s", str(items["gold_version"]), "failed"]
 
 
 def test_a_purge_warning_from_capture_is_shown_first(spark, lake, monkeypatch):

@@ -78,3 +78,24 @@ def test_a_failed_step_is_recorded_with_its_one_line_error():
     recorder.add("silver", None, 0.2, RuntimeError("disk\nfull"))
     (row,) = recorder.rows
     assert (row["status"], row["detail"]) == ("failed", "RuntimeError: disk full")
+
+
+def test_maintain_and_verify_results_become_rows_per_table():
+    from decimal import Decimal
+
+    from binlake.ops.maintain import MaintainResult
+    from binlake.ops.verify import ChunkCheck, TableCheck, VerifyResult
+
+    recorder = MetricsRecorder(_config(), "maintain")
+    recorder.add("maintain", MaintainResult(tombstones_removed={"shop.a": 4}, changelog_rows_removed=10), 3.0)
+    step, table = recorder.rows
+    assert (step["rows_out"], step["status"], table["table"], table["rows_out"]) == (14, "ok", "shop.a", 4)
+
+    differs = ChunkCheck(1, None, None, 5, 4, Decimal(1), Decimal(2), status="mismatch")
+    same = ChunkCheck(0, None, None, 3, 3, Decimal(1), Decimal(1))
+    recorder = MetricsRecorder(_config(), "verify")
+    recorder.add("verify", VerifyResult(tables=[TableCheck("shop", "a", [same, differs]), TableCheck("shop", "b", [same])]),
+                 2.0)
+    step, a, b = recorder.rows
+    assert (step["status"], step["checks_failed"], step["rows_in"]) == ("mismatch", 1, 11)
+    assert (a["status"], a["checks_failed"], b["status"], b["checks_failed"]) == ("mismatch", 1, "ok", 0)
