@@ -56,6 +56,7 @@ _EXPORTS = {
     "DatabricksApiError": "binlake.errors",
     "MissingDependencyError": "binlake.errors",
     "LagExceededError": "binlake.errors",
+    "ErasureRefused": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -13,7 +13,7 @@ from typing import Sequence
 
 from binlake.errors import BinlakeError, ConfigError
 
-COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "jobs")
+COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "erase", "jobs")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,6 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("maintain", help="remove old silver tombstones and bronze rows nothing needs, compact, VACUUM "
                                     "(safe beside a running pipeline)")
+
+    p = sub.add_parser("erase", help="remove one key's rows from every layer (after deleting it at the source)")
+    p.add_argument("--table", required=True, metavar="DB.TABLE", help="the captured table")
+    p.add_argument("--key", action="append", required=True, metavar="COLUMN=VALUE",
+                   help="a key column's value (repeat for each column of a composite key)")
 
     p = sub.add_parser("jobs", help="the Databricks bundle's job runs (needs databricks-sdk auth)")
     p.add_argument("action", choices=["status"])
@@ -180,6 +185,10 @@ def _run_command(spark, config, args: argparse.Namespace, progress):
         from binlake.ops.verify import run_verify
 
         return run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
+    if cmd == "erase":
+        from binlake.ops.erase import run_erase
+
+        return run_erase(spark, config, args.table, args.key)
     raise AssertionError(cmd)  # pragma: no cover - argparse rejects unknown commands
 
 

@@ -106,6 +106,13 @@ class LagExceededError(BinlakeError):
     exit_code = 12
 
 
+class ErasureRefused(BinlakeError):
+    """``binlake erase`` would not make the key go away for good (the source or silver still
+    has it live, or a snapshot of the table is in flight); nothing was deleted."""
+
+    exit_code = 13
+
+
 class DatabricksApiError(BinlakeError):
     """The Databricks workspace cannot be reached or refused a request (e.g. ``jobs status``)."""
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from typing import Iterator
+
 from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
     SCHEMA_HISTORY_SCHEMA,
@@ -10,6 +13,7 @@ from binlake.contract.lakehouse import (
     SNAPSHOT_ROWS_PARTITIONS,
     SNAPSHOT_ROWS_SCHEMA,
     Lakehouse,
+    with_retry,
 )
 from binlake.contract.types import TableSchema
 
@@ -137,3 +141,27 @@ def latest_schema(spark, lh: Lakehouse, db: str, table: str) -> TableSchema | No
         .collect()
     )
     return TableSchema.from_json(rows[0]["schema_json"]) if rows else None
+
+
+@contextmanager
+def changelog_deletable(spark, lh: Lakehouse) -> Iterator[None]:
+    """Lift the change log's append-only guard for the deletes inside the block (retention,
+    erasure), and put it back even when they fail; readers take only its inserts. A process
+    killed inside leaves it lifted: :func:`restore_append_only` puts it back."""
+    _set_append_only(spark, lh, False)
+    try:
+        yield
+    finally:
+        _set_append_only(spark, lh, True)
+
+
+def restore_append_only(spark, lh: Lakehouse) -> None:
+    """Put the change log's append-only guard back if a killed process left it lifted."""
+    if lh.changelog.exists(spark) and lh.changelog.properties(spark).get("delta.appendOnly") == "false":
+        _set_append_only(spark, lh, True)
+
+
+def _set_append_only(spark, lh: Lakehouse, on: bool) -> None:
+    value = "true" if on else "false"
+    with_retry("change-log append-only guard", lambda: spark.sql(
+        f"ALTER TABLE {lh.changelog.sql} SET TBLPROPERTIES ('delta.appendOnly' = '{value}')"))

@@ -354,6 +354,17 @@ def with_retry(what: str, fn: Callable[[], _T], retries: int = _RETRIES) -> _T:
     raise AssertionError("unreachable")
 
 
+def delete_where(spark, ref: TableRef, condition, what: str, metric: str = "numDeletedRows") -> int:
+    """One Delta DELETE of ``condition`` (SQL text or Column), retried against a concurrent
+    writer; returns the commit's ``metric`` (0 when nothing matched: Delta then commits nothing)."""
+    def delete() -> int:
+        before = ref.latest_version(spark)
+        ref.delta(spark).delete(condition)
+        return int(ref.last_commit(spark, since=before)[1].get(metric, 0) or 0)
+
+    return with_retry(what, delete)
+
+
 class Lakehouse:
     """Table locations for one config."""
 

@@ -33,7 +33,7 @@ import yaml
 
 from binlake.errors import BinlakeError, ConfigError
 
-COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain")
+COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "erase")
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off", ""}

@@ -31,8 +31,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from binlake import faults
+from binlake.bronze.tables import changelog_deletable, restore_append_only
 from binlake.config import Config
-from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse, TableRef, with_retry
+from binlake.contract.lakehouse import (
+    HEARTBEAT_OP,
+    Lakehouse,
+    TableRef,
+    delete_where,
+    with_retry,
+)
 from binlake.contract.position import DERIVED_ROW, describe_key, seq_literal
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
@@ -82,7 +89,7 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     started = time.monotonic()
     lh = Lakehouse(config)
     result = MaintainResult()
-    _append_only(spark, lh)
+    restore_append_only(spark, lh)
     states = silver_progress(spark, config, lh)
     facts = _snapshot_facts(spark, lh, states)
     now = datetime.now(timezone.utc).replace(tzinfo=None)
@@ -186,7 +193,7 @@ def _compact_tombstones(spark, config: Config, lh: Lakehouse, states: list[Table
         condition = (f"_cdc_deleted AND _cdc_seq < {seq_literal((bound[0], bound[1], DERIVED_ROW))} "
                      f"AND (_cdc_commit_ts IS NULL OR _cdc_commit_ts < TIMESTAMP '{horizon}')")
 
-        removed = _delete(spark, ref, condition, "numDeletedRows", f"tombstone compaction of {ref}")
+        removed = delete_where(spark, ref, condition, f"tombstone compaction of {ref}")
         result.tombstones_removed[s.name] = removed
         log.info("maintain %s: %d tombstone(s) below %s removed", s.name, removed, describe_key(bound))
 
@@ -236,38 +243,11 @@ def _prune_bronze(spark, config: Config, lh: Lakehouse, states: list[TableState]
     condition = f"captured_at < TIMESTAMP '{horizon}' AND (({per_table}){beats})"
 
     # The change log is append-only for every writer but this one: the guard is lifted for the
-    # delete alone (readers take only its inserts) and put back even when the delete fails;
-    # a run killed in between puts it back first thing (_append_only).
-    _set_append_only(spark, lh, False)
-    try:
-        result.changelog_rows_removed = _delete(spark, lh.changelog, condition, "numDeletedRows", "change-log retention")
-    finally:
-        _set_append_only(spark, lh, True)
-
-
-def _set_append_only(spark, lh: Lakehouse, on: bool) -> None:
-    value = "true" if on else "false"
-    with_retry("change-log append-only guard", lambda: spark.sql(
-        f"ALTER TABLE {lh.changelog.sql} SET TBLPROPERTIES ('delta.appendOnly' = '{value}')"))
-
-
-def _append_only(spark, lh: Lakehouse) -> None:
-    """Put the change log's append-only guard back if a killed maintain run left it lifted."""
-    if lh.changelog.exists(spark) and lh.changelog.properties(spark).get("delta.appendOnly") == "false":
-        _set_append_only(spark, lh, True)
+    # delete alone (readers take only its inserts).
+    with changelog_deletable(spark, lh):
+        result.changelog_rows_removed = delete_where(spark, lh.changelog, condition, "change-log retention")
 
 
 def _delete_partitions(spark, ref: TableRef, predicate) -> int:
     """Delete whole partitions of snapshot_rows (a metadata-only commit); returns the files removed."""
-    return _delete(spark, ref, predicate, "numRemovedFiles", f"snapshot retention of {ref}")
-
-
-def _delete(spark, ref: TableRef, condition, metric: str, what: str) -> int:
-    """One Delta DELETE, retried against a concurrent writer; returns its ``metric`` (0 when
-    nothing matched: Delta then commits nothing)."""
-    def delete() -> int:
-        before = ref.latest_version(spark)
-        ref.delta(spark).delete(condition)
-        return int(ref.last_commit(spark, since=before)[1].get(metric, 0) or 0)
-
-    return with_retry(what, delete)
+    return delete_where(spark, ref, predicate, f"snapshot retention of {ref}", metric="numRemovedFiles")
