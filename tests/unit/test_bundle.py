@@ -21,6 +21,7 @@ import tomllib
 import yaml
 
 from binlake.deploy.entrypoints import parse_job_args
+from binlake.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_PATH = Path("/work/shared/bundle-schema/jsonschema.json")
@@ -304,7 +305,8 @@ def _substitute(text: str) -> str:
 
     text = INTERPOLATION.sub(value, text)
     text = text.replace("{{job.run_id}}", "123456")  # what Databricks fills in at run time
-    return JOB_PARAMETER.sub(lambda m: {"repair": "false", "reset_capture": "false", "capture": "true"}.get(m.group(1), ""), text)
+    examples = {"repair": "false", "reset_capture": "false", "capture": "true", "table": "shop.customers", "key": "id=42"}
+    return JOB_PARAMETER.sub(lambda m: examples.get(m.group(1), ""), text)
 
 
 def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
@@ -446,3 +448,16 @@ def test_the_lag_alert_evaluates_the_current_lag_view_against_max_lag_seconds():
     assert alert["evaluation"]["threshold"]["value"]["double_value"] == "${var.max_lag_seconds}"
     rule = _jobs()["binlake_pipeline"]["health"]["rules"][0]
     assert (rule["metric"], rule["value"]) == ("RUN_DURATION_SECONDS", "${var.max_lag_seconds}")
+
+
+def test_the_erase_job_passes_its_table_and_key_parameters_to_erase():
+    job = _jobs()["binlake_erase"]
+    assert {p["name"] for p in job["parameters"]} == {"table", "key"}
+    (task,) = job["tasks"]
+    argv = [_substitute(a) for a in task["python_wheel_task"]["parameters"]]
+    assert parse_job_args(argv).cli_args == ("erase", "--table=shop.customers", "--key", "id=42")
+    composite = [a.replace("id=42", "region=eu;id=42") for a in argv]
+    assert parse_job_args(composite).cli_args[-4:] == ("--key", "region=eu", "--key", "id=42")
+    with pytest.raises(ConfigError, match=r"^--key-list is empty: set the job parameter 'key'"):
+        parse_job_args([a.replace("id=42", "") for a in argv])
+    assert task["max_retries"] == 0

@@ -12,6 +12,7 @@ ordinary CLI, so a job task and ``binlake --config binlake.yml`` share one code 
 
 Job parameters arrive as text, so three command flags take a value instead of repeating or
 being present: ``--table-list=a.b,c.d`` (empty: all tables) becomes ``--table a.b --table c.d``;
+``--key-list=region=eu;id=42`` becomes ``--key region=eu --key id=42``;
 ``--repair-if=true`` becomes ``--repair``; ``--reset-capture-if=true`` becomes ``--reset-capture``.
 
 Locally, ``--lakehouse-path DIR`` and ``--mysql-password-env NAME`` replace the Unity Catalog and
@@ -37,7 +38,8 @@ COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off", ""}
-_VALUE_FLAGS = {"--table-list": "tables", "--repair-if": "repair", "--reset-capture-if": "reset_capture"}
+_VALUE_FLAGS = {"--table-list": "tables", "--key-list": "key", "--repair-if": "repair",
+                "--reset-capture-if": "reset_capture"}
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,13 @@ def _expand_value_flags(args: Sequence[str]) -> list[str]:
         if flag == "--table-list":
             for table in _csv(value):
                 out += ["--table", table]
+        elif flag == "--key-list":
+            pairs = [p.strip() for p in value.split(";") if p.strip()]
+            if not pairs:
+                raise ConfigError("--key-list is empty: set the job parameter 'key' to column=value "
+                                  "(a composite key: region=eu;id=42)")
+            for pair in pairs:
+                out += ["--key", pair]
         else:
             lowered = value.strip().lower()
             if lowered not in _TRUE | _FALSE:
