@@ -30,7 +30,7 @@ sysbench-package:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq sysbench >/dev/null; \
 	fi
 
-# The headless browser tests/integration/test_health_page.py renders `status --html` in.
+# The headless browser tests/integration/test_metrics.py renders `status --html` in.
 browser-package:
 	@if ! command -v chromium >/dev/null; then \
 	  echo "installing chromium (Debian package, headless rendering test)"; \

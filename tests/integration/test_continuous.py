@@ -1,7 +1,8 @@
 """``binlake run --continuous``: one long-lived process loops capture -> silver -> gold, so a
 change committed on the source becomes readable in gold without a scheduled run; its state
-(loops, freshness) is in ``binlake status``; SIGTERM stops it between commits, and kill -9
-anywhere leaves a lakehouse that the next run brings to exactly the source."""
+(loops, freshness) is in ``binlake status`` and its loops in the metrics table; SIGTERM stops
+it between commits, and kill -9 anywhere leaves a lakehouse that the next run brings to
+exactly the source. (One process story in one test: each start of the process costs a JVM.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake.config import load_config
 from binlake.contract.lakehouse import Lakehouse
-from binlake.ops.continuous import read_state, run_continuous
+from binlake.ops.continuous import read_state
 from binlake.ops.pipeline import run_pipeline
 from binlake.ops.status import collect_status
 
@@ -39,41 +40,6 @@ def _orders(mariadb, database):
                     "INSERT INTO orders SELECT seq, seq, 'seed' FROM seq_1_to_50", database=database)
 
 
-def test_a_change_committed_on_the_source_reaches_gold_while_the_loop_runs(spark, mariadb, database, make_config):
-    _orders(mariadb, database)
-    config = make_config([f"{database}.orders"])
-    lh = Lakehouse(config)
-    stop = threading.Event()
-    # The default poll: an idle loop every 0.2 s would take CPU from the rest of the suite.
-    loop = threading.Thread(target=run_continuous, kwargs={"spark": spark, "config": config, "stop": stop})
-    loop.start()
-    try:
-        _wait("the first loop", lambda: (read_state(lh) or {}).get("loops"))
-        mariadb.execute(f"UPDATE `{database}`.orders SET qty = 500 WHERE id = 5",
-                        f"INSERT INTO `{database}`.orders VALUES (51, 51, 'new')",
-                        f"DELETE FROM `{database}`.orders WHERE id = 7")
-        gold = lh.gold(database, "orders")
-        _wait("the change in gold", lambda: gold.read(spark).where("id = 5 AND qty = 500").count() == 1)
-    finally:
-        stop.set()
-        loop.join(timeout=300)
-    assert not loop.is_alive()
-
-    diffs = diff_with_source(spark, config)
-    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
-    state = read_state(lh)
-    assert state["loops"] >= 2 and state["last"]["gold"] in ("published", "unchanged")
-    assert state["recent_freshness"], "the loop that published the change measured no freshness"
-    assert 0 <= state["recent_freshness"][-1] < 180
-    shown = collect_status(spark, config)["continuous"]
-    assert shown["loops"] == state["loops"]
-    # The loops that moved something are in the metrics table, appended when the loop stopped.
-    metrics = lh.metrics.read(spark).where("command = 'run --continuous'")
-    published = metrics.where(f"step = 'gold' AND `table` = '{database}.orders' AND rows_out = 50").count()
-    assert published >= 1, "no loop recorded the publish of the change"
-    assert metrics.where("step = 'capture' AND `table` IS NULL AND rows_in >= 3").count() >= 1
-
-
 def _start(config_path: Path) -> subprocess.Popen:
     env = {**os.environ, "CI": "1"}
     env.pop("BINLAKE_KILL_AT", None)
@@ -82,7 +48,8 @@ def _start(config_path: Path) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_sigterm_stops_it_between_commits_and_kill_9_mid_loop_converges(spark, mariadb, database, tmp_path):
+def test_a_change_reaches_gold_while_the_loop_runs_sigterm_stops_it_and_kill_9_mid_loop_converges(
+        spark, mariadb, database, tmp_path):
     _orders(mariadb, database)
     config_path = tmp_path / "binlake.yml"
     config_path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.orders"], server_id=6300))
@@ -92,6 +59,11 @@ def test_sigterm_stops_it_between_commits_and_kill_9_mid_loop_converges(spark, m
     proc = _start(config_path)
     try:
         _wait("the first loop", lambda: (read_state(lh) or {}).get("loops"), timeout=300)
+        mariadb.execute(f"UPDATE `{database}`.orders SET qty = 500 WHERE id = 5",
+                        f"INSERT INTO `{database}`.orders VALUES (51, 51, 'new')",
+                        f"DELETE FROM `{database}`.orders WHERE id = 7")
+        gold = lh.gold(database, "orders")
+        _wait("the change in gold", lambda: gold.read(spark).where("id = 5 AND qty = 500").count() == 1)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
@@ -99,6 +71,17 @@ def test_sigterm_stops_it_between_commits_and_kill_9_mid_loop_converges(spark, m
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0, err[-2000:]
     assert "interrupted after loop" in err
+    diffs = diff_with_source(spark, config)
+    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
+    state = read_state(lh)
+    assert state["loops"] >= 2 and state["recent_freshness"], "the loop that published the change measured no freshness"
+    assert 0 <= state["recent_freshness"][-1] < 180
+    assert collect_status(spark, config)["continuous"]["loops"] == state["loops"]
+    # The loops that moved something are in the metrics table, appended when SIGTERM stopped it.
+    metrics = lh.metrics.read(spark).where("command = 'run --continuous'")
+    assert metrics.where(f"step = 'gold' AND `table` = '{database}.orders' AND rows_out = 50").count() >= 1, \
+        "no loop recorded the publish of the change"
+    assert metrics.where("step = 'capture' AND `table` IS NULL AND rows_in >= 3").count() >= 1
 
     loops = read_state(lh)["loops"]
     proc = _start(config_path)

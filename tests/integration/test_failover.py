@@ -37,17 +37,28 @@ DB = "shop"
 @pytest.fixture
 def pair(mariadb, tmp_path):
     """(primary, replica): the replica applies the primary's binlog by GTID and logs it."""
+    yield from _servers(mariadb, tmp_path, replica=True)
+
+
+@pytest.fixture
+def own_server(mariadb, tmp_path):
+    """A server of the test's own (RESET MASTER must not touch the session server)."""
+    for primary, _ in _servers(mariadb, tmp_path, replica=False):
+        yield primary
+
+
+def _servers(mariadb, tmp_path, replica: bool):
     servers = []
-    for name, sid, extra in (("primary", 11, []), ("replica", 12, ["--log-slave-updates"])):
+    for name, sid, extra in (("primary", 11, []), ("replica", 12, ["--log-slave-updates"]))[:2 if replica else 1]:
         d = tmp_path / name
         d.mkdir()
         # One login for binlake on both, as after a real failover ($MYSQL_PASSWORD).
         (d / "cdc_password").write_text(mariadb.cdc_password)
         servers.append(LocalMariaDB(d, server_id=sid, extra_args=extra).start())
-    primary, replica = servers
-    replica.replicate_from(primary)
+    if replica:
+        servers[1].replicate_from(servers[0])
     try:
-        yield primary, replica
+        yield servers[0], servers[1] if replica else None
     finally:
         for s in servers:
             s.destroy()
@@ -144,8 +155,8 @@ def test_capture_follows_a_promoted_replica_by_gtid_and_gold_equals_the_new_prim
     assert silver.where(f"_cdc_seq.file_index >= {1 << 32}").count() >= silver.where("id % 7 = 0").count() // 2
 
 
-def test_a_reset_binlog_stops_capture_with_exit_code_5_and_the_recovery(spark, pair, tmp_path):
-    primary, _ = pair
+def test_a_reset_binlog_stops_capture_with_exit_code_5_and_the_recovery(spark, own_server, tmp_path):
+    primary = own_server
     _seed(primary)
     path, config = _config(primary, tmp_path, "primary")
     assert run_pipeline(spark, config).ok

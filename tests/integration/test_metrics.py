@@ -1,10 +1,16 @@
 """The metrics table: every command run appends one row per step and per table it touched,
 with rows in and out, the position reached, lag behind the source and check results; a
 blocked group is recorded as blocked while the others record their publish; a metrics table
-that cannot be written never fails the command it describes."""
+that cannot be written never fails the command it describes. ``binlake status --html FILE``
+writes one self-contained page whose charts a headless browser draws from that table, and
+``binlake status --check`` exits 12 once a layer lags more than ``health.max_lag_seconds``."""
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +20,15 @@ from binlake.config import load_config
 from binlake.contract.lakehouse import Lakehouse
 from binlake.deploy.dashboard import METRICS, dashboard, lag_alert_query
 from binlake.deploy.entrypoints import parse_job_args, run_job
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+# Keep the rendered page's screenshot for the docs: BINLAKE_SCREENSHOT=docs/images/status-html.png
+SCREENSHOT_COPY = os.environ.get("BINLAKE_SCREENSHOT")
+
+
+def _browser(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                           "--allow-file-access-from-files", *args], capture_output=True, text=True, timeout=timeout)
 
 
 def _rows(spark, config, **where):
@@ -33,12 +48,14 @@ def _write_config(mariadb, tmp_path: Path, database: str, name: str, **sections)
     path = tmp_path / name
     groups = {"orders": [f"{database}.orders"], "people": [f"{database}.people"]}
     path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=6301,
-                                        gold={"groups": groups, **sections.pop("gold", {})}, **sections))
+                                        gold={"groups": groups, **sections.pop("gold", {})},
+                                        health={"max_lag_seconds": 1}, **sections))
     return path
 
 
-def test_each_command_records_its_steps_and_tables_with_lag_and_check_results(spark, mariadb, database, tmp_path,
-                                                                               capsys):
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless browser: make setup installs chromium")
+def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_them(spark, mariadb, database, tmp_path,
+                                                                                   capsys):
     mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)",
                     "CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))",
                     "INSERT INTO orders SELECT seq, seq * 10 FROM seq_1_to_40",
@@ -58,6 +75,7 @@ def test_each_command_records_its_steps_and_tables_with_lag_and_check_results(sp
         f"{database}.orders": ("orders", 40, "ok"), f"{database}.people": ("people", 7, "ok")}
     # Nothing committed since: every layer is at the source's end.
     assert all(r["lag_bytes"] == 0 and r["lag_seconds"] == 0 for r in gold.values())
+    assert cli.main(["--config", str(path), "status", "--check"]) == 0, "caught up: lag 0"
     assert steps["capture"]["lag_bytes"] == 0 and steps["silver"]["lag_bytes"] == 0
 
     # Capture counts per table; silver is then behind by what committed after it.
@@ -103,6 +121,32 @@ def test_each_command_records_its_steps_and_tables_with_lag_and_check_results(sp
     (lag,) = spark.sql(lag_alert_query(table)).collect()
     assert lag["lag_seconds"] is not None and lag["lag_seconds"] >= 0
 
+    # The insert after capture is still not captured: status --check fails, naming each layer.
+    page = tmp_path / "health.html"
+    capsys.readouterr()
+    assert cli.main(["--config", str(path), "status", "--check", "--html", str(page)]) == 12
+    err = capsys.readouterr().err
+    assert err.startswith("error: behind the source by more than health.max_lag_seconds=1: capture ")
+    assert "gold group" in err and err.count("\n") == 1
+
+    text = page.read_text()
+    assert "<script" not in text and "<link" not in text and not re.search(r'(src|href)="https?:', text), \
+        "the page loads something from elsewhere"
+    dom = _browser("--dump-dom", page.as_uri()).stdout
+    for title in ("Capture lag", "Gold lag per publish group", "Row changes captured", "Seconds per step per run"):
+        assert title in dom, f"chart {title!r} missing from the rendered page"
+    assert dom.count("<svg") >= 4 and "no data yet" not in dom
+    assert "blocked" in dom and f"{database}.people" in dom, "the blocked group is not in the problems table"
+    shot = tmp_path / "status-html.png"
+    _browser(f"--screenshot={shot}", "--window-size=1100,2000", page.as_uri())
+    from PIL import Image
+
+    image = Image.open(shot).convert("RGB")
+    colours = image.resize((220, 400)).getcolors(maxcolors=1 << 16) or []
+    assert image.size == (1100, 2000) and len(colours) > 50, "the screenshot is blank"
+    if SCREENSHOT_COPY:
+        shutil.copy(shot, Path(SCREENSHOT_COPY))
+
 
 def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark, mariadb, database, tmp_path, caplog):
     mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)", "INSERT INTO orders VALUES (1, 1)",
@@ -112,9 +156,9 @@ def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark,
     blocker.parent.mkdir(parents=True)
     blocker.write_text("not a Delta table")  # the metrics table's directory is a file
 
-    assert cli.main(["--config", str(path), "run"]) == 0
+    assert cli.main(["--config", str(path), "snapshot"]) == 0
     assert "metrics:" in caplog.text and "not written" in caplog.text
-    assert Lakehouse(load_config(path)).gold(database, "orders").read(spark).count() == 1
+    assert Lakehouse(load_config(path)).snapshot_rows.read(spark).where("`row` IS NOT NULL").count() == 1
 
 
 @pytest.mark.parametrize("value", ["", "{{job.run_id}}"])

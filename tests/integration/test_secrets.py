@@ -47,7 +47,9 @@ def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_u
     )
     env = {**os.environ, "CANARY_PASSWORD": CANARY, "SPARK_CONF_DIR": str(conf_dir), "CI": "1"}
     outputs = []
-    for args in (["run"], ["status"], ["status", "--json"], ["preflight"]):
+    page = tmp_path / "health.html"
+    # One status process prints the JSON and writes the page, which holds the text form too.
+    for args in (["run"], ["status", "--json", "--html", str(page)], ["preflight"]):
         res = subprocess.run([str(ROOT / ".venv/bin/binlake"), "--config", str(config), *args],
                              capture_output=True, text=True, env=env, timeout=900)
         assert res.returncode == 0, f"binlake {' '.join(args)} failed: {res.stderr.strip().splitlines()[-1:]}"
@@ -60,6 +62,8 @@ def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_u
     assert res.returncode != 0
     outputs.append(res.stdout + res.stderr)
 
+    assert "capture: resume" in page.read_text(), "the page lacks the status text"
+    outputs.append(page.read_text())
     assert not [o for o in outputs if CANARY in o], "the password leaked into command output"
     assert _grep_tree(tmp_path / "lakehouse", CANARY.encode()) == [], "the password leaked into the lakehouse"
     assert any(events.iterdir()), "no Spark event log was written, so the plan text was not checked"
