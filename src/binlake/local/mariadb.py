@@ -156,9 +156,16 @@ class LocalMariaDB:
         ]
         if os.geteuid() == 0:
             cmd.append("--user=root")
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        if res.returncode != 0:
-            raise LocalMariaDBError(f"mariadb-install-db failed: {res.stderr.strip().splitlines()[-1:]}")
+        # A failed install leaves a "mysql" folder behind that would make the next start skip
+        # the install and fail to start: remove what it wrote (there is no data yet), and try
+        # once more, since parallel installs on a busy machine have been seen to fail once.
+        for _ in range(2):
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode == 0:
+                return
+            shutil.rmtree(self.data, ignore_errors=True)
+        tail = (res.stderr.strip() or res.stdout.strip()).splitlines()[-3:]
+        raise LocalMariaDBError(f"mariadb-install-db failed twice (exit {res.returncode}): {tail}")
 
     def _wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
