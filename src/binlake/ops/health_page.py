@@ -22,8 +22,6 @@ from binlake.ops.metrics import HEALTH_VIEWS, health_view, read_metrics
 DAYS = 7
 # Stopped tables come from the status (current); the current lag is the alert's.
 _NOT_CHARTED = ("stopped_tables", "current_lag")
-# Problems listed at most (newest first).
-PROBLEM_ROWS = 50
 
 
 def write_health_page(spark, config: Config, status: Mapping[str, Any], path: str | Path, days: int = DAYS) -> Path:
