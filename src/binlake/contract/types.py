@@ -307,6 +307,8 @@ class TableSchema:
     comment: str = ""
     key_is_primary: bool = True
     foreign_keys: tuple[dict, ...] = field(default_factory=tuple)
+    # The digest of the column rule applied to the table (binlake.contract.columns), "" for none.
+    column_rules: str = ""
 
     @property
     def name(self) -> str:
@@ -326,7 +328,10 @@ class TableSchema:
         """A short, stable id of the column names + Spark types + key (same from both paths)."""
         import hashlib
 
-        sig = json.dumps([[c.signature() for c in self.columns], list(self.key)], separators=(",", ":"))
+        parts: list = [[c.signature() for c in self.columns], list(self.key)]
+        if self.column_rules:  # absent for tables without a rule: their versions stay as they were
+            parts.append(self.column_rules)
+        sig = json.dumps(parts, separators=(",", ":"))
         return hashlib.sha1(sig.encode()).hexdigest()[:16]
 
     def to_json(self) -> str:
@@ -346,6 +351,7 @@ class TableSchema:
                     for c in self.columns
                 ],
                 "foreign_keys": list(self.foreign_keys),
+                **({"column_rules": self.column_rules} if self.column_rules else {}),
             },
             separators=(",", ":"),
             ensure_ascii=False,
@@ -365,4 +371,5 @@ class TableSchema:
         return TableSchema(
             database=d["database"], table=d["table"], columns=cols, key=tuple(d["key"]), comment=d.get("comment", ""),
             key_is_primary=d.get("key_is_primary", True), foreign_keys=tuple(d.get("foreign_keys", ())),
+            column_rules=d.get("column_rules", ""),
         )
