@@ -318,6 +318,11 @@ def _silver_version(spark, lh: Lakehouse, state: TableState, target: BinlogPosit
     return version, []
 
 
+def _overwrite(commit) -> bool:
+    """A commit that replaced the table's rows (silver rebuilt from a snapshot at its path)."""
+    return commit["operation"] == "WRITE" and (commit["operationParameters"] or {}).get("mode") == "Overwrite"
+
+
 def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: str) -> str:
     if previous is None or previous.get("silver_rows") is None or _digest_of(previous["checks"]) != digest:
         return REBUILD
@@ -327,8 +332,10 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
     if since > t.silver_version:
         return REBUILD  # silver was rebuilt: its versions started again
     silver, gold = lh.silver(t.db, t.table), lh.gold(t.db, t.table)
-    ops = silver.delta(spark).history(silver.latest_version(spark) - since).select("version", "operation").collect()
-    if any(any(word in r["operation"] for word in _RESHAPING) for r in ops if since < r["version"] <= t.silver_version):
+    ops = (silver.delta(spark).history(silver.latest_version(spark) - since)
+           .select("version", "operation", "operationParameters").collect())
+    if any(any(word in r["operation"] for word in _RESHAPING) or _overwrite(r)
+           for r in ops if since < r["version"] <= t.silver_version):
         return REBUILD
     if not gold.exists(spark):
         return REBUILD

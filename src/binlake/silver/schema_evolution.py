@@ -192,6 +192,8 @@ def diff(prev: TableSchema, nxt: TableSchema, ddl: str | None) -> Step:
     mapped_key = tuple(renamed_to.get(k, k) for k in prev.key)
     if mapped_key != tuple(nxt.key):
         problem = f"the key changes from ({', '.join(prev.key)}) to ({', '.join(nxt.key)})"
+    if prev.column_rules != nxt.column_rules:
+        problem = RULES_CHANGED
     return Step(renames, drops, tuple(adds), tuple(retypes), tuple(recomments), problem)
 
 
@@ -236,28 +238,48 @@ def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool
     """
     if not replace and ref.exists(spark):
         return False
-    if replace and ref.path:
-        # Delta refuses CREATE OR REPLACE with a different schema at a path; the table is
-        # being rebuilt from a snapshot anyway, so start from an empty directory.
-        import shutil
-
-        shutil.rmtree(ref.path, ignore_errors=True)
-        replace = False
     cols = [_column_ddl(c) for c in schema.columns]
     cols += [f"{name} {typ} COMMENT {spark_string(comment)}" for name, typ, comment in SILVER_METADATA_COLUMNS]
     props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version()}
     tbl = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
     comment = f" COMMENT {spark_string(schema.comment)}" if schema.comment else ""
+    cluster = f"CLUSTER BY ({', '.join(quote_ident(k) for k in schema.key)})"
+    if replace and ref.path and ref.exists(spark):
+        _replace_at_path(spark, ref, cols, cluster, tbl, schema.comment)
+        return True
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     head = f"{verb} {ref.sql} ({', '.join(cols)}) USING DELTA"
-    cluster = f" CLUSTER BY ({', '.join(quote_ident(k) for k in schema.key)})"
     try:
-        spark.sql(f"{head}{cluster}{comment} TBLPROPERTIES ({tbl})")
+        spark.sql(f"{head} {cluster}{comment} TBLPROPERTIES ({tbl})")
     except Exception as exc:  # noqa: BLE001 - Delta's clustering limits vary by type and version
-        if "CLUSTER" not in str(exc).upper() and "STATS" not in str(exc).upper():
+        if not _clustering_refused(exc):
             raise
         spark.sql(f"{head}{comment} TBLPROPERTIES ({tbl})")
     return True
+
+
+def _clustering_refused(exc: Exception) -> bool:
+    return "CLUSTER" in str(exc).upper() or "STATS" in str(exc).upper()
+
+
+def _replace_at_path(spark, ref: TableRef, cols: list[str], cluster: str, tbl: str, comment: str) -> None:
+    """Replace a path table's schema and rows (Delta refuses CREATE OR REPLACE with another
+    schema at a path). An overwrite keeps the version history going: gold tells a rebuilt
+    table by that overwrite, where a new directory would restart the versions and could
+    land on the very version gold last published."""
+    empty = spark.createDataFrame([], ", ".join(cols))
+    # Delta blocks an overwrite of a table with a change feed once a column was dropped or
+    # renamed; the feed is off for that one commit (gold rebuilds over it in any case) and
+    # on again with the properties below.
+    set_table_property(spark, ref, "delta.enableChangeDataFeed", "false")
+    ref.save(empty.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
+    try:
+        spark.sql(f"ALTER TABLE {ref.sql} {cluster}")
+    except Exception as exc:  # noqa: BLE001 - as in create_silver_table
+        if not _clustering_refused(exc):
+            raise
+    spark.sql(f"ALTER TABLE {ref.sql} UNSET TBLPROPERTIES IF EXISTS ({spark_string(TRUNCATED_SEQ_PROPERTY)})")
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({tbl}, 'comment' = {spark_string(comment)})")
 
 
 def table_property(spark, ref: TableRef, key: str) -> str | None:
@@ -298,7 +320,18 @@ def _apply_step(spark, ref: TableRef, step: Step) -> None:
         spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(col.name)} COMMENT {spark_string(col.comment)}")
 
 
+RULES_CHANGED = ("its column rules (source.columns, or the mask salt) changed since its rows were read, and rows "
+                 "read under the old and the new rules must not mix")
+
+
+def rules_changed_error(name: str) -> SchemaChangeError:
+    return SchemaChangeError(f"silver stopped {name}: {RULES_CHANGED}; the other tables go on; "
+                             f"recover with: binlake snapshot --table {name}")
+
+
 def incompatible_error(schema: TableSchema, entry: HistoryEntry, problem: str) -> SchemaChangeError:
+    if problem == RULES_CHANGED:
+        return rules_changed_error(schema.name)
     ddl = " ".join((entry.ddl or "(schema recorded without DDL text)").split())
     return SchemaChangeError(
         f"silver cannot apply the schema change of {schema.name} at binlog position "
