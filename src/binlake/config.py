@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -118,6 +119,86 @@ class TlsConfig:
         return self.ca is not None
 
 
+# ---------------------------------------------------------------------------------------
+# Column rules (source.columns): what they mean for the stored rows is binlake.contract.columns
+
+HASH, NULL = "hash", "null"
+MASKS = (HASH, NULL)
+
+
+@dataclass(frozen=True)
+class ColumnRule:
+    pattern: str
+    include: tuple[str, ...] | None = None  # None: every column not excluded
+    exclude: tuple[str, ...] = ()
+    mask: Mapping[str, str] = field(default_factory=dict)  # column -> hash | null
+    mask_key: bool = False
+
+    def __post_init__(self) -> None:
+        where = f"source.columns[{self.pattern!r}]"
+        if self.include is not None and self.exclude:
+            raise ConfigError(f"{where} has both include and exclude: keep one of them")
+        if self.include is not None and not self.include:
+            raise ConfigError(f"{where}.include is empty: list the columns to keep, or drop the rule")
+        for column, how in self.mask.items():
+            if how not in MASKS:
+                raise ConfigError(f"{where}.mask.{column} must be hash or null, got {how!r}")
+            if column in self.exclude or (self.include is not None and column not in self.include):
+                raise ConfigError(f"{where} masks {column}, which it also drops: keep one of the two")
+
+    def matches(self, db: str, table: str) -> bool:
+        return fnmatch.fnmatchcase(f"{db}.{table}", self.pattern)
+
+    @property
+    def hashes(self) -> bool:
+        """True if the rule has a ``hash`` mask (and so needs the salt)."""
+        return HASH in self.mask.values()
+
+    def keeps(self, column: str) -> bool:
+        return column not in self.exclude and (self.include is None or column in self.include)
+
+    def check(self, name: str, columns: tuple[str, ...], key: tuple[str, ...], strict: bool = True) -> None:
+        """Raise ConfigError when the rule drops a key column or masks one without
+        ``mask_key``, or (``strict``) names a column ``name`` lacks. Capture is not strict: a
+        column the rule names may be dropped from the source later, which hides nothing."""
+        where = f"source.columns[{self.pattern!r}]"
+        named = set(self.exclude) | set(self.include or ()) | set(self.mask)
+        unknown = sorted(named - set(columns))
+        if unknown and strict:
+            raise ConfigError(f"{where} names {', '.join(unknown)}, which {name} does not have: "
+                                  f"its columns are {', '.join(columns)}")
+        dropped = [k for k in key if not self.keeps(k)]
+        if dropped:
+            raise ConfigError(f"{where} drops key column {', '.join(dropped)} of {name}: binlake needs the key; "
+                                  "mask it instead (with mask_key: true) or keep it")
+        nulled = [k for k in key if self.mask.get(k) == NULL]
+        if nulled:
+            raise ConfigError(f"{where} masks key column {', '.join(nulled)} of {name} with null, which would give "
+                                  "every row the same key: use hash (with mask_key: true) or keep it")
+        masked = [k for k in key if k in self.mask]
+        if masked and not self.mask_key:
+            raise ConfigError(f"{where} masks key column {', '.join(masked)} of {name}: that changes what rows "
+                                  "join on; add mask_key: true to the rule if that is intended")
+
+    def digest(self, salt: str = "") -> str:
+        """A short id of what the rule does, recorded with the table's schema: a new salt
+        changes every hash, so it changes the digest too (through a one-way fingerprint)."""
+        salt_id = hashlib.sha256(("binlake mask salt\x00" + salt).encode()).hexdigest()[:16] if self.hashes else ""
+        text = json.dumps({"include": self.include, "exclude": sorted(self.exclude),
+                           "mask": dict(sorted(self.mask.items())), "mask_key": self.mask_key, "salt": salt_id},
+                          sort_keys=True)
+        return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pattern": self.pattern, "include": list(self.include) if self.include is not None else None,
+                "exclude": list(self.exclude), "mask": dict(self.mask), "mask_key": self.mask_key}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "ColumnRule":
+        return ColumnRule(pattern=d["pattern"], include=tuple(d["include"]) if d["include"] is not None else None,
+                          exclude=tuple(d["exclude"]), mask=dict(d["mask"]), mask_key=bool(d["mask_key"]))
+
+
 BINLOG_READERS = 32
 """The most binlog dumps one capture batch opens: reader ``i`` registers as server id
 ``server_id + 1 + i`` (the driver's own probes use ``server_id``), so a deployment takes
@@ -139,6 +220,10 @@ class SourceConfig:
     chunk_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     tls: TlsConfig = field(default_factory=TlsConfig)
     connect_timeout: int = 10
+    # Which columns binlake keeps and masks, per table pattern (binlake.contract.columns);
+    # the salt of the ``hash`` masks is a secret like the password.
+    columns: tuple[ColumnRule, ...] = ()
+    mask_salt: Secret = field(default_factory=Secret)
 
     def __post_init__(self) -> None:
         if not self.host:
@@ -170,6 +255,15 @@ class SourceConfig:
                 raise ConfigError(
                     f"source.chunk_keys entry {table!r} must map db.table to a non-empty list of unique NOT NULL columns"
                 )
+        for rule in self.columns:
+            if not _TABLE_PATTERN.match(rule.pattern):
+                raise ConfigError(f"source.columns entry {rule.pattern!r} is not a db.table pattern: write it as "
+                                  '"db.table", "db.*" or "db.prefix_*"')
+        hashed = [f"{r.pattern}.{c}" for r in self.columns for c, how in r.mask.items() if how == HASH]
+        if hashed and not self.mask_salt:
+            raise ConfigError(f"source.columns masks {hashed[0]} with hash but source.mask_salt is not set: set it to a "
+                              "secret reference {{secrets/scope/key}} or ${MASK_SALT}, the same in every deployment "
+                              "whose hashes must join")
 
     def captures(self, db: str, table: str) -> bool:
         """True if ``db.table`` matches an include pattern and no exclude pattern."""
@@ -178,6 +272,11 @@ class SourceConfig:
             fnmatch.fnmatchcase(name, p) for p in self.exclude
         )
 
+    def column_rule(self, db: str, table: str) -> ColumnRule | None:
+        """The column rule of ``db.table`` (the first matching ``source.columns`` entry), or None."""
+        return next((r for r in self.columns if r.matches(db, table)), None)
+
+
     @property
     def databases(self) -> tuple[str, ...]:
         """Database-name patterns that may hold captured tables (for binlog filtering)."""
@@ -185,16 +284,19 @@ class SourceConfig:
 
     def executor_options(self) -> dict[str, str]:
         """This config as the options of a Spark data source whose readers run on executors:
-        ``source`` (JSON, without the password) and ``password``, an option key Spark's
-        ``spark.redaction.regex`` masks in plan text and the UI."""
+        ``source`` (JSON, without the password) and ``password`` (and ``mask_salt_secret``),
+        option keys Spark's ``spark.redaction.regex`` masks in plan text and the UI."""
+        salt = {"mask_salt_secret": self.mask_salt.reveal()} if any(r.hashes for r in self.columns) else {}
         return {
             "source": json.dumps({
                 "host": self.host, "port": self.port, "user": self.user, "server_id": self.server_id,
                 "tables": list(self.tables), "exclude": list(self.exclude),
                 "chunk_keys": {k: list(v) for k, v in self.chunk_keys.items()},
                 "tls": asdict(self.tls), "connect_timeout": self.connect_timeout,
+                "columns": [r.to_dict() for r in self.columns],
             }),
             "password": self.password.reveal(),
+            **salt,
         }
 
     @staticmethod
@@ -206,6 +308,8 @@ class SourceConfig:
             server_id=int(d["server_id"]), tables=tuple(d["tables"]), exclude=tuple(d["exclude"]),
             chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()}, tls=TlsConfig(**d["tls"]),
             connect_timeout=int(d["connect_timeout"]),
+            columns=tuple(ColumnRule.from_dict(r) for r in d.get("columns", ())),
+            mask_salt=Secret(options.get("mask_salt_secret")),
         )
 
 
@@ -396,7 +500,8 @@ class Config:
 
 
 _SECTIONS = {
-    "source": {"host", "port", "user", "password", "server_id", "tables", "exclude", "chunk_keys", "tls", "connect_timeout"},
+    "source": {"host", "port", "user", "password", "server_id", "tables", "exclude", "chunk_keys", "tls", "connect_timeout",
+               "columns", "mask_salt"},
     "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
     "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
     "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
@@ -577,6 +682,8 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
         if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
             raise ConfigError(f"source.chunk_keys.{table} must be a list of column names")
         chunk_keys[str(table)] = tuple(cols)
+    salt = _str(s, "source.mask_salt")
+    salt_ref = _SECRET_REF.match(salt) if salt else None
     return SourceConfig(
         host=_str(s, "source.host", required=True) or "",
         port=_int(s, "source.port", 3306),
@@ -588,7 +695,44 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
         chunk_keys=chunk_keys,
         tls=TlsConfig(ca=tls_raw.get("ca"), cert=tls_raw.get("cert"), key=tls_raw.get("key"), verify_identity=verify),
         connect_timeout=_int(s, "source.connect_timeout", 10),
+        columns=_column_rules(s.get("columns")),
+        mask_salt=Secret.reference(*salt_ref.groups()) if salt_ref else Secret(salt),
     )
+
+
+_RULE_KEYS = {"include", "exclude", "mask", "mask_key"}
+
+
+def _column_rules(raw: Any) -> tuple[ColumnRule, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError('source.columns must map "db.table" patterns to rules, e.g. '
+                          '{"shop.customers": {exclude: [ssn], mask: {email: hash}}}')
+    rules = []
+    for pattern, rule in raw.items():
+        where = f"source.columns[{str(pattern)!r}]"
+        if not isinstance(rule, dict):
+            raise ConfigError(f"{where} must be a mapping with include or exclude, mask and mask_key")
+        bad = set(rule) - _RULE_KEYS
+        if bad:
+            raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_RULE_KEYS))}")
+        for key in ("include", "exclude"):
+            if key in rule and (not isinstance(rule[key], list) or not all(isinstance(c, str) for c in rule[key])):
+                raise ConfigError(f"{where}.{key} must be a list of column names")
+        mask = rule.get("mask") or {}
+        if not isinstance(mask, dict):
+            raise ConfigError(f"{where}.mask must map column names to hash or null, e.g. {{email: hash}}")
+        mask_key = rule.get("mask_key", False)
+        if not isinstance(mask_key, bool):
+            raise ConfigError(f"{where}.mask_key must be true or false, got {mask_key!r}")
+        rules.append(ColumnRule(
+            pattern=str(pattern), include=tuple(rule["include"]) if "include" in rule else None,
+            exclude=tuple(rule.get("exclude") or ()),
+            # YAML reads an unquoted null as None: that is the null mask too.
+            mask={str(c): "null" if how is None else str(how) for c, how in mask.items()},
+            mask_key=mask_key))
+    return tuple(rules)
 
 
 def _lakehouse(s: Mapping[str, Any]) -> LakehouseConfig:

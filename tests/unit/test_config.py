@@ -46,7 +46,7 @@ _DROP = object()
 
 
 def load(d: dict, environ=ENV):
-    return load_config_text(yaml.safe_dump(d), environ=environ, origin="binlake.yml")
+    return load_config_text(yaml.safe_dump(d, sort_keys=False), environ=environ, origin="binlake.yml")
 
 
 def refused(d: dict, environ=ENV) -> str:
@@ -76,7 +76,7 @@ def test_the_password_never_shows_in_the_configs_repr():
     "d, message",
     [
         (dict(sources={}), "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, lakehouse, maintenance, snapshot, source"),
-        (dict(source__hots="x"), "unknown key source.hots: allowed keys are chunk_keys, connect_timeout, exclude, host, "
+        (dict(source__hots="x"), "unknown key source.hots: allowed keys are chunk_keys, columns, connect_timeout, exclude, host, mask_salt, "
                                  "password, port, server_id, tables, tls, user"),
         (dict(snapshot={"chunksize": 10}), "unknown key snapshot.chunksize: allowed keys are chunk_size, chunks_per_commit, parallelism"),
         (dict(source__tls={"ca_file": "x"}), "unknown key source.tls.ca_file: allowed keys are ca, cert, key, verify_identity"),
@@ -309,3 +309,27 @@ def test_publish_groups_default_to_one_per_database_and_configured_groups_come_f
 )
 def test_bad_publish_groups_are_refused(groups, message):
     assert refused(doc(gold={"groups": groups})) == message
+
+
+def test_column_rules_load_in_order_with_the_salt_as_a_secret():
+    cfg = load(doc(source__columns={"shop.customers": {"exclude": ["ssn"], "mask": {"email": "hash", "phone": None}},
+                                    "shop.*": {"include": ["id", "name"]}},
+                   source__mask_salt="{{secrets/binlake/salt}}"))
+    first, second = cfg.source.columns
+    assert first.pattern == "shop.customers" and first.exclude == ("ssn",)
+    assert dict(first.mask) == {"email": "hash", "phone": "null"} and second.include == ("id", "name")
+    assert cfg.source.mask_salt == Secret.reference("binlake", "salt")
+
+
+@pytest.mark.parametrize("columns, message", [
+    ({"shop.customers": {"exclude": "ssn"}}, "source.columns['shop.customers'].exclude must be a list of column names"),
+    ({"shop.customers": {"hide": ["ssn"]}}, "unknown key source.columns['shop.customers'].hide: allowed keys are "
+                                            "exclude, include, mask, mask_key"),
+    ({"shop": {"exclude": ["ssn"]}}, "source.columns entry 'shop' is not a db.table pattern"),
+    ({"shop.customers": {"mask": {"email": "hash"}}}, "source.columns masks shop.customers.email with hash but "
+                                                      "source.mask_salt is not set"),
+    ({"shop.customers": {"mask": {"email": "blur"}}}, "source.columns['shop.customers'].mask.email must be hash or null"),
+    ({"shop.customers": {"mask_key": "yes"}}, "source.columns['shop.customers'].mask_key must be true or false"),
+])
+def test_a_bad_column_rule_names_the_fix(columns, message):
+    assert refused(doc(source__columns=columns)).startswith(message)

@@ -359,6 +359,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     )
 
     from binlake.bronze.binlog_rows import compile_rows_decoder
+    from binlake.contract.columns import FlatMasker, apply_to_image, stored_schema
     from binlake.contract.position import BinlogPosition, file_index, log_index
     from binlake.source.binlog import is_transaction_end, open_stream
 
@@ -390,6 +391,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
         filter_non_implemented_events=False,
     )
     schemas: dict[int, tuple | None] = {}
+    salt = source.mask_salt.reveal() if any(r.hashes for r in source.columns) else ""
     reported: set[tuple[str, str, str]] = set()
     gtid: str | None = None
     emitted = 0
@@ -411,20 +413,26 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                     schemas[event.table_id] = None
                     continue
                 schema = schema_from_table_map(event)
-                version = schema.version()
+                # Decoded with the source's own column types, then masked: the snapshot does
+                # the same, so both paths store the same text for the same value.
+                rule = source.column_rule(schema.database, schema.table)
+                stored = stored_schema(source, schema, strict=False)
+                version = stored.version()
                 pads = {c.name: c.max_length for c in event.columns
                         if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"}
                 decoder = compile_rows_decoder(event.columns, schema) if fast_rows else None
-                schemas[event.table_id] = (schema, {c.name: c for c in schema.columns}, version, pads, decoder)
+                masker = FlatMasker(rule, salt, decoder.names) if rule is not None and decoder is not None else None
+                schemas[event.table_id] = (schema, {c.name: c for c in schema.columns}, version, pads, decoder,
+                                           rule, masker)
                 if (schema.database, schema.table, version) not in reported:
                     reported.add((schema.database, schema.table, version))
                     out.add(schema.database, schema.table, "schema", pos, 0, schema_version=version,
-                            schema_json=schema.to_json())
+                            schema_json=stored.to_json())
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 known = schemas.get(event.table_id)
                 if known is None:
                     continue
-                schema, cols, version, pads, decoder = known
+                schema, cols, version, pads, decoder, rule, masker = known
                 ts = event.timestamp * 1_000_000
                 sid = event.packet.server_id
                 update = isinstance(event, UpdateRowsEvent)
@@ -438,7 +446,12 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                     second: list = []
                     n = decoder.decode(packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first])
                     before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
-                    out.add_event(schema.database, schema.table, op, pos, n, decoder.names, before, after,
+                    names = decoder.names
+                    if masker is not None:
+                        names = masker.names
+                        before = masker.apply(before, n) if before is not None else None
+                        after = masker.apply(after, n) if after is not None else None
+                    out.add_event(schema.database, schema.table, op, pos, n, names, before, after,
                                   ts, gtid, sid, version)
                 else:
                     n = 0
@@ -450,8 +463,9 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                         else:
                             before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
                             after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
-                        out.add(schema.database, schema.table, op, pos, i, before=before, after=after, commit_ts=ts,
-                                gtid=gtid, server_id=sid, schema_version=version)
+                        out.add(schema.database, schema.table, op, pos, i, before=apply_to_image(rule, salt, before),
+                                after=apply_to_image(rule, salt, after), commit_ts=ts, gtid=gtid, server_id=sid,
+                                schema_version=version)
                         n += 1
                 counts[op] = counts.get(op, 0) + n
                 name = f"{schema.database}.{schema.table}"
@@ -498,7 +512,7 @@ class _Partition(InputPartition):
 
 class _Reader(DataSourceReader):
     def __init__(self, options: dict[str, str]):
-        self.options = {k: options[k] for k in ("source", "password")}
+        self.options = {k: options[k] for k in ("source", "password", "mask_salt_secret") if k in options}
         self.ranges = [ReadRange(**r) for r in json.loads(options["ranges"])]
 
     def partitions(self):

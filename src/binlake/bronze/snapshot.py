@@ -56,6 +56,7 @@ from binlake.bronze.tables import (
     tune_snapshot_rows,
 )
 from binlake.config import Config
+from binlake.contract.columns import stored_schema
 from binlake.contract.lakehouse import (
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_PLAN_SCHEMA,
@@ -126,18 +127,20 @@ class SnapshotResult:
 
 @dataclass(frozen=True)
 class _Pending:
-    """A planned chunk still without a manifest row."""
+    """A planned chunk still without a manifest row: ``schema`` is the source's (the reader
+    decodes with it), ``version`` the schema binlake stores, its column rule applied."""
 
     snapshot_id: str
     schema: TableSchema
     chunk_id: int
     start_key: str | None
     end_key: str | None
+    version: str
 
     def as_option(self) -> dict:
         return {"snapshot_id": self.snapshot_id, "db": self.schema.database, "table": self.schema.table,
                 "chunk_id": self.chunk_id, "start_key": self.start_key, "end_key": self.end_key,
-                "schema_version": self.schema.version()}
+                "schema_version": self.version}
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,19 +177,22 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fre
                 result.skipped.append(f"{db}.{t}")  # nothing asked of the source for it
                 continue
             current = table_schema(conn, config.source, db, t)
+            version = stored_schema(config.source, current).version()
             if force or latest is None:
                 to_plan.append((current, "new"))
-            elif latest["schema_version"] != current.version():
+            elif latest["schema_version"] != version:
                 to_plan.append((current, "replanned"))
             else:
                 chunks = _unmanifested(spark, lh, latest["snapshot_id"])
-                pending.extend(_Pending(latest["snapshot_id"], current, cid, s, e) for cid, s, e in chunks)
+                pending.extend(_Pending(latest["snapshot_id"], current, cid, s, e, version) for cid, s, e in chunks)
                 result.tables.append(TableSnapshot(db, t, latest["snapshot_id"], latest["planned"], mode="resumed"))
         source = _source_epoch(spark, lh, conn) if (to_plan or pending) else (0, 0)
         if to_plan:
             planned, plan_committed = _plan(spark, config, lh, conn, to_plan, source)
             for schema, snapshot_id, chunks, mode in planned:
-                pending.extend(_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json) for c in chunks)
+                version = stored_schema(config.source, schema).version()
+                pending.extend(_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version)
+                               for c in chunks)
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
     if pending:
         tune_snapshot_rows(spark, lh)
@@ -240,7 +246,8 @@ def resnapshot_chunks(spark, config: Config, db: str, table: str,
         source = _source_epoch(spark, lh, conn)
         [(schema, snapshot_id, plan, _)], plan_committed = _plan(spark, config, lh, conn, [(schema, "repair")],
                                                                  source, fixed={schema.name: planned})
-    pending = [_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json) for c in plan]
+    version = stored_schema(config.source, schema).version()
+    pending = [_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in plan]
     result.tables.append(TableSnapshot(db, table, snapshot_id, len(plan), mode="repair"))
     _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
     result.seconds = time.monotonic() - started
@@ -298,7 +305,8 @@ def _plan(spark, config: Config, lh: Lakehouse, conn, tables: list[tuple[TableSc
     # Recorded before planning, so capture (which starts at or before every lw) decodes
     # any event after this position with at least this schema.
     position = master_status(conn).in_epoch(source[0])
-    record_schemas(spark, lh, [(s, position.log_index, position.pos, None) for s, _ in tables])
+    stored = {s.name: stored_schema(config.source, s) for s, _ in tables}
+    record_schemas(spark, lh, [(stored[s.name], position.log_index, position.pos, None) for s, _ in tables])
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     out = []
     rows = []
@@ -308,7 +316,7 @@ def _plan(spark, config: Config, lh: Lakehouse, conn, tables: list[tuple[TableSc
         out.append((schema, snapshot_id, chunks, mode))
         for c in chunks:
             rows.append((snapshot_id, schema.database, schema.table, c.chunk_id, list(schema.key), c.start_json,
-                         c.end_json, schema.version(), now))
+                         c.end_json, stored[schema.name].version(), now))
         log.info("snapshot %s of %s: %d chunks planned", snapshot_id, schema.name, len(chunks))
 
     def commit() -> None:
@@ -416,7 +424,7 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
                     attempt_id=attempt_id, key_columns=list(p.schema.key), start_key=p.start_key, end_key=p.end_key,
                     lw_file=s["lw_file"], lw_file_index=m["lw_file_index"], lw_pos=m["lw_pos"],
                     hw_file=s["hw_file"], hw_file_index=log_index(epoch_of(m["lw_file_index"]), file_index(s["hw_file"])), hw_pos=int(s["hw_pos"]),
-                    row_count=n, checksum=s["checksum"], schema_version=p.schema.version(), committed_at=now))
+                    row_count=n, checksum=s["checksum"], schema_version=p.version, committed_at=now))
                 t = by_table[p.schema.name]
                 t.chunks_read += 1
                 t.rows += n

@@ -258,6 +258,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
 
     from binlake.bronze.chunking import key_from_json, range_condition
     from binlake.config import SourceConfig
+    from binlake.contract.columns import masked_text
     from binlake.contract.sql import qualified, quote_ident
     from binlake.contract.types import TableSchema
     from binlake.errors import SchemaChangeError, SourceChangedError
@@ -270,14 +271,25 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
     )
 
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
+    source = SourceConfig.from_executor_options(options)
+    rule = source.column_rule(p.db, p.table)
+    salt = source.mask_salt.reveal() if rule is not None and rule.hashes else ""
     attempt_id = options["attempt_id"]
     where, params = range_condition(schema.key_columns, key_from_json(p.start_key), key_from_json(p.end_key))
     by_name = {c.name: c for c in schema.columns}
     # Columns whose text form loses bits are selected again, exactly, ahead of ``*``;
     # ``*`` itself stays so that a column added or dropped since planning is noticed.
-    exact = [c for c in schema.columns if exact_value_sql(c) != quote_ident(c.name)]
+    kept = [c for c in schema.columns if rule is None or rule.keeps(c.name)]
+    exact = [c for c in kept if exact_value_sql(c) != quote_ident(c.name)]
     extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
-    sql = f"SELECT {extra}{qualified(p.db, p.table)}.* FROM {qualified(p.db, p.table)} WHERE {where}"
+    table_sql = qualified(p.db, p.table)
+    if len(kept) == len(schema.columns):
+        sql = f"SELECT {extra}{table_sql}.* FROM {table_sql} WHERE {where}"
+    else:
+        # A dropped column is never selected: its values must not reach this process. The
+        # column list is checked by a ``LIMIT 0`` probe of ``*`` (names only, no rows) in
+        # the same transaction, whose metadata lock keeps it until the chunk is read.
+        sql = f"SELECT {extra}{', '.join(quote_ident(c.name) for c in kept)} FROM {table_sql} WHERE {where}"
 
     out_schema = arrow_schema()
     texts_type = out_schema.field("row").type
@@ -290,7 +302,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
         return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=out_schema)
 
     epoch = int(options.get("epoch") or 0)
-    conn = connect(SourceConfig.from_executor_options(options))
+    conn = connect(source)
     try:
         expected = options.get("server_id")
         if expected is not None and server_id(conn) != int(expected):
@@ -304,6 +316,10 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
             checksum = 0
             with conn.cursor(pymysql.cursors.SSCursor) as cur:
                 try:
+                    if len(kept) < len(schema.columns):
+                        cur.execute(f"SELECT * FROM {table_sql} LIMIT 0")
+                        present = [d[0] for d in cur.description]
+                        cur.fetchall()
                     cur.execute(sql, params)
                 except pymysql.err.OperationalError as exc:
                     if exc.args[0] != ER_BAD_FIELD_ERROR:
@@ -313,11 +329,13 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                         "re-run binlake snapshot, which re-plans it with the new schema"
                     ) from exc
                 names = [d[0] for d in cur.description][len(exact):]
-                if set(names) != set(by_name):
+                if len(kept) == len(schema.columns):
+                    present = names
+                if set(present) != set(by_name):
                     # Rows decoded with the planned schema would be silently wrong; the driver
                     # re-plans the table when its schema version moved.
                     raise SchemaChangeError(
-                        f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(names)}): "
+                        f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(present)}): "
                         "re-run binlake snapshot, which re-plans it with the new schema"
                     )
                 n = len(names)
@@ -328,7 +346,14 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                 as_is, encoded = [], []
                 for i, name in enumerate(names):
                     c, src = by_name[name], exact_at.get(name, len(exact) + i)
-                    if src == len(exact) + i and not binary[src] and raw_is_canonical(c):
+                    canonical = src == len(exact) + i and not binary[src] and raw_is_canonical(c)
+                    how = rule.mask.get(name) if rule is not None else None
+                    if how is not None:
+                        # Masked after the canonical text, as capture does: equal values, equal hashes.
+                        base = None if canonical else _encoder(c, cur.description[src][1])
+                        encoded.append((i, src, _Memo(lambda raw, base=base, how=how:
+                                                      masked_text(how, salt, raw if base is None else base[raw]))))
+                    elif canonical:
                         as_is.append(i)
                     else:
                         encoded.append((i, src, _encoder(c, cur.description[src][1])))

@@ -33,6 +33,7 @@ from binlake.bronze.tables import (
     restore_append_only,
 )
 from binlake.config import Config
+from binlake.contract.columns import masked_text
 from binlake.contract.lakehouse import Lakehouse, TableRef, delete_where
 from binlake.contract.sql import qualified, quote_ident, spark_string
 from binlake.contract.types import TableSchema, spark_decode_sql
@@ -106,6 +107,11 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
         raise ConfigError(f"--table {table} has never been captured: binlake knows no schema for it")
     key = parse_key(schema, key_pairs)
     _check_gone_at_source(config, schema, key)
+    # The lakehouse holds a masked key column's hash: match that (mask_key rules only).
+    rule = config.source.column_rule(db, name)
+    if rule is not None and any(c in rule.mask for c in key):
+        salt = config.source.mask_salt.reveal()
+        key = {c: masked_text(rule.mask[c], salt, v) if c in rule.mask else v for c, v in key.items()}
     _check_silver_applied_the_delete(spark, config, lh, schema, key)
 
     result = EraseResult(table=schema.name, key=key)

@@ -58,7 +58,7 @@ from binlake.contract.lakehouse import DATA_OPS, EMPTYING_OPS, Lakehouse
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW
 from binlake.contract.sql import quote_ident
 from binlake.contract.types import TableSchema
-from binlake.errors import NotReadyError, VerifyMismatch
+from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
 from binlake.ops.verify_sql import chunk_stats_sql, spark_row_hash_sql
 from binlake.progress import Progress
 from binlake.silver import schema_evolution as se
@@ -255,6 +255,7 @@ def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str
                 schema = table_schema(conn, config.source, db, table)
                 chunks = [(c.chunk_id, c.start_json, c.end_json)
                           for c in plan_table(conn, schema, config.snapshot.chunk_size)]
+            schema = comparable_columns(config, schema)
             check = _verify_table(spark, config, lh, schema, chunks)
             if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):  # type: ignore[attr-defined]
                 # A differing chunk that changed after the source read may just be newer in
@@ -268,6 +269,20 @@ def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str
             out.append(check)
             task.advance(1, items=check.source_rows)
     return out
+
+
+def comparable_columns(config: Config, schema: TableSchema) -> TableSchema:
+    """The columns verify can compare: a column rule's dropped and masked columns are left
+    out (silver holds no source value to compare them with); a masked key cannot be
+    compared, so such a table is refused."""
+    rule = config.source.column_rule(schema.database, schema.table)
+    if rule is None:
+        return schema
+    masked_key = [k for k in schema.key if k in rule.mask]
+    if masked_key:
+        raise ConfigError(f"verify cannot compare {schema.name}: its key column {', '.join(masked_key)} is masked by "
+                          f"source.columns[{rule.pattern!r}]; leave it out with --table")
+    return replace(schema, columns=tuple(c for c in schema.columns if rule.keeps(c.name) and c.name not in rule.mask))
 
 
 def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:

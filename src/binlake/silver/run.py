@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from binlake import faults
 from binlake.config import Config
+from binlake.contract.columns import rule_digest
 from binlake.contract.lakehouse import (
     DATA_OPS,
     DDL_OPS,
@@ -262,6 +263,10 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         res = results[f"{db}.{table}"]
         try:
             history = se.load_history(spark, lh, db, table, histories)
+            if history and history[-1].schema.column_rules != rule_digest(config.source, db, table):
+                # The config's rule is not the one bronze's rows were read under: applying them
+                # would publish what the new rule hides (or hide what it now shows).
+                raise se.rules_changed_error(f"{db}.{table}")
             batch = prepare(spark, lh, db, table, history, new.changes, new.changelog_start[(db, table)],
                             new.news.get((db, table), TableNews()), new.chunks_of(db, table),
                             applied_before=(db, table) in previous)

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 import pymysql
 
 from binlake.config import BINLOG_READERS, Config, SourceConfig
+from binlake.contract.columns import stored_schema
 from binlake.contract.sql import mysql_string, quote_ident, unquote_ident
 from binlake.contract.types import UnsupportedTypeError, column_from_information_schema
-from binlake.errors import PreflightError
+from binlake.errors import ConfigError, PreflightError
 from binlake.source import catalog
 from binlake.source.mysql import connect, query
 
@@ -420,11 +421,29 @@ def _check_tables(report: PreflightReport, conn, source: SourceConfig, tables: l
     for db, table in tables:
         keyed += _check_key(report, conn, source, db, table)
         typed += _check_types(report, conn, db, table)
+        _check_column_rule(report, conn, source, db, table)
+    for rule in source.columns:
+        if not any(rule.matches(db, t) for db, t in tables):
+            report.add("columns", Status.WARN, f"source.columns entry {rule.pattern!r} matches no captured table: "
+                                               "remove it or fix the pattern")
     if keyed == len(tables):
         report.add("keys", Status.OK, f"all {len(tables)} table(s) have a primary key or a configured chunk key")
     if typed == len(tables):
         report.add("types", Status.OK, f"every column type of the {len(tables)} table(s) is supported")
     _check_foreign_keys(report, conn, tables, captured)
+
+
+def _check_column_rule(report: PreflightReport, conn, source: SourceConfig, db: str, table: str) -> None:
+    from binlake.source.catalog import table_schema
+
+    if source.column_rule(db, table) is None:
+        return
+    try:
+        stored_schema(source, table_schema(conn, source, db, table))
+    except ConfigError as exc:
+        report.add("columns", Status.FAIL, str(exc))
+    else:
+        report.add("columns", Status.OK, f"{db}.{table}: column rule {source.column_rule(db, table).pattern!r} fits")
 
 
 def _indexes(conn, db: str, table: str) -> dict[str, dict]:
