@@ -1,5 +1,6 @@
-"""Secrets never appear in logs, exceptions, status output, Delta tables or their properties,
-job definitions or the SQL/plan text Spark shows in its UI (the event log holds the same)."""
+"""Secrets (the password, the mask salt) and the values of excluded columns never appear in
+logs, exceptions, status output, Delta tables or their properties, job definitions or the
+SQL/plan text Spark shows in its UI (the event log holds the same)."""
 
 import os
 import subprocess
@@ -9,6 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 CANARY = "Canary-Pw-7f3e9a1c"
+SALT = "Canary-Salt-2c9d"  # source.mask_salt, a secret like the password
+SSN = "Canary-Ssn-5e8b"  # a value of an excluded column (source.columns)
 
 
 @pytest.fixture
@@ -31,8 +34,8 @@ def _grep_tree(root: Path, needle: bytes) -> list[str]:
 
 def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_user, tmp_path):
     mariadb.execute(
-        f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v VARCHAR(20))",
-        f"INSERT INTO `{database}`.t VALUES (1, 'a'), (2, 'b')",
+        f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v VARCHAR(20), ssn VARCHAR(20))",
+        f"INSERT INTO `{database}`.t VALUES (1, 'a', '{SSN}'), (2, 'b', NULL)",
     )
     conf_dir = tmp_path / "spark-conf"
     events = tmp_path / "spark-events"
@@ -41,11 +44,13 @@ def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_u
     (conf_dir / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n")
     config = tmp_path / "binlake.yml"
     config.write_text(
-        mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=7300)
+        mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=7300,
+                            source={"columns": {f"{database}.t": {"exclude": ["ssn"], "mask": {"v": "hash"}}},
+                                    "mask_salt": "${CANARY_SALT}"})
         .replace("user: cdc", f"user: {canary_user}")
         .replace("${MYSQL_PASSWORD}", "${CANARY_PASSWORD}")
     )
-    env = {**os.environ, "CANARY_PASSWORD": CANARY, "SPARK_CONF_DIR": str(conf_dir), "CI": "1"}
+    env = {**os.environ, "CANARY_PASSWORD": CANARY, "CANARY_SALT": SALT, "SPARK_CONF_DIR": str(conf_dir), "CI": "1"}
     outputs = []
     page = tmp_path / "health.html"
     # One status process prints the JSON and writes the page, which holds the text form too.
@@ -64,10 +69,11 @@ def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_u
 
     assert "capture: resume" in page.read_text(), "the page lacks the status text"
     outputs.append(page.read_text())
-    assert not [o for o in outputs if CANARY in o], "the password leaked into command output"
-    assert _grep_tree(tmp_path / "lakehouse", CANARY.encode()) == [], "the password leaked into the lakehouse"
     assert any(events.iterdir()), "no Spark event log was written, so the plan text was not checked"
-    assert _grep_tree(events, CANARY.encode()) == [], "the password leaked into Spark's plan/SQL text"
+    for secret in (CANARY, SALT, SSN):
+        assert not [o for o in outputs if secret in o], f"{secret} leaked into command output"
+        assert _grep_tree(tmp_path / "lakehouse", secret.encode()) == [], f"{secret} leaked into the lakehouse"
+        assert _grep_tree(events, secret.encode()) == [], f"{secret} leaked into Spark's plan/SQL text"
 
 
 def test_job_definitions_hold_no_secret_values():
