@@ -20,6 +20,7 @@ import pytest
 import tomllib
 import yaml
 
+from binlake.config import Secret, load_config_text
 from binlake.deploy.entrypoints import parse_job_args
 from binlake.errors import ConfigError
 
@@ -299,8 +300,9 @@ def _substitute(text: str) -> str:
     def value(m):
         ref = m.group(1)
         if ref.startswith("var."):
-            default = _root()["variables"][ref[4:]].get("default")
-            return str(default) if default not in (None, "") else _REQUIRED_EXAMPLES[ref[4:]]
+            name = ref[4:]
+            default = _root()["variables"][name].get("default")
+            return _REQUIRED_EXAMPLES[name] if name in _REQUIRED_EXAMPLES else str(default)
         return "resolved_" + ref.split(".")[2] if ref.startswith("resources.") else "x"
 
     text = INTERPOLATION.sub(value, text)
@@ -461,3 +463,28 @@ def test_the_erase_job_passes_its_table_and_key_parameters_to_erase():
     with pytest.raises(ConfigError, match=r"^--key-list is empty: set the job parameter 'key'"):
         parse_job_args([a.replace("id=42", "") for a in argv])
     assert task["max_retries"] == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# settings file and mask salt: the same config as binlake.yml, through every task
+
+
+def test_every_binlake_job_task_reads_the_settings_file_and_the_mask_salt(tmp_path):
+    settings = tmp_path / "binlake.settings.yml"
+    settings.write_text('source: {columns: {"shop.customers": {exclude: [ssn], mask: {email: hash}}}}\n'
+                        "snapshot: {chunk_size: 1000}\n")
+    for job_key, task in _tasks():
+        wheel = task.get("python_wheel_task")
+        if not wheel or wheel["entry_point"] != "binlake-job":
+            continue
+        where = f"{job_key}.{task['task_key']}"
+        assert "--settings=${var.settings_file}" in wheel["parameters"], where
+        assert "--mask-salt-secret=${var.mask_salt_secret}" in wheel["parameters"], where
+        # Left at their empty defaults, they add nothing.
+        plain = parse_job_args([_substitute(a) for a in wheel["parameters"]])
+        assert "mask_salt" not in plain.settings["source"] and "columns" not in plain.settings["source"], where
+        args = [_substitute(a.replace("${var.settings_file}", str(settings))
+                             .replace("${var.mask_salt_secret}", "binlake/mask-salt")) for a in wheel["parameters"]]
+        cfg = load_config_text(parse_job_args(args).config_yaml, environ={})
+        assert cfg.source.column_rule("shop", "customers").exclude == ("ssn",), where
+        assert cfg.source.mask_salt == Secret.reference("binlake", "mask-salt") and cfg.snapshot.chunk_size == 1000

@@ -76,10 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     pw = src.add_mutually_exclusive_group()
     pw.add_argument("--mysql-password-secret", metavar="SCOPE/KEY", help="Databricks secret holding the password")
     pw.add_argument("--mysql-password-env", metavar="NAME", help="environment variable holding the password (local runs)")
+    salt = src.add_mutually_exclusive_group()
+    salt.add_argument("--mask-salt-secret", metavar="SCOPE/KEY",
+                      help="Databricks secret holding source.mask_salt (hash masks of source.columns); empty: none")
+    salt.add_argument("--mask-salt-env", metavar="NAME", help="environment variable holding source.mask_salt (local runs)")
     src.add_argument("--tables", help='comma-separated include patterns, e.g. "shop.*,crm.customers"')
     src.add_argument("--exclude", help="comma-separated exclude patterns")
     ap.add_argument("--settings", metavar="PATH",
-                    help="a binlake.yml whose snapshot, capture and gold sections apply; flags override its source and lakehouse keys")
+                    help="a binlake.yml whose sections apply (snapshot, capture, gold, history, source.columns, ...); "
+                         "flags override its source and lakehouse keys; empty: none")
     ap.add_argument("--print-config", action="store_true", help="print the generated binlake.yml and exit")
     ap.add_argument("--job-run-id", help="the Databricks job run ({{job.run_id}}), recorded in the metrics table")
     ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
@@ -92,7 +97,7 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
     """Turn ``binlake-job`` arguments into a :class:`JobInvocation`; raises ``ConfigError``."""
     ns = build_parser().parse_args(list(argv))
     settings: dict[str, Any] = {}
-    if ns.settings:
+    if ns.settings and ns.settings.strip():
         settings = _read_settings(ns.settings)
         path = (settings.get("lakehouse") or {}).get("path")
         if isinstance(path, str) and not Path(path).is_absolute():
@@ -105,15 +110,17 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         if value is not None:
             source[key] = value
     if ns.mysql_password_secret is not None:
-        scope, sep, key = ns.mysql_password_secret.partition("/")
-        if not (sep and scope and key) or "/" in key:
-            raise ConfigError(
-                f"--mysql-password-secret {ns.mysql_password_secret!r} is not SCOPE/KEY: "
-                "write it like binlake/mysql-cdc (bundle variables mysql_secret_scope and mysql_secret_key)"
-            )
-        source["password"] = "{{secrets/" + scope + "/" + key + "}}"
+        source["password"] = _secret_reference("--mysql-password-secret", ns.mysql_password_secret,
+                                               "binlake/mysql-cdc (bundle variables mysql_secret_scope and mysql_secret_key)")
     elif ns.mysql_password_env is not None:
         source["password"] = "${" + ns.mysql_password_env + "}"
+    # The bundle passes the flag to every task; an empty value (variable mask_salt_secret
+    # left at its default) means no salt.
+    if ns.mask_salt_secret is not None and ns.mask_salt_secret.strip():
+        source["mask_salt"] = _secret_reference("--mask-salt-secret", ns.mask_salt_secret.strip(),
+                                                "binlake/mask-salt (bundle variable mask_salt_secret)")
+    elif ns.mask_salt_env is not None:
+        source["mask_salt"] = "${" + ns.mask_salt_env + "}"
     if ns.tables is not None:
         source["tables"] = _csv(ns.tables)
     if ns.exclude is not None:
@@ -175,6 +182,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         code = exc.exit_code
     if code:
         raise SystemExit(code)
+
+
+def _secret_reference(flag: str, value: str, example: str) -> str:
+    scope, sep, key = value.partition("/")
+    if not (sep and scope and key) or "/" in key:
+        raise ConfigError(f"{flag} {value!r} is not SCOPE/KEY: write it like {example}")
+    return "{{secrets/" + scope + "/" + key + "}}"
 
 
 def _read_settings(path: str) -> dict[str, Any]:
