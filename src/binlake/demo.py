@@ -4,7 +4,8 @@
    ENUM, JSON and an unsigned BIGINT) in the local MariaDB;
 2. runs ``binlake run`` (snapshot, capture, silver, gold);
 3. applies inserts, updates and deletes, and runs ``binlake run`` again;
-4. prints what an analyst sees: a per-table summary and one SQL query on gold;
+4. prints what an analyst sees: a per-table summary, one SQL query on gold, and the masked
+   email column (``source.columns``);
 5. runs ``binlake run --continuous`` for a few seconds: a change made on the source appears
    in gold, and the freshness it measured is printed.
 """
@@ -108,8 +109,12 @@ def main(argv: list[str] | None = None) -> int:
             ["shop.*"],
             snapshot={"chunk_size": 2, "parallelism": 2},
             gold={"checks": {"shop.products": [{"column": "price", "between": [0, 100000], "severity": "drop"}]}},
+            # The customers' email is stored as a salted hash in every layer (a real
+            # deployment keeps the salt in a secret: {{secrets/scope/key}}).
+            source={"columns": {"shop.customers": {"mask": {"email": "hash"}}}, "mask_salt": "${BINLAKE_DEMO_SALT}"},
         )
     )
+    os.environ.setdefault("BINLAKE_DEMO_SALT", "demo-salt-use-a-secret")
     _banner(f"1/5  sample database 'shop' on MariaDB 127.0.0.1:{db.port}; config {config_path}")
     db.execute(*SCHEMA, *SEED)
 
@@ -171,6 +176,8 @@ def _show(config_path: Path, db) -> int:
     print("\n     SQL on gold:" + "\n       ".join(line for line in sql.replace(str(Path(config.lakehouse_root)), "<lakehouse>").splitlines()))
     spark.sql(sql).show(truncate=False)
     print("     gold row counts equal the source" if all_equal else "     MISMATCH between source and gold row counts")
+    print("\n     shop.customers.email is masked (source.columns): gold holds a salted SHA-256, joinable, not readable")
+    spark.sql(f"SELECT id, name, left(email, 16) || '...' AS email FROM {names['customers']} ORDER BY id").show(truncate=False)
     return 0 if all_equal else 1
 
 

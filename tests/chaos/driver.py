@@ -369,6 +369,39 @@ def scenario_restart(h: Harness, out: Outcome) -> None:
     h.compare(config, db, out)
 
 
+def scenario_continuous(h: Harness, out: Outcome) -> None:
+    """kill -9 of ``binlake run --continuous`` at random instants of its loops (capture, silver
+    or gold of whichever loop is running) under a write load."""
+    from binlake.config import load_config
+    from binlake.contract.lakehouse import Lakehouse
+    from binlake.ops.continuous import read_state
+
+    db, config = h.new_scenario("continuous", seed_rows=2000)
+    lh = Lakehouse(load_config(config))
+    writer = Writer(h.mariadb, db, seed=9)
+    writer.start()
+    try:
+        for _ in range(3 if h.full else 1):
+            proc = h.start_background(config, "run", "--continuous")
+            deadline = time.monotonic() + 600
+            # Two loops of this process first, so the kill lands inside a working loop.
+            while time.monotonic() < deadline and proc.poll() is None:
+                state = read_state(lh) or {}
+                if state.get("pid") == proc.pid and state.get("loops", 0) >= 2:
+                    break
+                time.sleep(0.5)
+            time.sleep(h.rng.uniform(0.5, 6))
+            if proc.poll() is None:
+                out.faults += 1
+            else:
+                out.notes.append(f"run --continuous ended by itself (exit {proc.returncode})")
+            h.kill(proc)
+    finally:
+        writer.stop()
+    h.converge(config, out)
+    h.compare(config, db, out)
+
+
 def scenario_kill_connection(h: Harness, out: Outcome) -> None:
     """binlake's connections killed server-side (KILL <id>) during snapshot and capture."""
     db, config = h.new_scenario("killconn", seed_rows=3000)
@@ -618,10 +651,10 @@ def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
 
 
 def scenario_ci(h: Harness, out: Outcome) -> None:
-    """The short form for every `make test`: kill -9 in each layer under a write load (silver's
-    bulk first load, capture, gold's incremental publish at its commit point) and in ``binlake
-    maintain`` running beside the pipeline, then a rotation burst; a few minutes instead of the
-    full matrix's hour.
+    """The short form for every `make test`: kill -9 of silver's bulk first load, then under a
+    write load of gold's incremental publish at its commit point and of ``binlake maintain``,
+    each beside the other running, then a rotation burst; a few minutes instead of the full
+    matrix's hour.
     (Kills inside the snapshot are left to the full run and tests/integration/test_snapshot.py.)"""
     # Maintenance with no retention: every tombstone and change-log row below the safe bound
     # is fair game, and two files make a table worth compacting.
@@ -659,7 +692,7 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
     writer = Writer(h.mariadb, db, seed=8, pause=0.05)
     writer.start()
     try:
-        kill("capture.after_commit")  # silver.before_merge is left to the full run (kill9)
+        # Capture's kills (and silver.before_merge) are the full run's and test_capture_kill's.
 
         def complete_run() -> None:  # a complete publish, so the next ones are incremental
             rc, err = h.binlake(config, "run", debug=True)
@@ -749,6 +782,7 @@ SCENARIOS = {
     "ci": scenario_ci,
     "kill9": scenario_kill9,
     "restart": scenario_restart,
+    "continuous": scenario_continuous,
     "killconn": scenario_kill_connection,
     "rotation": scenario_rotation,
     "purge": scenario_purge,

@@ -400,3 +400,19 @@ def test_privileges_held_through_the_default_role_count(mariadb, database, user)
         assert run_preflight(config).ok
     finally:
         mariadb.execute(f"DROP ROLE `{role}`")
+
+
+def test_column_rules_are_checked_against_the_tables_they_match(mariadb, database):
+    mariadb.execute(f"CREATE TABLE `{database}`.people (id INT PRIMARY KEY, email VARCHAR(60), ssn CHAR(11))")
+    people = f"{database}.people"
+    problems = problems_of(config_for(mariadb, [f"{database}.*"], columns={
+        people: {"exclude": ["ssn", "phone"], "mask": {"id": "hash"}}, f"{database}.gone": {"exclude": ["x"]}},
+        mask_salt="s"))
+    assert problems == [f"source.columns[{people!r}] names phone, which {people} does not have: its columns are id, email, ssn"]
+    problems = problems_of(config_for(mariadb, [people], columns={people: {"mask": {"id": "hash"}}}, mask_salt="s"))
+    assert problems == [f"source.columns[{people!r}] masks key column id of {people}: that changes what rows join on; "
+                        "add mask_key: true to the rule if that is intended"]
+    report = run_preflight(config_for(mariadb, [people], columns={people: {"exclude": ["ssn"]},
+                                                                  f"{database}.gone": {"exclude": ["x"]}}))
+    assert f"{people}: column rule {people!r} fits" in report.text()
+    assert f"source.columns entry '{database}.gone' matches no captured table: remove it or fix the pattern" in report.text()
