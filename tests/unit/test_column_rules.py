@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from binlake.config import Secret
+from binlake.config import ColumnRule, Secret, SourceConfig
 from binlake.contract.columns import (
     FlatMasker,
     apply_to_image,
@@ -14,7 +14,6 @@ from binlake.contract.columns import (
     rule_digest,
     stored_schema,
 )
-from binlake.config import ColumnRule, SourceConfig
 from binlake.contract.types import Column, Kind, TableSchema
 from binlake.errors import ConfigError
 

@@ -29,6 +29,7 @@ from dataclasses import replace
 from binlake.config import HASH, NULL, ColumnRule, SourceConfig
 from binlake.contract.types import Column, Kind, TableSchema
 
+
 def masked_text(how: str, salt: str, text: str | None) -> str | None:
     """One canonical text as a mask stores it: ``hash`` keeps NULL as NULL."""
     if how == NULL or text is None:
