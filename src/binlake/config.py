@@ -487,6 +487,15 @@ class Config:
     # The directory the config file was read from; relative lakehouse paths resolve here.
     base_dir: str = "."
 
+    def __post_init__(self) -> None:
+        for table, checks in self.gold.checks.items():
+            db, _, name = table.partition(".")
+            rule = self.source.column_rule(db, name)
+            for i, check in enumerate(checks):
+                if rule is not None and check.column and not rule.keeps(check.column):
+                    raise ConfigError(f"gold.checks.{table}[{i}] checks column {check.column}, which "
+                                      f"source.columns[{rule.pattern!r}] drops: remove the check or keep the column")
+
     @property
     def lakehouse_root(self) -> str | None:
         if self.lakehouse.path is None:

@@ -333,3 +333,10 @@ def test_column_rules_load_in_order_with_the_salt_as_a_secret():
 ])
 def test_a_bad_column_rule_names_the_fix(columns, message):
     assert refused(doc(source__columns=columns)).startswith(message)
+
+
+def test_a_gold_check_on_a_column_the_rules_drop_is_refused():
+    message = refused(doc(source__columns={"shop.*": {"exclude": ["ssn"]}},
+                          gold={"checks": {"shop.people": [{"column": "ssn", "not_null": True}]}}))
+    assert message == ("gold.checks.shop.people[0] checks column ssn, which source.columns['shop.*'] drops: "
+                       "remove the check or keep the column")
