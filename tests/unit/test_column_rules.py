@@ -116,3 +116,16 @@ def test_a_masked_key_is_allowed_when_the_rule_says_so():
 def test_a_rule_that_contradicts_itself_is_refused(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         ColumnRule("shop.*", **kwargs)
+
+
+def test_a_rule_may_not_drop_or_null_the_columns_a_cascading_foreign_key_acts_through():
+    fk = {"name": "fk_owner", "columns": ["owner"], "parent": "shop.customers", "parent_columns": ["id"],
+          "on_delete": "CASCADE", "on_update": "RESTRICT"}
+    child = TableSchema("shop", "pets", (Column("id", Kind.INT, bits=32, nullable=False),
+                                         Column("owner", Kind.INT, bits=32)), key=("id",), foreign_keys=(fk,))
+    for rule in (ColumnRule("shop.*", exclude=("owner",)), ColumnRule("shop.*", mask={"owner": "null"})):
+        with pytest.raises(ConfigError, match="drops or nulls owner of shop.pets, which its foreign key fk_owner acts "
+                                              "through: keep the column"):
+            apply_to_schema(rule, child)
+    restricting = TableSchema("shop", "pets", child.columns, key=("id",), foreign_keys=({**fk, "on_delete": "RESTRICT"},))
+    assert [c.name for c in apply_to_schema(ColumnRule("shop.*", exclude=("owner",)), restricting).columns] == ["id"]

@@ -28,6 +28,7 @@ from dataclasses import replace
 
 from binlake.config import HASH, NULL, ColumnRule, SourceConfig
 from binlake.contract.types import Column, Kind, TableSchema
+from binlake.errors import ConfigError
 
 
 def masked_text(how: str, salt: str, text: str | None) -> str | None:
@@ -68,6 +69,14 @@ def apply_to_schema(rule: ColumnRule | None, schema: TableSchema, salt: str = ""
     if rule is None:
         return schema
     rule.check(schema.name, tuple(c.name for c in schema.columns), schema.key, strict=strict)
+    for fk in schema.foreign_keys:
+        # Silver applies the foreign-key actions InnoDB does not log by matching these
+        # columns with the parent's key: without their values it would miss them.
+        lost = [c for c in fk["columns"] if not rule.keeps(c) or rule.mask.get(c) == NULL]
+        if lost and {fk.get("on_delete"), fk.get("on_update")} & {"CASCADE", "SET NULL", "SET DEFAULT"}:
+            raise ConfigError(f"source.columns[{rule.pattern!r}] drops or nulls {', '.join(lost)} of {schema.name}, "
+                              f"which its foreign key {fk['name']} acts through: keep the column (or hash it and "
+                              f"{fk['parent']}'s key with mask_key and the same salt)")
     columns = []
     for c in schema.columns:
         if not rule.keeps(c.name):
