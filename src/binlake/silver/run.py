@@ -9,7 +9,8 @@ One run:
 3. derives the foreign-key actions InnoDB applied without logging them, as records of the
    child tables (:mod:`binlake.silver.cascade`);
 4. per table, dedups and MERGEs, then tombstones what TRUNCATE and completed chunks prove
-   gone (:mod:`binlake.silver.merge`);
+   gone (:mod:`binlake.silver.merge`), and, for the tables ``history.tables`` names, adds
+   the records to their history tables (:mod:`binlake.silver.history`);
 5. last, the progress rows (:mod:`binlake.silver.progress`). A run killed anywhere before
    that simply re-applies the same records, which changes nothing.
 
@@ -45,6 +46,7 @@ from binlake.contract.lakehouse import (
 )
 from binlake.contract.position import CHANGELOG_SEQ_SQL, BinlogPosition
 from binlake.errors import NotReadyError, SchemaChangeError
+from binlake.silver import history as hist
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
@@ -75,6 +77,7 @@ class TableResult:
     error: str | None = None
     recreated: bool = False
     bulk_loaded: bool = False
+    history: int = 0  # history rows written or removed
 
 
 @dataclass
@@ -109,6 +112,7 @@ class SilverResult:
                 f", {n} {label}" for n, label in (
                     (t.reconciled, "reconciled tombstones"), (t.truncated, "truncated"), (t.cascaded, "cascaded"),
                     (t.zero_dates, "zero dates -> NULL"), (len(t.schema_changes), "schema changes"),
+                    (t.history, "history rows"),
                 ) if n
             )
             how = "bulk-loaded" if t.bulk_loaded else "merged"
@@ -271,13 +275,22 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
             return None
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
         res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
+        rule = config.history.table(db, table)
+        if rule is not None:
+            specs[batch.name] = hist.HistorySpec.of(rule, batch.schema)
+            hist.prepare_history(spark, lh, db, table, history, batch.ref, batch.schema, specs[batch.name])
         return batch
 
+    specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
+
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
-        done = apply(spark, batch, derived, floors)
+        spec = specs.get(batch.name)
+        record = None if spec is None else (
+            lambda records: hist.record_history(spark, lh, batch, records, floors, spec))
+        done = apply(spark, batch, derived, floors, history=record)
         res = results[batch.name]
         res.merged, res.cascaded, res.truncated, res.reconciled = done.merged, done.cascaded, done.truncated, done.reconciled
-        res.zero_dates, res.bulk_loaded = done.zero_dates, done.bulk_loaded
+        res.zero_dates, res.bulk_loaded, res.history = done.zero_dates, done.bulk_loaded, done.history
         key = (batch.db, batch.table)
         return _progress_row(new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates)
 
