@@ -112,39 +112,45 @@ def refs(lh: Lakehouse, db: str, table: str) -> tuple[TableRef, TableRef, TableR
 
 
 def prepare_history(spark, lh: Lakehouse, db: str, table: str, entries: list, silver: TableRef,
-                    schema: TableSchema, spec: HistorySpec) -> None:
+                    schema: TableSchema, spec: HistorySpec, fresh: bool) -> None:
     """Create the history tables or bring them to silver's schema, before the batch applies.
 
     A compatible schema change is applied to the history and the event store as to silver
     (:func:`schema_evolution.evolve`). An incompatible one reaches here only once silver was
     rebuilt from a snapshot: the history tables are rebuilt too, empty, and the snapshot
     opens each key's first version again (the versions before it cannot be typed under the
-    new schema). A table that already has silver rows when history is enabled starts with
-    one version per live row, from silver's rows (seeded once, see :data:`SEEDED_PROPERTY`).
-    When the tracked columns change (the config, or a column added under
-    ``except_columns``), every key's history is derived again with the new ones.
+    new schema). A table that already has silver rows when history is enabled (``fresh``:
+    silver was empty before this run) starts with one version per row, from silver's rows,
+    seeded once (:data:`SEEDED_PROPERTY`). When the tracked columns change (the config, or
+    a column added under ``except_columns``), every key's history is derived again.
     """
     history, events, facts = refs(lh, db, table)
-    for ref, meta in ((events, EVENT_METADATA_COLUMNS), (history, HISTORY_METADATA_COLUMNS)):
-        if se.create_silver_table(spark, ref, schema, metadata=meta):
+    tracked = json.dumps(list(spec.tracked))
+    # Created after the event store, as seeded when there is nothing to seed: a kill between
+    # the two leaves no history table, and the next run creates it the same way.
+    born = {SEEDED_PROPERTY: "true", TRACKED_PROPERTY: tracked} if fresh else None
+    for ref, meta, props in ((events, EVENT_METADATA_COLUMNS, None), (history, HISTORY_METADATA_COLUMNS, born)):
+        if se.create_silver_table(spark, ref, schema, metadata=meta, properties=props):
+            continue
+        if ref.properties(spark).get(se.SCHEMA_VERSION_PROPERTY) == entries[-1].version:
             continue
         try:
             se.evolve(spark, ref, entries)
         except SchemaChangeError:
             log.warning("%s: rebuilt with silver after an incompatible schema change; earlier versions dropped", ref)
-            se.create_silver_table(spark, ref, schema, replace=True, metadata=meta)
+            se.create_silver_table(spark, ref, schema, replace=True, metadata=meta, properties=props)
             if ref == events:
                 _drop_facts(spark, facts)
     facts.create_if_missing(spark, FACTS_SCHEMA, comment=f"binlake history: TRUNCATEs and completed chunks of {db}.{table}")
     props = history.properties(spark)
     seeded = props.get(SEEDED_PROPERTY) == "true"
-    if seeded and props.get(TRACKED_PROPERTY) == json.dumps(list(spec.tracked)):
+    if seeded and props.get(TRACKED_PROPERTY) == tracked:
         return
     if not seeded:
         _seed(spark, silver, schema, events)
     rederive(spark, lh, db, table, schema, spec, None)
     # Last: a run killed before this does all of it again, which changes nothing.
-    se.set_table_property(spark, history, TRACKED_PROPERTY, json.dumps(list(spec.tracked)))
+    se.set_table_property(spark, history, TRACKED_PROPERTY, tracked)
     se.set_table_property(spark, history, SEEDED_PROPERTY, "true")
 
 
@@ -174,38 +180,68 @@ def record_history(spark, lh: Lakehouse, batch, records, floors: dict | None, sp
     (the batch's and the derived ones, before dedup) add to the table's history; returns
     the number of history rows written or removed. Idempotent: run after silver's writes,
     and again by a re-run after a kill."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     schema = batch.schema
     history, events, facts = refs(lh, batch.db, batch.table)
-    new_facts = _facts(spark, batch, floors)
+    # Facts only from a batch that brings them: the stored TRUNCATE is in every later batch.
+    new_facts = _facts(spark, batch, floors) if batch.batch_truncate is not None or batch.chunks else None
     if new_facts is not None:
         merge_facts(spark, facts, new_facts)
     merge_events(spark, events, schema, records.select(
         *[F.col(quote_ident(c.name)) for c in schema.columns], "_cdc_seq", "_cdc_op", "_cdc_deleted",
         "_cdc_commit_ts", F.col("_prio").alias("_cdc_prio")))
-    keys = _key_frame(records, schema)
-    if batch.batch_truncate is not None:
-        keys = None  # a TRUNCATE ends every key's version
-    elif batch.chunks:
-        inside = F.lit(False)
-        for c in batch.chunks:
-            inside = inside | reconcile_range_predicate(schema, c["start_key"], c["end_key"])
-        keys = keys.unionByName(_key_frame(events.read(spark).where(inside), schema)).distinct()
-    faults.point("silver.before_history")
-    return rederive(spark, lh, batch.db, batch.table, schema, spec, keys)
+    keys = None  # a TRUNCATE ends every key's version
+    if batch.batch_truncate is None:
+        keys = _key_frame(records, schema)
+        if batch.chunks:
+            # A completed chunk may end any key in its range that it did not return.
+            inside = F.lit(False)
+            for c in batch.chunks:
+                inside = inside | reconcile_range_predicate(schema, c["start_key"], c["end_key"])
+            keys = keys.unionByName(_key_frame(events.read(spark).where(inside), schema)).distinct()
+        keys = keys.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        faults.point("silver.before_history")
+        return rederive(spark, lh, batch.db, batch.table, schema, spec, keys)
+    finally:
+        if keys is not None:
+            keys.unpersist()
 
 
 def rederive(spark, lh: Lakehouse, db: str, table: str, schema: TableSchema, spec: HistorySpec, keys) -> int:
     """Derive the versions of ``keys`` (None: every key) from their events and the facts,
     and replace their history rows with them; returns the rows written or removed."""
+    from pyspark.sql import functions as F
+
     history, events, facts = refs(lh, db, table)
-    inputs, cached = _derive_inputs(spark, events, facts, schema, keys)
+    bounds = None
+    if keys is not None:
+        first = quote_ident(schema.key[0])
+        bounds = tuple(keys.agg(F.min(F.col(first)), F.max(F.col(first))).first())
+        if bounds[0] is None:
+            return 0
+    from pyspark import StorageLevel
+
+    inputs, cached = _derive_inputs(spark, events, facts, schema, keys, bounds)
+    # Materialized once, as the touched keys' versions are few: the MERGE reads its source twice.
+    rows = versions(inputs, schema, spec.tracked).persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        return replace_versions(spark, history, schema, keys, versions(inputs, schema, spec.tracked))
+        return replace_versions(spark, history, schema, keys, bounds, rows)
     finally:
-        for df in cached:
+        for df in (rows, *cached):
             df.unpersist()
+
+
+def _within(df, schema: TableSchema, bounds):
+    """``df`` limited to the leading key column's ``bounds``: a predicate on the table's own
+    column, which lets Delta skip the files outside them (the tables cluster by key)."""
+    from pyspark.sql import functions as F
+
+    if bounds is None:
+        return df
+    return df.where(F.col(quote_ident(schema.key[0])).between(F.lit(bounds[0]), F.lit(bounds[1])))
 
 
 def _key_frame(df, schema: TableSchema):
@@ -263,20 +299,16 @@ def merge_events(spark, events: TableRef, schema: TableSchema, rows) -> None:
 # Deriving versions
 
 
-def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema, keys):
-    """The events of ``keys`` (None: every key) with the deletes the facts imply."""
+def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema, keys, bounds):
+    """The events of ``keys`` (None: every key) with the deletes the facts imply, and the
+    frames cached for it (to unpersist once used)."""
     from pyspark.sql import functions as F
 
     ev = events.read(spark)
     if keys is not None:
-        first = quote_ident(schema.key[0])
-        bounds = keys.agg(F.min(F.col(first)).alias("lo"), F.max(F.col(first)).alias("hi")).first()
-        if bounds["lo"] is None:
-            return ev.where("false"), []
-        # Bounds on the table's own column let Delta skip files outside them.
-        ev = (ev.where(F.col(first).between(F.lit(bounds["lo"]), F.lit(bounds["hi"])))
-              .join(keys, list(schema.key), "left_semi"))
-    fact_rows = [r.asDict(recursive=True) for r in facts.read(spark).collect()]
+        ev = _within(ev, schema, bounds).join(keys, list(schema.key), "left_semi")
+    # A facts table still at its creating commit holds nothing: no job to find out.
+    fact_rows = [] if facts.latest_version(spark) == 0 else [r.asDict(recursive=True) for r in facts.read(spark).collect()]
     if not fact_rows:
         return ev, []
     ev = ev.persist()
@@ -360,32 +392,29 @@ def versions(events, schema: TableSchema, tracked: tuple[str, ...]):
             .select(*[quote_ident(c) for c in columns], *[name for name, _, _ in HISTORY_METADATA_COLUMNS]))
 
 
-def replace_versions(spark, history: TableRef, schema: TableSchema, keys, rows) -> int:
+def replace_versions(spark, history: TableRef, schema: TableSchema, keys, bounds, rows) -> int:
     """Make the history rows of ``keys`` (None: every key) exactly ``rows``, in one MERGE: a
-    version no longer derived is deleted, a changed one updated, a new one inserted. Returns
-    the rows written or removed."""
+    version no longer derived (a late record made it part of the one before, or a late
+    TRUNCATE ended it sooner) is deleted, a changed one updated, a new one inserted.
+    Returns the rows written or removed."""
     from pyspark.sql import functions as F
 
     key = [quote_ident(k) for k in schema.key]
     existing = history.read(spark).select(*key, "_cdc_valid_from")
     if keys is not None:
-        existing = existing.join(keys, list(schema.key), "left_semi")
+        existing = _within(existing, schema, bounds).join(keys, list(schema.key), "left_semi")
     stale = existing.join(rows.select(*key, "_cdc_valid_from"), [*schema.key, "_cdc_valid_from"], "left_anti")
     cols = [quote_ident(c.name) for c in schema.columns] + [name for name, _, _ in HISTORY_METADATA_COLUMNS]
     source = rows.withColumn("_drop", F.lit(False)).unionByName(stale.withColumn("_drop", F.lit(True)),
                                                                 allowMissingColumns=True)
-    on = " AND ".join([f"t.{k} = s.{k}" for k in key] + ["t._cdc_valid_from = s._cdc_valid_from"])
+    on = F.expr(" AND ".join([f"t.{k} = s.{k}" for k in key] + ["t._cdc_valid_from = s._cdc_valid_from"]))
+    if bounds is not None:
+        first = F.col(f"t.{key[0]}")
+        on = on & first.between(F.lit(bounds[0]), F.lit(bounds[1]))
     same = " AND ".join(f"t.{c} <=> s.{c}" for c in cols)
     assign = {c: f"s.{c}" for c in cols}
-    # Materialized once: the MERGE reads its source twice, and the source reads the target.
-    source = source.persist()
-    try:
-        before = history.latest_version(spark)
-        with_retry(f"MERGE into {history}", lambda: history.delta(spark).alias("t").merge(source.alias("s"), on)
-                   .whenMatchedDelete(condition="s._drop")
-                   .whenMatchedUpdate(condition=f"NOT ({same})", set=assign)
-                   .whenNotMatchedInsert(condition="NOT s._drop", values=assign).execute())
-        m = history.last_commit(spark, since=before)[1]
-    finally:
-        source.unpersist()
-    return sum(m.get(k, 0) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
+    metrics = with_retry(f"MERGE into {history}", lambda: history.delta(spark).alias("t").merge(source.alias("s"), on)
+                         .whenMatchedDelete(condition="s._drop")
+                         .whenMatchedUpdate(condition=f"NOT ({same})", set=assign)
+                         .whenNotMatchedInsert(condition="NOT s._drop", values=assign).execute().first())
+    return int(metrics["num_affected_rows"] or 0)

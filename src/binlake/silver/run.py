@@ -278,7 +278,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         rule = config.history.table(db, table)
         if rule is not None:
             specs[batch.name] = hist.HistorySpec.of(rule, batch.schema)
-            hist.prepare_history(spark, lh, db, table, history, batch.ref, batch.schema, specs[batch.name])
+            hist.prepare_history(spark, lh, db, table, history, batch.ref, batch.schema, specs[batch.name], batch.fresh)
         return batch
 
     specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history

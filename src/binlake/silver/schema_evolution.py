@@ -229,10 +229,10 @@ def _column_ddl(c: Column) -> str:
 
 
 def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool = False,
-                        metadata: tuple = SILVER_METADATA_COLUMNS) -> bool:
+                        metadata: tuple = SILVER_METADATA_COLUMNS, properties: dict | None = None) -> bool:
     """Create the silver table for ``schema`` if missing (or replace it); True if created.
     ``metadata``: the ``(name, type, comment)`` columns after the source's (a history table's
-    differ from silver's).
+    differ from silver's); ``properties``: more table properties to create it with.
 
     Liquid clustering on the key is tried first; key types Delta cannot cluster by (e.g.
     BINARY has no min/max statistics) fall back to an unclustered table.
@@ -248,7 +248,7 @@ def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool
         replace = False
     cols = [_column_ddl(c) for c in schema.columns]
     cols += [f"{name} {typ} COMMENT {spark_string(comment)}" for name, typ, comment in metadata]
-    props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version()}
+    props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version(), **(properties or {})}
     tbl = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
     comment = f" COMMENT {spark_string(schema.comment)}" if schema.comment else ""
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
