@@ -265,3 +265,17 @@ def test_an_incompatible_change_rebuilt_from_a_snapshot_starts_the_history_again
         (1, 5, (1, 400, -1), None, True, False),
         (2, 2, (1, 400, -1), None, True, False),
     ]
+
+
+def test_a_table_that_is_all_key_has_a_version_per_period_of_existence(spark):
+    from binlake.silver.history import versions
+
+    links = table("shop.links", [col("a"), col("b")], key=("a", "b"))
+    seq = "named_struct('file_index', CAST(1 AS BIGINT), 'pos', CAST({} AS BIGINT), 'row', 0)"
+    events = spark.sql(" UNION ALL ".join(
+        f"SELECT 1 AS a, 2 AS b, {seq.format(pos)} AS _cdc_seq, '{op}' AS _cdc_op, {deleted} AS _cdc_deleted, "
+        f"CAST(NULL AS TIMESTAMP) AS _cdc_commit_ts, 2 AS _cdc_prio"
+        for pos, op, deleted in ((100, "insert", "false"), (200, "delete", "true"), (300, "insert", "false"))))
+    rows = versions(events, links, ("a", "b")).orderBy("_cdc_valid_from").collect()
+    assert [(r.a, r.b, r._cdc_valid_from.pos, r._cdc_valid_to and r._cdc_valid_to.pos, r._cdc_ended_by_delete)
+            for r in rows] == [(1, 2, 100, 200, True), (1, 2, 300, None, False)]

@@ -373,20 +373,20 @@ def versions(events, schema: TableSchema, tracked: tuple[str, ...]):
               .withColumn("_group", F.sum(F.when(F.col("_opens") | F.col("_closes"), 1).otherwise(0))
                           .over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
     columns = [c.name for c in schema.columns]
+    others = [c for c in columns if c not in schema.key]  # none in a table that is all key
+    last = [F.max_by(F.struct(*[F.col(quote_ident(c)).alias(c) for c in others]), "_cdc_seq").alias("_last")] if others else []
     groups = (marked.where("_group > 0")
               .groupBy(*key, "_group")
               .agg(F.min("_cdc_seq").alias("_cdc_valid_from"),
                    F.min_by("_cdc_commit_ts", "_cdc_seq").alias("_cdc_valid_from_ts"),
-                   F.min_by("_opens", "_cdc_seq").alias("_opens"),
-                   F.max_by(F.struct(*[F.col(quote_ident(c)).alias(c) for c in columns if c not in schema.key]),
-                            "_cdc_seq").alias("_last")))
+                   F.min_by("_opens", "_cdc_seq").alias("_opens"), *last))
     g = Window.partitionBy(*key).orderBy("_group")
     return (groups
             .withColumn("_cdc_valid_to", F.lead("_cdc_valid_from").over(g))
             .withColumn("_cdc_valid_to_ts", F.lead("_cdc_valid_from_ts").over(g))
             .withColumn("_cdc_ended_by_delete", F.coalesce(~F.lead("_opens").over(g), F.lit(False)))
             .where("_opens")
-            .select(*key, *[F.col(f"_last.{quote_ident(c)}").alias(c) for c in columns if c not in schema.key],
+            .select(*key, *[F.col(f"_last.{quote_ident(c)}").alias(c) for c in others],
                     "_cdc_valid_from", "_cdc_valid_to", "_cdc_valid_from_ts", "_cdc_valid_to_ts",
                     F.col("_cdc_valid_to").isNull().alias("_cdc_is_current"), "_cdc_ended_by_delete")
             .select(*[quote_ident(c) for c in columns], *[name for name, _, _ in HISTORY_METADATA_COLUMNS]))
