@@ -191,16 +191,18 @@ def test_a_table_no_pattern_names_gets_no_history_tables(spark, tmp_path):
 def test_history_enabled_on_a_table_with_rows_starts_from_silvers_rows(spark, tmp_path):
     b = Bronze(spark, tmp_path / "lh")
     b.schema(ORDERS)
-    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, status="new"),
-             b.update(ORDERS, (1, 200, 0), {"id": 1, "status": "new"}, {"id": 1, "status": "paid"}),
+    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, status="new"), b.truncate(ORDERS, (1, 150, 0)),
+             b.insert(ORDERS, (1, 200, 0), id=1, status="paid"),
              b.insert(ORDERS, (1, 200, 1), id=2, status="gone"), b.delete(ORDERS, (1, 200, 2), id=2, status="gone"))
     run_silver(spark, b.config)
     keeping_history(b)
-    b.commit(b.update(ORDERS, (1, 300, 0), {"id": 1, "status": "paid"}, {"id": 1, "status": "shipped"}))
+    b.commit(b.update(ORDERS, (1, 300, 0), {"id": 1, "status": "paid"}, {"id": 1, "status": "shipped"}),
+             b.insert(ORDERS, (1, 120, 0), id=3, status="late"))  # older than the TRUNCATE before history
     run_silver(spark, b.config)
     assert versions(spark, b) == [
         (1, "paid", (1, 200, 0), (1, 300, 0), False, False),
         (1, "shipped", (1, 300, 0), None, True, False),
+        (3, "late", (1, 120, 0), (1, 150, -2), False, True),
     ]
 
 

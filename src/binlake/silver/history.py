@@ -51,7 +51,7 @@ from binlake.contract.lakehouse import (
     TableRef,
     with_retry,
 )
-from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_literal
+from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, parse_seq, seq_literal
 from binlake.contract.sql import quote_ident
 from binlake.contract.types import TableSchema
 from binlake.errors import ConfigError, SchemaChangeError
@@ -147,7 +147,7 @@ def prepare_history(spark, lh: Lakehouse, db: str, table: str, entries: list, si
     if seeded and props.get(TRACKED_PROPERTY) == tracked:
         return
     if not seeded:
-        _seed(spark, silver, schema, events)
+        _seed(spark, silver, schema, events, facts)
     rederive(spark, lh, db, table, schema, spec, None)
     # Last: a run killed before this does all of it again, which changes nothing.
     se.set_table_property(spark, history, TRACKED_PROPERTY, tracked)
@@ -159,12 +159,17 @@ def _drop_facts(spark, facts: TableRef) -> None:
         with_retry(f"reset of {facts}", lambda: facts.delta(spark).delete())
 
 
-def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef) -> None:
-    """Silver's rows as events: what the table held before history was enabled."""
+def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts: TableRef) -> None:
+    """Silver's rows as events: what the table held before history was enabled; and its last
+    TRUNCATE, which a record older than it that arrives later must still meet."""
     if not silver.exists(spark):
         return
     from pyspark.sql import functions as F
 
+    truncated = parse_seq(silver.properties(spark).get(se.TRUNCATED_SEQ_PROPERTY))
+    if truncated is not None:
+        merge_facts(spark, facts, spark.createDataFrame(
+            [(TRUNCATE_FACT, _seq(truncated), None, None, None, None, None, None)], FACTS_SCHEMA))
     rows = silver.read(spark).select(*[F.col(quote_ident(c.name)) for c in schema.columns],
                                      "_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts",
                                      F.lit(2).alias("_cdc_prio"))
