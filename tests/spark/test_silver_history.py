@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
+from bronze_fixtures import T0, Bronze, col, table  # tests/spark/bronze_fixtures.py
 
 from binlake.config import HistoryConfig, HistoryTable
 from binlake.contract.types import Kind
@@ -111,6 +111,9 @@ def test_a_truncate_ends_every_version_also_of_a_record_older_than_it_that_arriv
         (2, "new", (1, 100, 1), t, False, True),
         (3, "late", (1, 150, 0), t, False, True),
     ]
+    # A TRUNCATE comes from the binlog: the versions it ends carry its commit time.
+    ends = {r._cdc_valid_to_ts for r in b.lh.silver_history("shop", "orders").read(spark).where("_cdc_ended_by_delete").collect()}
+    assert ends == {T0}
 
 
 def test_a_snapshot_row_opens_a_version_only_where_it_differs_and_takes_its_place_in_sequence_order(spark, bronze):

@@ -166,8 +166,8 @@ HISTORY_METADATA_COLUMNS = (
     ("_cdc_valid_from", CDC_SEQ_TYPE, "The change sequence of the record that opened this version."),
     ("_cdc_valid_to", CDC_SEQ_TYPE, "The change sequence of the record that ended it (NULL while current)."),
     ("_cdc_valid_from_ts", "TIMESTAMP", "Source commit time of _cdc_valid_from (NULL for a snapshot row)."),
-    ("_cdc_valid_to_ts", "TIMESTAMP", "Source commit time of _cdc_valid_to (NULL while current, or when silver "
-                                      "derived the end: snapshot row, TRUNCATE, chunk reconciliation)."),
+    ("_cdc_valid_to_ts", "TIMESTAMP", "Source commit time of _cdc_valid_to (NULL while current, or when a snapshot "
+                                      "row or a chunk reconciliation ended the version)."),
     ("_cdc_is_current", "BOOLEAN", "True for the key's live version (no _cdc_valid_to)."),
     ("_cdc_ended_by_delete", "BOOLEAN", "True when the version ended because the row was deleted."),
 )

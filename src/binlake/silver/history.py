@@ -66,11 +66,11 @@ EVENT_METADATA_COLUMNS = (
 )
 FACTS_SCHEMA = (
     f"kind STRING, seq {CDC_SEQ_TYPE}, snapshot_id STRING, chunk_id INT, attempt_id STRING, "
-    f"start_key STRING, end_key STRING, lw {CDC_SEQ_TYPE}"
+    f"start_key STRING, end_key STRING, lw {CDC_SEQ_TYPE}, ts TIMESTAMP"
 )
 """``<table>__history_facts``: ``kind`` 'truncate' (everything older than ``seq`` is gone) or
 'chunk' (a completed chunk ``[start_key, end_key)`` whose rows sit at ``lw``; ``seq`` is
-where its reconciliation deletes: ``(floor, -2)``)."""
+where its reconciliation deletes: ``(floor, -2)``); ``ts``: a TRUNCATE's commit time."""
 TRUNCATE_FACT, CHUNK_FACT = "truncate", "chunk"
 TRACKED_PROPERTY = "binlake.history_tracked"
 """The tracked columns (JSON) the history table's versions were derived with."""
@@ -169,7 +169,7 @@ def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts:
     truncated = parse_seq(silver.properties(spark).get(se.TRUNCATED_SEQ_PROPERTY))
     if truncated is not None:
         merge_facts(spark, facts, spark.createDataFrame(
-            [(TRUNCATE_FACT, _seq(truncated), None, None, None, None, None, None)], FACTS_SCHEMA))
+            [(TRUNCATE_FACT, _seq(truncated), None, None, None, None, None, None, None)], FACTS_SCHEMA))
     rows = silver.read(spark).select(*[F.col(quote_ident(c.name)) for c in schema.columns],
                                      "_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts",
                                      F.lit(2).alias("_cdc_prio"))
@@ -180,18 +180,20 @@ def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts:
 # Applying a batch
 
 
-def record_history(spark, lh: Lakehouse, batch, records, floors: dict | None, spec: HistorySpec) -> int:
+def record_history(spark, lh: Lakehouse, batch, records, floors: dict | None, spec: HistorySpec,
+                   emptied: tuple = ()) -> int:
     """Write what ``batch`` (a :class:`~binlake.silver.batch.TableBatch`) and its ``records``
     (the batch's and the derived ones, before dedup) add to the table's history; returns
-    the number of history rows written or removed. Idempotent: run after silver's writes,
-    and again by a re-run after a kill."""
+    the number of history rows written or removed. ``emptied``: the batch's TRUNCATE-like
+    records with their commit times (:attr:`~binlake.silver.batch.TableNews.emptied`).
+    Idempotent: run after silver's writes, and again by a re-run after a kill."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     schema = batch.schema
     history, events, facts = refs(lh, batch.db, batch.table)
     # Facts only from a batch that brings them: the stored TRUNCATE is in every later batch.
-    new_facts = _facts(spark, batch, floors) if batch.batch_truncate is not None or batch.chunks else None
+    new_facts = _facts(spark, batch, floors, emptied) if batch.batch_truncate is not None or batch.chunks else None
     if new_facts is not None:
         merge_facts(spark, facts, new_facts)
     merge_events(spark, events, schema, records.select(
@@ -255,9 +257,11 @@ def _key_frame(df, schema: TableSchema):
     return df.select(*[F.col(quote_ident(k)) for k in schema.key]).distinct()
 
 
-def _facts(spark, batch, floors: dict | None):
+def _facts(spark, batch, floors: dict | None, emptied: tuple):
     """The batch's facts as a DataFrame of :data:`FACTS_SCHEMA` rows, or None."""
-    rows = [(TRUNCATE_FACT, _seq(t), None, None, None, None, None, None) for t in batch.emptied]
+    times = {(int(t["file_index"]), int(t["pos"])): t["commit_ts"] for t in emptied}
+    rows = [(TRUNCATE_FACT, _seq(t), None, None, None, None, None, None, times.get((t[0], t[1])))
+            for t in batch.emptied]
     by_snapshot: dict[str, list[dict]] = {}
     for c in batch.chunks:
         by_snapshot.setdefault(c["snapshot_id"], []).append(c)
@@ -266,7 +270,7 @@ def _facts(spark, batch, floors: dict | None):
         floor = (floors or {}).get(snapshot_id) or min((c["lw_file_index"], c["lw_pos"]) for c in members)
         for c in members:
             rows.append((CHUNK_FACT, _seq((*floor, DERIVED_ROW)), snapshot_id, int(c["chunk_id"]), c["attempt_id"],
-                         c["start_key"], c["end_key"], _seq((c["lw_file_index"], c["lw_pos"], SNAPSHOT_ROW))))
+                         c["start_key"], c["end_key"], _seq((c["lw_file_index"], c["lw_pos"], SNAPSHOT_ROW)), None))
     return spark.createDataFrame(rows, FACTS_SCHEMA) if rows else None
 
 
@@ -278,7 +282,9 @@ def merge_facts(spark, facts: TableRef, rows) -> None:
     on = ("t.kind = s.kind AND t.seq = s.seq AND t.snapshot_id <=> s.snapshot_id AND t.chunk_id <=> s.chunk_id "
           "AND t.attempt_id <=> s.attempt_id")
     rows = rows.dropDuplicates(["kind", "seq", "snapshot_id", "chunk_id", "attempt_id"])
+    # A TRUNCATE known without its time (from before history was enabled) gains it if it comes.
     with_retry(f"MERGE into {facts}", lambda: facts.delta(spark).alias("t").merge(rows.alias("s"), on)
+               .whenMatchedUpdate(condition="t.ts IS NULL AND s.ts IS NOT NULL", set={"ts": "s.ts"})
                .whenNotMatchedInsertAll().execute())
 
 
@@ -320,8 +326,12 @@ def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema
     key = [quote_ident(k) for k in schema.key]
     first_seq = ev.groupBy(*key).agg(F.min("_cdc_seq").alias("_first"))
     synthetic = []
-    for t in sorted({_tuple(f["seq"]) for f in fact_rows if f["kind"] == TRUNCATE_FACT}):
-        synthetic.append(_deletes(first_seq.where(F.col("_first") < F.expr(seq_literal(t))), schema, t, TRUNCATE_OP))
+    truncates: dict[tuple, object] = {}
+    for f in fact_rows:
+        if f["kind"] == TRUNCATE_FACT:
+            truncates[_tuple(f["seq"])] = truncates.get(_tuple(f["seq"])) or f["ts"]
+    for t, ts in sorted(truncates.items()):
+        synthetic.append(_deletes(first_seq.where(F.col("_first") < F.expr(seq_literal(t))), schema, t, TRUNCATE_OP, ts))
     snapshots: dict[str, list[dict]] = {}
     for f in fact_rows:
         if f["kind"] == CHUNK_FACT:
@@ -346,13 +356,13 @@ def _tuple(seq) -> tuple[int, int, int]:
     return (int(seq["file_index"]), int(seq["pos"]), int(seq["row"]))
 
 
-def _deletes(keys, schema: TableSchema, seq: tuple[int, int, int], op: str):
+def _deletes(keys, schema: TableSchema, seq: tuple[int, int, int], op: str, ts=None):
     from pyspark.sql import functions as F
 
     others = [F.lit(None).cast(c.spark_type).alias(c.name) for c in schema.columns if c.name not in schema.key]
     return keys.select(*[F.col(quote_ident(k)) for k in schema.key], *others,
                        F.expr(seq_literal(seq)).alias("_cdc_seq"), F.lit(op).alias("_cdc_op"),
-                       F.lit(True).alias("_cdc_deleted"), F.lit(None).cast("timestamp").alias("_cdc_commit_ts"),
+                       F.lit(True).alias("_cdc_deleted"), F.lit(ts).cast("timestamp").alias("_cdc_commit_ts"),
                        F.lit(_PRIO_FACT).alias("_cdc_prio"))
 
 

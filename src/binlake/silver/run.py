@@ -44,7 +44,7 @@ from binlake.contract.lakehouse import (
     Lakehouse,
     ProgressRow,
 )
-from binlake.contract.position import CHANGELOG_SEQ_SQL, BinlogPosition
+from binlake.contract.position import BinlogPosition
 from binlake.errors import NotReadyError, SchemaChangeError
 from binlake.silver import history as hist
 from binlake.silver import schema_evolution as se
@@ -54,6 +54,9 @@ from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
 
 log = logging.getLogger("binlake.silver")
+
+# A TRUNCATE-like record as TableNews.emptied holds it: its _cdc_seq's parts and its commit time.
+EMPTIED_SQL = "named_struct('file_index', file_index, 'pos', pos, 'row', `row`, 'commit_ts', commit_ts)"
 
 # Silver tables decoded and applied at the same time by one run: most of a small table's
 # time is driver-side latency (Delta log reads, commits), not work.
@@ -177,7 +180,7 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
                   .agg(F.expr(f"count_if(op IN ({data}))").alias("changes"),
                        F.expr(f"count_if(op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
                        F.expr(f"count_if(op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
-                       F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {CHANGELOG_SEQ_SQL} END)").alias("emptied"))
+                       F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"))
                   .collect()):
             news = TableNews(int(r["changes"]), int(r["updates_deletes"]), int(r["ddl"]), tuple(r["emptied"] or ()))
             if news.any:
@@ -285,8 +288,9 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
 
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
         spec = specs.get(batch.name)
+        emptied = new.news.get((batch.db, batch.table), TableNews()).emptied
         record = None if spec is None else (
-            lambda records: hist.record_history(spark, lh, batch, records, floors, spec))
+            lambda records: hist.record_history(spark, lh, batch, records, floors, spec, emptied))
         done = apply(spark, batch, derived, floors, history=record)
         res = results[batch.name]
         res.merged, res.cascaded, res.truncated, res.reconciled = done.merged, done.cascaded, done.truncated, done.reconciled
