@@ -220,6 +220,7 @@ def record_history(spark, lh: Lakehouse, batch, records, floors: dict | None, sp
 def rederive(spark, lh: Lakehouse, db: str, table: str, schema: TableSchema, spec: HistorySpec, keys) -> int:
     """Derive the versions of ``keys`` (None: every key) from their events and the facts,
     and replace their history rows with them; returns the rows written or removed."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     history, events, facts = refs(lh, db, table)
@@ -229,8 +230,6 @@ def rederive(spark, lh: Lakehouse, db: str, table: str, schema: TableSchema, spe
         bounds = tuple(keys.agg(F.min(F.col(first)), F.max(F.col(first))).first())
         if bounds[0] is None:
             return 0
-    from pyspark import StorageLevel
-
     inputs, cached = _derive_inputs(spark, events, facts, schema, keys, bounds)
     # Materialized once, as the touched keys' versions are few: the MERGE reads its source twice.
     rows = versions(inputs, schema, spec.tracked).persist(StorageLevel.MEMORY_AND_DISK)
