@@ -26,7 +26,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -476,6 +476,56 @@ class HealthConfig:
 
 
 @dataclass(frozen=True)
+class HistoryTable:
+    """One entry of ``history.tables``: the tables a pattern names keep every version.
+
+    ``track_columns`` (only these columns open a version) and ``except_columns`` (every
+    column but these does) exclude each other; with neither, every column is tracked."""
+
+    pattern: str
+    track_columns: tuple[str, ...] | None = None
+    except_columns: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not _TABLE_PATTERN.match(self.pattern):
+            raise ConfigError(f'history.tables entry {self.pattern!r} is not a db.table pattern: write it as '
+                              '"db.table", "db.*" or "db.prefix_*"')
+        if self.track_columns is not None and self.except_columns:
+            raise ConfigError(f"history.tables entry {self.pattern!r} sets both track_columns and except_columns: "
+                              "keep one of them")
+        if self.track_columns is not None and not self.track_columns:
+            raise ConfigError(f"history.tables entry {self.pattern!r} has an empty track_columns: list the columns "
+                              "whose changes open a version, or drop the key to track every column")
+
+    def tracked(self, columns: Sequence[str]) -> tuple[str, ...]:
+        """The columns among ``columns`` (a table's, in order) whose changes open a version."""
+        if self.track_columns is not None:
+            return tuple(c for c in columns if c in self.track_columns)
+        return tuple(c for c in columns if c not in self.except_columns)
+
+
+@dataclass(frozen=True)
+class HistoryConfig:
+    """``history``: the tables silver also keeps as SCD type 2 history tables (docs/history.md).
+
+    Example::
+
+        history:
+          tables:
+            - shop.orders                              # every column tracked
+            - {table: "crm.*", except_columns: [updated_at]}
+            - {table: shop.customers, track_columns: [email, tier]}
+
+    The first entry whose pattern matches a table applies to it."""
+
+    tables: tuple[HistoryTable, ...] = ()
+
+    def table(self, db: str, table: str) -> HistoryTable | None:
+        name = f"{db}.{table}"
+        return next((t for t in self.tables if fnmatch.fnmatchcase(name, t.pattern)), None)
+
+
+@dataclass(frozen=True)
 class Config:
     source: SourceConfig
     lakehouse: LakehouseConfig
@@ -484,6 +534,7 @@ class Config:
     gold: GoldConfig = field(default_factory=GoldConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     health: HealthConfig = field(default_factory=HealthConfig)
+    history: HistoryConfig = field(default_factory=HistoryConfig)
     # The directory the config file was read from; relative lakehouse paths resolve here.
     base_dir: str = "."
 
@@ -518,6 +569,7 @@ _SECTIONS = {
     "maintenance": {"optimize_min_files", "tombstone_retention_hours", "changelog_retention_days",
                     "vacuum_retention_hours"},
     "health": {"max_lag_seconds"},
+    "history": {"tables"},
 }
 _TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
 _CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
@@ -579,6 +631,7 @@ def load_config_text(
         maintenance=MaintenanceConfig(**{k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
                                          for k in _SECTIONS["maintenance"]}),
         health=HealthConfig(max_lag_seconds=_int(sections["health"], "health.max_lag_seconds", HealthConfig.max_lag_seconds)),
+        history=_history(sections["history"]),
         base_dir=base_dir,
     )
 
@@ -834,3 +887,39 @@ def _groups(raw: Any) -> dict[str, tuple[str, ...]]:
                 raise ConfigError(f'gold.groups.{name} entry {p!r} is not a "db.table" pattern such as "shop.orders"')
         groups[str(name)] = tuple(patterns)
     return groups
+
+
+_HISTORY_KEYS = {"table", "track_columns", "except_columns"}
+
+
+def _history(s: Mapping[str, Any]) -> HistoryConfig:
+    raw = s.get("tables") or []
+    if not isinstance(raw, list):
+        raise ConfigError('history.tables must be a list of "db.table" patterns or {table: ..., track_columns: [...]} '
+                          'entries, e.g. ["shop.orders"]')
+    out = []
+    for i, entry in enumerate(raw):
+        where = f"history.tables[{i}]"
+        if isinstance(entry, str):
+            out.append(HistoryTable(entry))
+            continue
+        if not isinstance(entry, dict):
+            raise ConfigError(f'{where} must be a "db.table" pattern or a mapping such as '
+                              '{table: shop.orders, except_columns: [updated_at]}')
+        bad = set(entry) - _HISTORY_KEYS
+        if bad:
+            raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_HISTORY_KEYS))}")
+        if not isinstance(entry.get("table"), str):
+            raise ConfigError(f"{where} needs table: a db.table pattern such as shop.orders")
+        lists = {}
+        for key in ("track_columns", "except_columns"):
+            value = entry.get(key)
+            if value is None:
+                continue
+            if isinstance(value, str):
+                value = [value]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+                raise ConfigError(f"{where}.{key} must be a list of column names, e.g. [status, amount]")
+            lists[key] = tuple(value)
+        out.append(HistoryTable(entry["table"], lists.get("track_columns"), lists.get("except_columns", ())))
+    return HistoryConfig(tuple(out))

@@ -16,6 +16,7 @@ import pytest
 from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
 from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
+    HISTORY_METADATA_COLUMNS,
     PROGRESS_SCHEMA,
     PUBLISH_LOG_SCHEMA,
     SCHEMA_HISTORY_SCHEMA,
@@ -55,6 +56,7 @@ def lakehouse(spark, tmp_path_factory):
     pairs = [(uc.changelog, local.changelog), (uc.snapshot_rows, local.snapshot_rows),
              (uc.snapshot_chunks, local.snapshot_chunks), (uc.schema_history, local.schema_history),
              (uc.silver("shop", "orders"), local.silver("shop", "orders")), (uc.silver_progress, local.silver_progress),
+             (uc.silver_history("shop", "orders"), local.silver_history("shop", "orders")),
              (uc.gold("shop", "orders"), local.gold("shop", "orders")), (uc.publish_log, local.publish_log),
              (uc.quarantine("shop", "orders"), local.quarantine("shop", "orders"))]
     # The UC names the page uses are the ones binlake's Lakehouse gives on Databricks.
@@ -152,6 +154,27 @@ def _build(spark, lh: Lakehouse) -> None:
             ON t.id = s.id
             WHEN MATCHED AND s._cdc_seq > t._cdc_seq THEN UPDATE SET *
             WHEN NOT MATCHED THEN INSERT *""")
+
+    # silver history: every version of each order, as silver/history.py derives it from the records above
+    history = lh.silver_history("shop", "orders")
+    history.create_if_missing(spark, "id INT, status STRING, amount DECIMAL(10,2), " + ", ".join(
+        f"{name} {type_}" for name, type_, _ in HISTORY_METADATA_COLUMNS))
+    snap, to = seq.format(41, 100, -1), "TIMESTAMP'2026-11-{}'"
+    versions = [  # id, status, amount, valid_from, valid_to, from_ts, to_ts, current, ended by delete
+        (1, "new", "10.00", snap, seq.format(41, 500, 0), "NULL", to.format("20 09:30:00"), "false", "false"),
+        (1, "paid", "10.00", seq.format(41, 500, 0), seq.format(42, 1337, 0), to.format("20 09:30:00"),
+         to.format("21 09:10:00"), "false", "false"),
+        (1, "shipped", "10.00", seq.format(42, 1337, 0), "NULL", to.format("21 09:10:00"), "NULL", "true", "false"),
+        (2, "new", "20.00", snap, seq.format(41, 500, 1), "NULL", to.format("20 09:30:00"), "false", "false"),
+        (2, "paid", "20.00", seq.format(41, 500, 1), seq.format(43, 250, 0), to.format("20 09:30:00"),
+         to.format("22 09:05:00"), "false", "false"),
+        (2, "refunded", "20.00", seq.format(43, 250, 0), "NULL", to.format("22 09:05:00"), "NULL", "true", "false"),
+        (3, "new", "30.00", snap, seq.format(42, 900, 0), "NULL", to.format("21 09:00:00"), "false", "true"),
+        (4, "new", "40.00", seq.format(43, 200, 0), "NULL", to.format("22 09:00:00"), "NULL", "true", "false"),
+    ]
+    values = ", ".join(f"({i}, '{s}', CAST({a} AS DECIMAL(10,2)), {f}, {t}, {fts}, {tts}, {c}, {d})"
+                       for i, s, a, f, t, fts, tts, c, d in versions)
+    spark.sql(f"INSERT INTO {history.sql} SELECT * FROM VALUES {values}")
 
     # gold: v1, v2, v3 are the three successful publishes
     gold = lh.gold("shop", "orders")
@@ -253,3 +276,18 @@ def test_the_operator_browse_helpers_read_bronze_newest_first(spark, lakehouse):
     assert chunk.row_count == 3
     with pytest.raises(ValueError, match=r"^limit must be a whole number >= 1, got 0$"):
         runtime.recent_changes(_config(path=str(root)), limit=0)
+
+
+def test_all_versions_of_a_key_in_sequence_order(spark, lakehouse):
+    rows = _sql(spark, _block("every version of order 2"), lakehouse).collect()
+    assert [(r.status, tuple(r._cdc_valid_from), r._cdc_is_current) for r in rows] == [
+        ("new", (41, 100, -1), False), ("paid", (41, 500, 1), False), ("refunded", (43, 250, 0), True)]
+
+
+def test_the_row_as_of_a_time_is_the_version_open_at_the_last_change_before_it(spark, lakehouse):
+    # 09:05 on the 21st: order 3 was deleted at 09:00, order 1 shipped only at 09:10.
+    (row,) = _sql(spark, _block("order 1 as it was on 2026-11-21 at 09:05"), lakehouse).collect()
+    assert (row.id, row.status, tuple(row._cdc_valid_from)) == (1, "paid", (41, 500, 0))
+    whole_table = _block("order 1 as it was on 2026-11-21 at 09:05").replace("WHERE h.id = 1\n  AND", "WHERE")
+    rows = _sql(spark, whole_table + " ORDER BY h.id", lakehouse).collect()
+    assert [(r.id, r.status) for r in rows] == [(1, "paid"), (2, "paid")]

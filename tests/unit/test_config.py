@@ -75,7 +75,7 @@ def test_the_password_never_shows_in_the_configs_repr():
 @pytest.mark.parametrize(
     "d, message",
     [
-        (dict(sources={}), "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, lakehouse, maintenance, snapshot, source"),
+        (dict(sources={}), "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, history, lakehouse, maintenance, snapshot, source"),
         (dict(source__hots="x"), "unknown key source.hots: allowed keys are chunk_keys, columns, connect_timeout, exclude, host, mask_salt, "
                                  "password, port, server_id, tables, tls, user"),
         (dict(snapshot={"chunksize": 10}), "unknown key snapshot.chunksize: allowed keys are chunk_size, chunks_per_commit, parallelism"),
@@ -340,3 +340,50 @@ def test_a_gold_check_on_a_column_the_rules_drop_is_refused():
                           gold={"checks": {"shop.people": [{"column": "ssn", "not_null": True}]}}))
     assert message == ("gold.checks.shop.people[0] checks column ssn, which source.columns['shop.*'] drops: "
                        "remove the check or keep the column")
+def test_history_tables_load_as_patterns_or_entries_and_the_first_match_applies():
+    cfg = load(doc(history={"tables": ["shop.orders", {"table": "crm.*", "except_columns": ["updated_at"]},
+                                       {"table": "shop.*", "track_columns": "tier"}]}))
+    assert cfg.history.table("shop", "orders").tracked(["id", "status"]) == ("id", "status")
+    assert cfg.history.table("crm", "people").tracked(["id", "name", "updated_at"]) == ("id", "name")
+    assert cfg.history.table("shop", "customers").tracked(["id", "name", "tier"]) == ("tier",)
+    assert cfg.history.table("other", "t") is None
+    assert load(doc()).history.tables == ()
+
+
+@pytest.mark.parametrize(
+    "tables, message",
+    [
+        ("shop.orders", 'history.tables must be a list of "db.table" patterns or {table: ..., track_columns: [...]} '
+                        'entries, e.g. ["shop.orders"]'),
+        (["orders"], 'history.tables entry \'orders\' is not a db.table pattern: write it as "db.table", "db.*" or '
+                     '"db.prefix_*"'),
+        ([{"track_columns": ["a"]}], "history.tables[0] needs table: a db.table pattern such as shop.orders"),
+        ([{"table": "shop.t", "columns": ["a"]}],
+         "unknown key history.tables[0].columns: allowed keys are except_columns, table, track_columns"),
+        ([{"table": "shop.t", "track_columns": ["a"], "except_columns": ["b"]}],
+         "history.tables entry 'shop.t' sets both track_columns and except_columns: keep one of them"),
+        ([{"table": "shop.t", "track_columns": []}],
+         "history.tables entry 'shop.t' has an empty track_columns: list the columns whose changes open a version, "
+         "or drop the key to track every column"),
+        ([{"table": "shop.t", "except_columns": [1]}],
+         "history.tables[0].except_columns must be a list of column names, e.g. [status, amount]"),
+        ([7], 'history.tables[0] must be a "db.table" pattern or a mapping such as '
+              '{table: shop.orders, except_columns: [updated_at]}'),
+    ],
+    ids=["not-a-list", "pattern", "no-table", "unknown-key", "both", "empty-track", "not-names", "not-an-entry"],
+)
+def test_bad_history_tables_are_refused(tables, message):
+    assert refused(doc(history={"tables": tables})) == message
+
+
+def test_a_history_column_the_table_lacks_is_a_config_error_naming_its_columns():
+    from binlake.contract.types import Column, Kind, TableSchema
+    from binlake.silver.history import HistorySpec
+
+    schema = TableSchema("shop", "orders", (Column("id", Kind.INT, bits=32), Column("status", Kind.STRING)), ("id",))
+    rule = load(doc(history={"tables": [{"table": "shop.*", "except_columns": ["stauts"]}]})).history.table("shop", "orders")
+    with pytest.raises(ConfigError, match=r"^history.tables entry 'shop.\*': except_columns names 'stauts', which "
+                                          r"shop.orders does not have: use its columns \(id, status\)$"):
+        HistorySpec.of(rule, schema)
+    assert HistorySpec.of(load(doc(history={"tables": [{"table": "shop.*", "track_columns": ["status"]}]}))
+                          .history.table("shop", "orders"), schema).tracked == ("status",)

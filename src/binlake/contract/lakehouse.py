@@ -9,6 +9,8 @@ Locally tables are directories under ``lakehouse.path``::
     <path>/bronze/schema_history       each table's schema versions with their binlog position
     <path>/silver/<db>/<table>         current state with tombstones
     <path>/silver/_progress            what silver has applied, per table
+    <path>/silver/<db>/<table>__history  one row per version (tables history.tables names),
+                                       with __history_events and __history_facts beside it
     <path>/gold/<db>/<table>           validated current state
     <path>/gold/_publish_log           one row per table per publish
     <path>/gold/_quarantine            rows dropped by checks with severity drop
@@ -157,6 +159,19 @@ SILVER_METADATA_COLUMNS = (
     ("_cdc_deleted", "BOOLEAN", "True for a tombstone: the row was deleted at _cdc_seq."),
     ("_cdc_commit_ts", "TIMESTAMP", "Source commit time of the last change (NULL for snapshot rows)."),
 )
+
+HISTORY_SUFFIX = "__history"
+
+HISTORY_METADATA_COLUMNS = (
+    ("_cdc_valid_from", CDC_SEQ_TYPE, "The change sequence of the record that opened this version."),
+    ("_cdc_valid_to", CDC_SEQ_TYPE, "The change sequence of the record that ended it (NULL while current)."),
+    ("_cdc_valid_from_ts", "TIMESTAMP", "Source commit time of _cdc_valid_from (NULL for a snapshot row)."),
+    ("_cdc_valid_to_ts", "TIMESTAMP", "Source commit time of _cdc_valid_to (NULL while current, or when a snapshot "
+                                      "row or a chunk reconciliation ended the version)."),
+    ("_cdc_is_current", "BOOLEAN", "True for the key's live version (no _cdc_valid_to)."),
+    ("_cdc_ended_by_delete", "BOOLEAN", "True when the version ended because the row was deleted."),
+)
+"""The columns a history table adds to the source table's (docs/history.md)."""
 
 PROGRESS_SCHEMA = (
     "db STRING, `table` STRING, changelog_version BIGINT, chunks_version BIGINT, "
@@ -410,6 +425,19 @@ class Lakehouse:
     @property
     def silver_progress(self) -> TableRef:
         return self._ref("silver", "_progress")
+
+    # silver history (docs/history.md): only for the tables history.tables names
+    def silver_history(self, db: str, table: str) -> TableRef:
+        """One row per version of each key (SCD type 2)."""
+        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}")
+
+    def silver_history_events(self, db: str, table: str) -> TableRef:
+        """Every record silver applied to the table, a set by (key, ``_cdc_seq``)."""
+        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}_events")
+
+    def silver_history_facts(self, db: str, table: str) -> TableRef:
+        """The table's TRUNCATE-like sequences and completed snapshot chunks."""
+        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}_facts")
 
     # gold
     def gold(self, db: str, table: str) -> TableRef:

@@ -204,7 +204,7 @@ class TableNews:
     changes: int = 0  # inserts, updates and deletes
     updates_deletes: int = 0
     ddl: int = 0  # DDL, TRUNCATE, DROP, RENAME records
-    emptied: tuple = ()  # the _cdc_seq of each TRUNCATE-like record
+    emptied: tuple = ()  # each TRUNCATE-like record: its _cdc_seq's parts and commit_ts
 
     @property
     def any(self) -> bool:

@@ -41,14 +41,20 @@ class Applied:
     reconciled: int = 0
     zero_dates: int = 0
     bulk_loaded: bool = False
+    history: int = 0  # history rows written or removed
 
 
-def apply(spark, batch: TableBatch, derived=None, floors=None) -> Applied:
+def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> Applied:
     """Apply the batch and the changes foreign-key actions derived for it (``derived``, or
     None): a bulk load when it can, else the MERGE and the tombstones of TRUNCATE and
-    completed chunks."""
+    completed chunks. ``history``: for a table that keeps history, called last with the
+    records applied (the batch's and the derived ones); returns the history rows it wrote
+    (:func:`binlake.silver.history.record_history`)."""
     if derived is None and bulk_loadable(batch):
-        return bulk_load(spark, batch)
+        out = bulk_load(spark, batch)
+        if history is not None:
+            out.history = history(batch.records)
+        return out
     out = Applied()
     records = batch.records
     if derived is not None:
@@ -61,6 +67,8 @@ def apply(spark, batch: TableBatch, derived=None, floors=None) -> Applied:
     if batch.batch_truncate is not None:
         out.truncated = apply_truncate(spark, batch.ref, batch.truncated)
     out.reconciled = reconcile_chunks(spark, batch.ref, batch.schema, batch.chunks, floors)
+    if history is not None:
+        out.history = history(records)
     return out
 
 

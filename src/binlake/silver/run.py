@@ -9,7 +9,8 @@ One run:
 3. derives the foreign-key actions InnoDB applied without logging them, as records of the
    child tables (:mod:`binlake.silver.cascade`);
 4. per table, dedups and MERGEs, then tombstones what TRUNCATE and completed chunks prove
-   gone (:mod:`binlake.silver.merge`);
+   gone (:mod:`binlake.silver.merge`), and, for the tables ``history.tables`` names, adds
+   the records to their history tables (:mod:`binlake.silver.history`);
 5. last, the progress rows (:mod:`binlake.silver.progress`). A run killed anywhere before
    that simply re-applies the same records, which changes nothing.
 
@@ -44,8 +45,9 @@ from binlake.contract.lakehouse import (
     Lakehouse,
     ProgressRow,
 )
-from binlake.contract.position import CHANGELOG_SEQ_SQL, BinlogPosition
+from binlake.contract.position import BinlogPosition
 from binlake.errors import NotReadyError, SchemaChangeError
+from binlake.silver import history as hist
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
@@ -53,6 +55,9 @@ from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
 
 log = logging.getLogger("binlake.silver")
+
+# A TRUNCATE-like record as TableNews.emptied holds it: its _cdc_seq's parts and its commit time.
+EMPTIED_SQL = "named_struct('file_index', file_index, 'pos', pos, 'row', `row`, 'commit_ts', commit_ts)"
 
 # Silver tables decoded and applied at the same time by one run: most of a small table's
 # time is driver-side latency (Delta log reads, commits), not work.
@@ -76,6 +81,7 @@ class TableResult:
     error: str | None = None
     recreated: bool = False
     bulk_loaded: bool = False
+    history: int = 0  # history rows written or removed
 
 
 @dataclass
@@ -110,6 +116,7 @@ class SilverResult:
                 f", {n} {label}" for n, label in (
                     (t.reconciled, "reconciled tombstones"), (t.truncated, "truncated"), (t.cascaded, "cascaded"),
                     (t.zero_dates, "zero dates -> NULL"), (len(t.schema_changes), "schema changes"),
+                    (t.history, "history rows"),
                 ) if n
             )
             how = "bulk-loaded" if t.bulk_loaded else "merged"
@@ -174,7 +181,7 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
                   .agg(F.expr(f"count_if(op IN ({data}))").alias("changes"),
                        F.expr(f"count_if(op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
                        F.expr(f"count_if(op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
-                       F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {CHANGELOG_SEQ_SQL} END)").alias("emptied"))
+                       F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"))
                   .collect()):
             news = TableNews(int(r["changes"]), int(r["updates_deletes"]), int(r["ddl"]), tuple(r["emptied"] or ()))
             if news.any:
@@ -276,13 +283,23 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
             return None
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
         res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
+        rule = config.history.table(db, table)
+        if rule is not None:
+            specs[batch.name] = hist.HistorySpec.of(rule, batch.schema)
+            hist.prepare_history(spark, lh, db, table, history, batch.ref, batch.schema, specs[batch.name], batch.fresh)
         return batch
 
+    specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
+
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
-        done = apply(spark, batch, derived, floors)
+        spec = specs.get(batch.name)
+        emptied = new.news.get((batch.db, batch.table), TableNews()).emptied
+        record = None if spec is None else (
+            lambda records: hist.record_history(spark, lh, batch, records, floors, spec, emptied))
+        done = apply(spark, batch, derived, floors, history=record)
         res = results[batch.name]
         res.merged, res.cascaded, res.truncated, res.reconciled = done.merged, done.cascaded, done.truncated, done.reconciled
-        res.zero_dates, res.bulk_loaded = done.zero_dates, done.bulk_loaded
+        res.zero_dates, res.bulk_loaded, res.history = done.zero_dates, done.bulk_loaded, done.history
         key = (batch.db, batch.table)
         return _progress_row(new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates)
 

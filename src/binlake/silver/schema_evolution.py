@@ -230,8 +230,11 @@ def _column_ddl(c: Column) -> str:
     return f"{quote_ident(c.name)} {c.spark_type}" + (f" COMMENT {spark_string(c.comment)}" if c.comment else "")
 
 
-def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool = False) -> bool:
+def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool = False,
+                        metadata: tuple = SILVER_METADATA_COLUMNS, properties: dict | None = None) -> bool:
     """Create the silver table for ``schema`` if missing (or replace it); True if created.
+    ``metadata``: the ``(name, type, comment)`` columns after the source's (a history table's
+    differ from silver's); ``properties``: more table properties to create it with.
 
     Liquid clustering on the key is tried first; key types Delta cannot cluster by (e.g.
     BINARY has no min/max statistics) fall back to an unclustered table.
@@ -239,8 +242,8 @@ def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool
     if not replace and ref.exists(spark):
         return False
     cols = [_column_ddl(c) for c in schema.columns]
-    cols += [f"{name} {typ} COMMENT {spark_string(comment)}" for name, typ, comment in SILVER_METADATA_COLUMNS]
-    props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version()}
+    cols += [f"{name} {typ} COMMENT {spark_string(comment)}" for name, typ, comment in metadata]
+    props = {**SILVER_TABLE_PROPERTIES, SCHEMA_VERSION_PROPERTY: schema.version(), **(properties or {})}
     tbl = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
     comment = f" COMMENT {spark_string(schema.comment)}" if schema.comment else ""
     cluster = f"CLUSTER BY ({', '.join(quote_ident(k) for k in schema.key)})"
