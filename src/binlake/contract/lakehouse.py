@@ -176,7 +176,7 @@ HISTORY_METADATA_COLUMNS = (
 PROGRESS_SCHEMA = (
     "db STRING, `table` STRING, changelog_version BIGINT, chunks_version BIGINT, "
     "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP, "
-    "silver_version BIGINT, stopped STRING"
+    "silver_version BIGINT, stopped STRING, history_version BIGINT"
 )
 """silver/_progress, one row per table. ``silver_version`` is the silver table's version once
 the run that wrote the row had applied its batch; ``stopped`` is why silver stopped the table
@@ -197,6 +197,7 @@ class ProgressRow(NamedTuple):
     updated_at: datetime
     silver_version: int | None
     stopped: str | None = None
+    history_version: int | None = None  # the history table's version after that run (history tables only)
 
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
@@ -442,6 +443,10 @@ class Lakehouse:
     # gold
     def gold(self, db: str, table: str) -> TableRef:
         return self._ref("gold", db, table)
+
+    def gold_history(self, db: str, table: str) -> TableRef:
+        """The published SCD type 2 history: silver's, as of the publish's position."""
+        return self._ref("gold", db, f"{table}{HISTORY_SUFFIX}")
 
     @property
     def publish_log(self) -> TableRef:

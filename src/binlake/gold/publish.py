@@ -108,6 +108,7 @@ class TablePublish:
     gold_version: int | None = None
     row_count: int | None = None
     silver_rows: int | None = None
+    history_version: int | None = None  # the silver history version to publish (history tables only)
     dropped: int = 0
     checks: Any = None  # quality.checks.TableChecks, or the recorded JSON when reused
 
@@ -365,7 +366,8 @@ def _plan(spark, config: Config, lh: Lakehouse, states: list[TableState], schema
             blockers.setdefault(s.name, []).extend(problems)
             continue
         digest = _rules_digest(config, s.name)
-        t = TablePublish(s.db, s.table, silver_version=version)
+        t = TablePublish(s.db, s.table, silver_version=version,
+                         history_version=s.history_version if config.history.table(s.db, s.table) else None)
         prev = previous.get(s.name)
         t.mode = _mode(spark, lh, t, prev, digest)
         if t.reused:
@@ -523,6 +525,13 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
         else:
             t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, dropping, w.schema)
             faults.point("gold.after_incremental_merge")
+    if t.history_version is not None:
+        # The history silver held once it had applied this position: a copy of that version
+        # (quality checks apply to the current-state table, not to past versions).
+        history = lh.gold_history(t.db, t.table)
+        with _writing(history):
+            _write_gold(spark, history, lh.silver_history(t.db, t.table).read_version(spark, t.history_version),
+                        f"SCD type 2 history of {t.name}")
     settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
     log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
     return warnings
@@ -611,6 +620,9 @@ def _publish_group(spark, config: Config, lh: Lakehouse, group: str, states: lis
                                      f"failed checks: {_describe_blocking(blocking)}")
 
         written = [(lh.gold(w.publish.db, w.publish.table), (w.previous or {}).get("gold_version")) for w in todo]
+        written += [(ref, ref.latest_version(spark) if ref.exists(spark) else None)
+                    for ref in (lh.gold_history(w.publish.db, w.publish.table) for w in todo
+                                if w.publish.history_version is not None)]
         # Every commit of the writes says whose it is: a later publish may then MERGE over a
         # gold table a killed publish moved, and rebuilds over anyone else's write.
         spark.conf.set(_COMMIT_TAG, f"{WRITER_TAG} {publish_id}")

@@ -35,6 +35,7 @@ class TableState:
     chunks_version: int | None  # the manifest version silver has applied
     silver_version: int | None  # the silver table's version after that run
     stopped: str | None = None  # why silver stopped the table, with the recovery
+    history_version: int | None = None  # its history table's version after that run, if it keeps one
 
     @property
     def name(self) -> str:
@@ -49,7 +50,7 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
     # shuffle on a busy cluster (an old lakehouse may hold several rows per table).
     columns = ["db", "table", "applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version"]
     df = lh.silver_progress.read(spark)
-    optional = [c for c in ("silver_version", "stopped") if c in df.columns]  # older lakehouses lack them
+    optional = [c for c in ("silver_version", "stopped", "history_version") if c in df.columns]  # older lakehouses lack them
     latest: dict[tuple[str, str], tuple] = {}
     for r in df.select(*columns, *optional).collect():
         if r["applied_file_index"] is None or not config.source.captures(r["db"], r["table"]):
@@ -60,7 +61,8 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
             latest[key] = (rank, r)
     out = [TableState(db, t, BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]),
                       r["chunks_version"], r["silver_version"] if "silver_version" in optional else None,
-                      r["stopped"] if "stopped" in optional else None)
+                      r["stopped"] if "stopped" in optional else None,
+                      r["history_version"] if "history_version" in optional else None)
            for (db, t), (_, r) in latest.items()]
     return sorted(out, key=lambda s: (s.db, s.table))
 

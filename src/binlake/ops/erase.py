@@ -10,7 +10,8 @@ Why the order, and what makes it safe:
    the key would find no tombstone left to lose to and come back to life.
 3. One Delta DELETE per table, each retried against a concurrent writer: the bronze change
    log (every record whose before or after image holds the key, the source's delete
-   included), the bronze snapshot rows, silver, gold and gold's quarantine.
+   included), the bronze snapshot rows, silver, gold and gold's quarantine, and the
+   history tables (silver's versions and events, gold's versions).
 4. Delta keeps the files of older versions for time travel: the result names, per table, the
    first version without the rows; the versions before it still hold them until VACUUM
    removes them after ``maintenance.vacuum_retention_hours`` (``binlake maintain``). The
@@ -127,7 +128,11 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
         result.erased.append(_erase(spark, lh.snapshot_rows, "bronze/snapshot_rows", condition))
     typed = _typed_predicate(schema, key)
     for label, ref in ((f"silver/{db}/{name}", lh.silver(db, name)), (f"gold/{db}/{name}", lh.gold(db, name)),
-                       (f"gold/_quarantine/{db}/{name}", lh.quarantine(db, name))):
+                       (f"gold/_quarantine/{db}/{name}", lh.quarantine(db, name)),
+                       # SCD type 2 history (docs/history.md): every version, and the records it is derived from.
+                       (f"silver/{db}/{name}__history", lh.silver_history(db, name)),
+                       (f"silver/{db}/{name}__history_events", lh.silver_history_events(db, name)),
+                       (f"gold/{db}/{name}__history", lh.gold_history(db, name))):
         if ref.exists(spark):
             result.erased.append(_erase(spark, ref, label, typed))
     result.seconds = time.monotonic() - started

@@ -101,6 +101,10 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     faults.point("maintain.after_retention")
     refs = [lh.changelog, *(lh.silver(s.db, s.table) for s in states), *(lh.gold(s.db, s.table) for s in states),
             lh.metrics]
+    # History tables: compacted and vacuumed like the others, never pruned (they are the history).
+    refs += [ref for s in states if config.history.table(s.db, s.table)
+             for ref in (lh.silver_history(s.db, s.table), lh.silver_history_events(s.db, s.table),
+                         lh.silver_history_facts(s.db, s.table), lh.gold_history(s.db, s.table))]
     for ref in refs:
         if ref.exists(spark) and _file_count(spark, ref) >= config.maintenance.optimize_min_files:
             with_retry(f"OPTIMIZE {ref}", lambda ref=ref: ref.delta(spark).optimize().executeCompaction())

@@ -28,7 +28,7 @@ def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
     lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table")
     current = lh.silver_progress.read(spark)
-    for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING")):
+    for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING"), ("history_version", "BIGINT")):
         if column not in current.columns:
             # A lakehouse from before the column: added, NULL until each table's next run.
             spark.sql(f"ALTER TABLE {lh.silver_progress.sql} ADD COLUMNS ({column} {typ})")

@@ -225,7 +225,7 @@ def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, 
 
 
 def _progress_row(new: NewBronze, key: tuple[str, str], previous: ProgressRow | None, now,
-                  silver_version: int | None, zero_dates: int = 0) -> ProgressRow:
+                  silver_version: int | None, zero_dates: int = 0, history_version: int | None = None) -> ProgressRow:
     applied = new.applied if new.changelog_start[key] is not None else None
     return ProgressRow(
         db=key[0], table=key[1],
@@ -239,6 +239,8 @@ def _progress_row(new: NewBronze, key: tuple[str, str], previous: ProgressRow | 
         zero_dates=(int(previous.zero_dates or 0) if previous else 0) + zero_dates,
         updated_at=now,
         silver_version=silver_version,
+        history_version=history_version if history_version is not None else (
+            previous.history_version if previous else None),
     )
 
 
@@ -301,7 +303,10 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         res.merged, res.cascaded, res.truncated, res.reconciled = done.merged, done.cascaded, done.truncated, done.reconciled
         res.zero_dates, res.bulk_loaded, res.history = done.zero_dates, done.bulk_loaded, done.history
         key = (batch.db, batch.table)
-        return _progress_row(new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates)
+        # Gold publishes the history table as of this version, the one matching silver's.
+        history_version = lh.silver_history(*key).latest_version(spark) if spec is not None else None
+        return _progress_row(new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates,
+                             history_version)
 
     rows: list[ProgressRow] = []
     try:
