@@ -4,8 +4,9 @@
    ENUM, JSON and an unsigned BIGINT) in the local MariaDB;
 2. runs ``binlake run`` (snapshot, capture, silver, gold);
 3. applies inserts, updates and deletes, and runs ``binlake run`` again;
-4. prints what an analyst sees: a per-table summary, one SQL query on gold, and the masked
-   email column (``source.columns``);
+4. prints what an analyst sees: a per-table summary, one SQL query on gold, the masked
+   email column (``source.columns``) and a customer's two moves in the history table
+   (``history.tables``);
 5. runs ``binlake run --continuous`` for a few seconds: a change made on the source appears
    in gold, and the freshness it measured is printed.
 """
@@ -25,6 +26,7 @@ SCHEMA = [
          id INT PRIMARY KEY COMMENT 'customer number',
          name VARCHAR(100) NOT NULL COMMENT 'full name',
          email VARCHAR(200),
+         city VARCHAR(60) COMMENT 'postal address: city',
          country CHAR(2) NOT NULL,
          created_at DATETIME(6) NOT NULL
        ) COMMENT 'people who buy things'""",
@@ -48,10 +50,10 @@ SCHEMA = [
 
 SEED = [
     """INSERT INTO shop.customers VALUES
-         (1, 'Ada Lovelace', 'ada@example.com', 'GB', '2026-01-05 09:00:00.123456'),
-         (2, 'Grace Hopper', 'grace@example.com', 'US', '2026-02-11 14:30:00'),
-         (3, 'Émilie du Châtelet', NULL, 'FR', '2026-03-01 08:15:00'),
-         (4, 'Katherine Johnson', 'kj@example.com', 'US', '2026-03-20 17:45:00')""",
+         (1, 'Ada Lovelace', 'ada@example.com', 'London', 'GB', '2026-01-05 09:00:00.123456'),
+         (2, 'Grace Hopper', 'grace@example.com', 'New York', 'US', '2026-02-11 14:30:00'),
+         (3, 'Émilie du Châtelet', NULL, 'Paris', 'FR', '2026-03-01 08:15:00'),
+         (4, 'Katherine Johnson', 'kj@example.com', 'Hampton', 'US', '2026-03-20 17:45:00')""",
     """INSERT INTO shop.products VALUES
          (18446744073709551000, 'Analytical Engine', 99999.99, 'active', '{"gears": 4000, "steam": true}', '2026-01-01 00:00:00'),
          (1001, 'Punch cards (100)', 4.50, 'active', '{"colour": "buff"}', '2026-01-01 00:00:00'),
@@ -66,10 +68,13 @@ SEED = [
 ]
 
 CHANGES = [
-    "INSERT INTO shop.customers VALUES (5, 'Alan Turing', 'alan@example.com', 'GB', '2026-05-01 09:00:00')",
+    "INSERT INTO shop.customers VALUES (5, 'Alan Turing', 'alan@example.com', 'Manchester', 'GB', '2026-05-01 09:00:00')",
     "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) VALUES (5, 1, 1002, 1, '2026-05-02 09:00:00'), (2, 2, 1001, 5, '2026-05-02 10:00:00')",
     "UPDATE shop.products SET price = 21.50, updated_at = '2026-05-03 00:00:00' WHERE sku = 1002",
     "UPDATE shop.customers SET email = 'emilie@example.fr' WHERE id = 3",
+    # Grace moves twice: two new versions in shop.customers__history.
+    "UPDATE shop.customers SET city = 'Arlington' WHERE id = 2",
+    "UPDATE shop.customers SET city = 'Washington' WHERE id = 2",
     "UPDATE shop.orders SET quantity = quantity + 1 WHERE customer_id = 1",
     "DELETE FROM shop.orders WHERE customer_id = 4",
     "DELETE FROM shop.customers WHERE id = 4",
@@ -112,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             # The customers' email is stored as a salted hash in every layer (a real
             # deployment keeps the salt in a secret: {{secrets/scope/key}}).
             source={"columns": {"shop.customers": {"mask": {"email": "hash"}}}, "mask_salt": "${BINLAKE_DEMO_SALT}"},
+            # Every version of a customer's address (SCD type 2); other columns do not open versions.
+            history={"tables": [{"table": "shop.customers", "track_columns": ["city", "country"]}]},
         )
     )
     os.environ.setdefault("BINLAKE_DEMO_SALT", "demo-salt-use-a-secret")
@@ -178,6 +185,9 @@ def _show(config_path: Path, db) -> int:
     print("     gold row counts equal the source" if all_equal else "     MISMATCH between source and gold row counts")
     print("\n     shop.customers.email is masked (source.columns): gold holds a salted SHA-256, joinable, not readable")
     spark.sql(f"SELECT id, name, left(email, 16) || '...' AS email FROM {names['customers']} ORDER BY id").show(truncate=False)
+    print("     shop.customers__history (history.tables): every address Grace Hopper had, in binlog order")
+    spark.sql(f"SELECT id, name, city, _cdc_valid_from.pos AS from_pos, _cdc_valid_to.pos AS to_pos, _cdc_is_current "
+              f"FROM {lh.gold_history('shop', 'customers').sql} WHERE id = 2 ORDER BY _cdc_valid_from").show(truncate=False)
     return 0 if all_equal else 1
 
 
