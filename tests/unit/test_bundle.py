@@ -469,10 +469,10 @@ def test_the_erase_job_passes_its_table_and_key_parameters_to_erase():
 # settings file and mask salt: the same config as binlake.yml, through every task
 
 
-def test_every_binlake_job_task_reads_the_settings_file_and_the_mask_salt(tmp_path):
+def test_every_binlake_job_task_reads_the_settings_file_history_and_column_rules_and_the_mask_salt(tmp_path):
     settings = tmp_path / "binlake.settings.yml"
     settings.write_text('source: {columns: {"shop.customers": {exclude: [ssn], mask: {email: hash}}}}\n'
-                        "snapshot: {chunk_size: 1000}\n")
+                        "snapshot: {chunk_size: 1000}\nhistory: {tables: [shop.customers]}\n")
     for job_key, task in _tasks():
         wheel = task.get("python_wheel_task")
         if not wheel or wheel["entry_point"] != "binlake-job":
@@ -488,3 +488,4 @@ def test_every_binlake_job_task_reads_the_settings_file_and_the_mask_salt(tmp_pa
         cfg = load_config_text(parse_job_args(args).config_yaml, environ={})
         assert cfg.source.column_rule("shop", "customers").exclude == ("ssn",), where
         assert cfg.source.mask_salt == Secret.reference("binlake", "mask-salt") and cfg.snapshot.chunk_size == 1000
+        assert cfg.history.table("shop", "customers") is not None, where
