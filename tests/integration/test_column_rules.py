@@ -1,5 +1,6 @@
 """Column rules (``source.columns``): an excluded column never reaches the lakehouse, a masked
-one is stored masked in every layer, whether its row came from the snapshot or the binlog,
+one is stored masked in every layer (history tables included), whether its row came from the
+snapshot or the binlog,
 and the same value gets the same hash in every table (so masked columns still join). A rule
 that changes while the table has data stops that table, naming the re-snapshot that
 recovers it; the other tables go on."""
@@ -43,7 +44,9 @@ def _config(mariadb, tmp_path, database: str, rule: dict, name: str = "binlake.y
     path.write_text(mariadb.config_yaml(
         str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=6441,
         source={"columns": {f"{database}.customers": rule, f"{database}.orders": {"mask": {"email": "hash"}}},
-                "mask_salt": "${MASK_SALT}"}))
+                "mask_salt": "${MASK_SALT}"},
+        # The history tables (silver's versions and events, gold's copy) hold images too.
+        history={"tables": [f"{database}.customers"]}))
     return path
 
 
@@ -81,6 +84,9 @@ def test_excluded_and_masked_values_reach_no_file_and_no_output_and_hashes_join(
         assert all(r["note"] is None for r in rows.values())
     customers, orders = lh.gold(database, "customers").read(spark), lh.gold(database, "orders").read(spark)
     assert customers.join(orders, "email").count() == 3  # both of Ann's address twins, and Bob
+    history = lh.gold_history(database, "customers").read(spark)
+    assert "ssn" not in history.columns and history.where("id = 1").count() == 2  # Ann, then Ann B
+    assert {r["email"] for r in history.where("id = 1").collect()} == {hashed}
 
     for canary in CANARIES:
         assert _files_holding(tmp_path / "lakehouse", canary) == [], f"{canary} was stored"
