@@ -168,7 +168,7 @@ class Lake:
         # Appended rows (silver overwrites, this appends): a later one must win the tie on position.
         self._progress_rows = getattr(self, "_progress_rows", 0) + 1
         at = dt.datetime(2026, 11, 1, 9) + dt.timedelta(milliseconds=self._progress_rows)
-        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, at, None, stopped)
+        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, at, None, stopped, None)
                 for d, t in [(db, table), *also]]
         df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))

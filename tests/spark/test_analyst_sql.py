@@ -127,7 +127,7 @@ def _build(spark, lh: Lakehouse) -> None:
           3, "c0ffee", "v1", _ts("2026-11-20 09:20:00"))], SNAPSHOT_CHUNKS_SCHEMA,
     ).write.format("delta").mode("append").save(lh.snapshot_chunks.path)
     spark.createDataFrame(
-        [("shop", "orders", 3, 0, "mysql-bin.000043", 43, 250, 0, _ts("2026-11-22 09:06:00"), 3, None)], PROGRESS_SCHEMA,
+        [("shop", "orders", 3, 0, "mysql-bin.000043", 43, 250, 0, _ts("2026-11-22 09:06:00"), 3, None, None)], PROGRESS_SCHEMA,
     ).write.format("delta").mode("append").save(lh.silver_progress.path)
 
     # silver: v0 create, v1 snapshot rows, v2 the 41/42 changes, v3 the 43 changes (MERGE, as silver does)
