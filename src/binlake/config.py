@@ -575,6 +575,12 @@ _TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
 _CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
 
 
+def _refuse_unknown_keys(mapping: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    bad = set(mapping) - allowed
+    if bad:
+        raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(allowed))}")
+
+
 def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
     """Read and check ``binlake.yml``. Raises :class:`ConfigError` with the fix."""
     p = Path(path)
@@ -613,9 +619,7 @@ def load_config_text(
         section = raw.get(name) or {}
         if not isinstance(section, dict):
             raise ConfigError(f"{name} must be a mapping of keys, got {type(section).__name__}")
-        bad = set(section) - allowed
-        if bad:
-            raise ConfigError(f"unknown key {name}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(allowed))}")
+        _refuse_unknown_keys(section, allowed, name)
         sections[name] = {k: _expand(v, f"{name}.{k}", env) for k, v in section.items()}
 
     return Config(
@@ -720,9 +724,7 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
     tls_raw = s.get("tls") or {}
     if not isinstance(tls_raw, dict):
         raise ConfigError("source.tls must be a mapping with ca, cert, key, verify_identity")
-    bad = set(tls_raw) - _TLS_KEYS
-    if bad:
-        raise ConfigError(f"unknown key source.tls.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_TLS_KEYS))}")
+    _refuse_unknown_keys(tls_raw, _TLS_KEYS, "source.tls")
     for k in ("ca", "cert", "key"):
         v = tls_raw.get(k)
         if v is not None and not Path(v).is_file():
@@ -776,9 +778,7 @@ def _column_rules(raw: Any) -> tuple[ColumnRule, ...]:
         where = f"source.columns[{str(pattern)!r}]"
         if not isinstance(rule, dict):
             raise ConfigError(f"{where} must be a mapping with include or exclude, mask and mask_key")
-        bad = set(rule) - _RULE_KEYS
-        if bad:
-            raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_RULE_KEYS))}")
+        _refuse_unknown_keys(rule, _RULE_KEYS, where)
         for key in ("include", "exclude"):
             if key in rule and (not isinstance(rule[key], list) or not all(isinstance(c, str) for c in rule[key])):
                 raise ConfigError(f"{where}.{key} must be a list of column names")
@@ -834,9 +834,7 @@ def _gold(s: Mapping[str, Any]) -> GoldConfig:
             where = f"gold.checks.{table}[{i}]"
             if not isinstance(rule, dict):
                 raise ConfigError(f"{where} must be a mapping such as {{column: price, between: [0, 1000], severity: drop}}")
-            bad = set(rule) - _CHECK_KEYS
-            if bad:
-                raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_CHECK_KEYS))}")
+            _refuse_unknown_keys(rule, _CHECK_KEYS, where)
             kinds = [k for k in ("between", "values", "regex", "row_count") if k in rule] + (["not_null"] if rule.get("not_null") else [])
             if len(kinds) != 1:
                 raise ConfigError(f"{where} needs exactly one of between, values, regex, not_null, row_count")
@@ -906,9 +904,7 @@ def _history(s: Mapping[str, Any]) -> HistoryConfig:
         if not isinstance(entry, dict):
             raise ConfigError(f'{where} must be a "db.table" pattern or a mapping such as '
                               '{table: shop.orders, except_columns: [updated_at]}')
-        bad = set(entry) - _HISTORY_KEYS
-        if bad:
-            raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(_HISTORY_KEYS))}")
+        _refuse_unknown_keys(entry, _HISTORY_KEYS, where)
         if not isinstance(entry.get("table"), str):
             raise ConfigError(f"{where} needs table: a db.table pattern such as shop.orders")
         lists = {}
