@@ -62,6 +62,11 @@ def test_a_change_reaches_gold_while_the_loop_runs_and_sigterm_stops_it_between_
                         f"DELETE FROM `{database}`.orders WHERE id = 7")
         gold = lh.gold(database, "orders")
         _wait("the change in gold", lambda: gold.read(spark).where("id = 5 AND qty = 500").count() == 1)
+        # A loop records its state and metrics after its gold commit, and a SIGTERM in between
+        # ends it there (its commits stand). The publishing loop is at most the one after the
+        # last recorded, so once that one is recorded, so is the publish.
+        recorded = read_state(lh)["loops"]
+        _wait("the publishing loop's record", lambda: read_state(lh)["loops"] > recorded)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:
