@@ -276,6 +276,14 @@ class SourceConfig:
         """The column rule of ``db.table`` (the first matching ``source.columns`` entry), or None."""
         return next((r for r in self.columns if r.matches(db, table)), None)
 
+    def salt_for(self, rule: ColumnRule | None) -> str:
+        """The revealed ``mask_salt`` if ``rule`` hashes a column, else "": a salt nothing
+        hashes with stays out of schema digests and executor options."""
+        return self.mask_salt.reveal() if rule is not None and rule.hashes else ""
+
+    def salt_for_any(self) -> str:
+        """:meth:`salt_for` of a reader of every table: the salt if any column rule hashes."""
+        return self.mask_salt.reveal() if any(r.hashes for r in self.columns) else ""
 
     @property
     def databases(self) -> tuple[str, ...]:
@@ -286,7 +294,7 @@ class SourceConfig:
         """This config as the options of a Spark data source whose readers run on executors:
         ``source`` (JSON, without the password) and ``password`` (and ``mask_salt_secret``),
         option keys Spark's ``spark.redaction.regex`` masks in plan text and the UI."""
-        salt = {"mask_salt_secret": self.mask_salt.reveal()} if any(r.hashes for r in self.columns) else {}
+        salt = {"mask_salt_secret": self.salt_for_any()} if self.salt_for_any() else {}
         return {
             "source": json.dumps({
                 "host": self.host, "port": self.port, "user": self.user, "server_id": self.server_id,

@@ -391,7 +391,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
         filter_non_implemented_events=False,
     )
     schemas: dict[int, tuple | None] = {}
-    salt = source.mask_salt.reveal() if any(r.hashes for r in source.columns) else ""
+    salt = source.salt_for_any()
     reported: set[tuple[str, str, str]] = set()
     gtid: str | None = None
     emitted = 0

@@ -273,7 +273,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
     source = SourceConfig.from_executor_options(options)
     rule = source.column_rule(p.db, p.table)
-    salt = source.mask_salt.reveal() if rule is not None and rule.hashes else ""
+    salt = source.salt_for(rule)
     attempt_id = options["attempt_id"]
     where, params = range_condition(schema.key_columns, key_from_json(p.start_key), key_from_json(p.end_key))
     by_name = {c.name: c for c in schema.columns}

@@ -54,13 +54,13 @@ def apply_to_image(rule: ColumnRule | None, salt: str, image: dict[str, str | No
 def stored_schema(source: SourceConfig, schema: TableSchema, strict: bool = True) -> TableSchema:
     """``schema`` as binlake stores the table: its column rule (``source.columns``) applied."""
     rule = source.column_rule(schema.database, schema.table)
-    return apply_to_schema(rule, schema, source.mask_salt.reveal() if rule is not None and rule.hashes else "", strict)
+    return apply_to_schema(rule, schema, source.salt_for(rule), strict)
 
 
 def rule_digest(source: SourceConfig, db: str, table: str) -> str:
     """The ``column_rules`` digest the stored schema of ``db.table`` carries ("" for none)."""
     rule = source.column_rule(db, table)
-    return "" if rule is None else rule.digest(source.mask_salt.reveal() if rule.hashes else "")
+    return "" if rule is None else rule.digest(source.salt_for(rule))
 
 
 def apply_to_schema(rule: ColumnRule | None, schema: TableSchema, salt: str = "", strict: bool = True) -> TableSchema:

@@ -111,7 +111,7 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
     # The lakehouse holds a masked key column's hash: match that (mask_key rules only).
     rule = config.source.column_rule(db, name)
     if rule is not None and any(c in rule.mask for c in key):
-        salt = config.source.mask_salt.reveal()
+        salt = config.source.salt_for(rule)
         key = {c: masked_text(rule.mask[c], salt, v) if c in rule.mask else v for c, v in key.items()}
     _check_silver_applied_the_delete(spark, config, lh, schema, key)
 
