@@ -4,18 +4,16 @@ Delta table directly, the way a bad manual fix or a bug would."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from binlake import cli
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import ConfigError, VerifyMismatch
 from binlake.ops.verify import run_verify
 
-ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 ROWS = 30
 CHUNK = 10  # ids 1..30 -> chunks (-inf,11) [11,21) [21,+inf)
@@ -43,7 +41,7 @@ def mirrored(mariadb, database, make_config, spark, tmp_path):
     return config, ref
 
 
-def test_a_faithful_mirror_verifies_clean(mirrored, spark, database):
+def test_a_faithful_mirror_verifies_clean_and_only_the_named_tables_are_verified(mirrored, spark, database):
     config, _ = mirrored
     result = run_verify(spark, config)
     assert result.ok
@@ -52,6 +50,13 @@ def test_a_faithful_mirror_verifies_clean(mirrored, spark, database):
     assert [c.source_rows for c in table.chunks] == [10, 10, 10]
     assert [c.silver_rows for c in table.chunks] == [10, 10, 10]
     assert result.summary().splitlines()[0].endswith("source and silver agree")
+
+    assert [t.name for t in run_verify(spark, config, tables=[f"{database}.accounts"]).tables] == [
+        f"{database}.accounts"]
+    with pytest.raises(ConfigError) as info:
+        run_verify(spark, config, tables=[f"{database}.nope"])
+    assert str(info.value) == (f"--table {database}.nope is not a captured table: it must exist and match "
+                               "source.tables (and no source.exclude pattern)")
 
 
 def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirrored, spark, database):
@@ -107,24 +112,13 @@ def test_verify_catches_silver_up_before_comparing(mirrored, mariadb, spark, dat
     assert ref.read(spark).where("id = 7").collect()[0]["owner"] == "new owner"
 
 
-def test_only_the_named_tables_are_verified_and_unknown_ones_are_refused(mirrored, spark, database):
-    config, _ = mirrored
-    assert [t.name for t in run_verify(spark, config, tables=[f"{database}.accounts"]).tables] == [
-        f"{database}.accounts"]
-    with pytest.raises(ConfigError) as info:
-        run_verify(spark, config, tables=[f"{database}.nope"])
-    assert str(info.value) == (f"--table {database}.nope is not a captured table: it must exist and match "
-                               "source.tables (and no source.exclude pattern)")
-
-
-def test_the_command_exits_8_on_a_mismatch_with_one_line(mirrored, spark, database, tmp_path):
+def test_the_command_exits_8_on_a_mismatch_with_one_line(mirrored, spark, database, capsys):
     config, ref = mirrored
     spark.sql(f"UPDATE {ref.sql} SET owner = 'tampered' WHERE id = 2")
     cfg_file = next(Path(config.base_dir).glob("binlake*.yml"))
-    res = subprocess.run([str(ROOT / ".venv/bin/binlake"), "--config", str(cfg_file), "verify"],
-                         capture_output=True, text=True, env={**os.environ, "CI": "1"}, timeout=900)
-    assert res.returncode == 8
-    errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
+    capsys.readouterr()
+    assert cli.main(["--config", str(cfg_file), "verify"]) == 8
+    errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
     assert errors == [f'error: verify: 1 chunk(s) differ between source and silver: {database}.accounts chunk 0 '
                       '[-inf, ["11"]): 10 row(s) on both sides, checksums differ: run binlake verify --repair to '
                       "re-read only these chunks"]

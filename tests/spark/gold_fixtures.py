@@ -187,17 +187,24 @@ class Lake:
         return {d: self._version(d) for d in self._delta_dirs()}
 
     def rollback(self, checkpoint: dict[Path, int]) -> None:
-        """Undo what a test did: restore changed tables, remove tables created since."""
+        """Undo what a test did: cut changed tables' logs back, remove tables created since.
+
+        Cutting the log of a local table back to a version is that version, to every reader
+        (the files added since are left, unreferenced); RESTORE would cost a Spark job per
+        table and a new commit. Delta's cached snapshots are dropped, so no reader keeps a
+        newer one."""
         import shutil
 
-        from delta.tables import DeltaTable
-
+        changed = False
         for d in self._delta_dirs():
             if d not in checkpoint:
                 shutil.rmtree(d)
-                continue
-            if self._version(d) != checkpoint[d]:
-                DeltaTable.forPath(self.spark, str(d)).restoreToVersion(checkpoint[d])
+                changed = True
+            elif self._version(d) != checkpoint[d]:
+                _truncate_log(d / "_delta_log", checkpoint[d])
+                changed = True
+        if changed:
+            self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
 
     # -- gold -------------------------------------------------------------------------
     def gold(self, db: str, table: str):
@@ -208,3 +215,17 @@ class Lake:
 
     def publish_log(self):
         return self.lh.publish_log.read(self.spark)
+
+
+def _truncate_log(log: Path, version: int) -> None:
+    """Remove every log entry of ``log`` after ``version`` (commits, their checksums and
+    checkpoints, and a ``_last_checkpoint`` naming one of them)."""
+    import json
+
+    for f in log.iterdir():
+        head = f.name.split(".")[0]
+        if head.isdigit() and int(head) > version:
+            f.unlink()
+    last = log / "_last_checkpoint"
+    if last.exists() and json.loads(last.read_text())["version"] > version:
+        last.unlink()

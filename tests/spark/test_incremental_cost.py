@@ -177,12 +177,17 @@ def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_reb
     run_silver(spark, b.config)
     run_gold(spark, b.config)  # a second file
     published = gold.latest_version(spark)
+    # What binlake maintain does: silver and gold compacted between two publishes.
+    silver = b.lh.silver("shop", "t0")
+    compacted = silver.latest_version(spark)
+    spark.sql(f"OPTIMIZE {silver.sql}")
     spark.sql(f"OPTIMIZE {gold.sql}")
-    assert gold.latest_version(spark) > published
+    assert gold.latest_version(spark) > published and silver.latest_version(spark) > compacted
     b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}))
     run_silver(spark, b.config)
 
     assert [x.mode for x in run_gold(spark, b.config).tables] == ["incremental"]
+    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [(0, "v0"), (1, "changed"), (2, "v2"), (3, "v3")]
 
     spark.sql(f"DELETE FROM {gold.sql} WHERE id = 0")  # someone's write: gold no longer what was published
     b.commit(b.update(t(0), (2, 20, 0), {"id": 1, "v": "changed", "n": 1}, {"id": 1, "v": "again", "n": 1}))
