@@ -4,12 +4,15 @@ Delta table directly, the way a bad manual fix or a bug would."""
 
 from __future__ import annotations
 
+import uuid
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
 
 from binlake import cli
+from binlake.config import load_config
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import ConfigError, VerifyMismatch
 from binlake.ops.verify import run_verify
@@ -19,9 +22,8 @@ ROWS = 30
 CHUNK = 10  # ids 1..30 -> chunks (-inf,11) [11,21) [21,+inf)
 
 
-@pytest.fixture
-def mirrored(mariadb, database, make_config, spark, tmp_path):
-    """A table mirrored into silver (snapshot, capture, silver), 3 chunks of 10 rows."""
+def _mirror(mariadb, spark, database: str, config):
+    """``database``.accounts mirrored into silver (snapshot, capture, silver), 3 chunks of 10 rows."""
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
     from binlake.silver.run import run_silver
@@ -33,16 +35,41 @@ def mirrored(mariadb, database, make_config, spark, tmp_path):
         f"'2026-01-01 00:00:00' + INTERVAL seq HOUR, IF(seq % 3 = 0, NULL, 'n') FROM seq_1_to_{ROWS}",
         database=database,  # the sequence engine's seq_1_to_N lives in the current database
     )
-    config = make_config([f"{database}.*"], snapshot={"chunk_size": CHUNK})
     run_snapshot(spark, config)
     run_capture(spark, config)
     run_silver(spark, config)
-    ref = Lakehouse(config).silver(database, "accounts")
-    return config, ref
+    return config, Lakehouse(config).silver(database, "accounts")
 
 
-def test_a_faithful_mirror_verifies_clean_and_only_the_named_tables_are_verified(mirrored, spark, database):
-    config, _ = mirrored
+@pytest.fixture
+def mirrored(mariadb, database, make_config, spark):
+    """A mirror of the test's own, for tests that change the source."""
+    return _mirror(mariadb, spark, database, make_config([f"{database}.*"], snapshot={"chunk_size": CHUNK}))
+
+
+@pytest.fixture(scope="module")
+def shared_mirror(mariadb, spark, tmp_path_factory):
+    database = f"verify_{uuid.uuid4().hex[:8]}"
+    mariadb.execute(f"CREATE DATABASE `{database}`")
+    path = tmp_path_factory.mktemp("verify") / "binlake.yml"
+    path.write_text(mariadb.config_yaml(str(path.parent / "lakehouse"), [f"{database}.*"], server_id=5990,
+                                        snapshot={"chunk_size": CHUNK}))
+    yield (*_mirror(mariadb, spark, database, load_config(path)), database)
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+@pytest.fixture
+def mirror(shared_mirror, spark):
+    """One mirror shared by the tests that change only the lakehouse; each test's changes are
+    rolled back (tests/delta_rollback.py). Yields (config, silver ref, database)."""
+    config = shared_mirror[0]
+    versions = delta_versions(Path(config.lakehouse_root))
+    yield shared_mirror
+    roll_back(spark, Path(config.lakehouse_root), versions)
+
+
+def test_a_faithful_mirror_verifies_clean_and_only_the_named_tables_are_verified(mirror, spark):
+    config, _, database = mirror
     result = run_verify(spark, config)
     assert result.ok
     [table] = result.tables
@@ -59,8 +86,8 @@ def test_a_faithful_mirror_verifies_clean_and_only_the_named_tables_are_verified
                                "source.tables (and no source.exclude pattern)")
 
 
-def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirrored, spark, database):
-    config, ref = mirrored
+def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirror, spark):
+    config, ref, database = mirror
     spark.sql(f"UPDATE {ref.sql} SET balance = balance + 0.01 WHERE id = 15")
 
     with pytest.raises(VerifyMismatch) as info:
@@ -83,8 +110,8 @@ def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirrored, s
     assert run_verify(spark, config).ok
 
 
-def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mirrored, spark, database):
-    config, ref = mirrored
+def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mirror, spark):
+    config, ref, database = mirror
     # Row 3 vanishes from silver; row 25 is marked deleted although the source still has it;
     # row 1000 exists only in silver (a missed delete).
     spark.sql(f"DELETE FROM {ref.sql} WHERE id = 3")
@@ -112,8 +139,8 @@ def test_verify_catches_silver_up_before_comparing(mirrored, mariadb, spark, dat
     assert ref.read(spark).where("id = 7").collect()[0]["owner"] == "new owner"
 
 
-def test_the_command_exits_8_on_a_mismatch_with_one_line(mirrored, spark, database, capsys):
-    config, ref = mirrored
+def test_the_command_exits_8_on_a_mismatch_with_one_line(mirror, spark, capsys):
+    config, ref, database = mirror
     spark.sql(f"UPDATE {ref.sql} SET owner = 'tampered' WHERE id = 2")
     cfg_file = next(Path(config.base_dir).glob("binlake*.yml"))
     capsys.readouterr()

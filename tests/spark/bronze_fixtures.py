@@ -9,9 +9,13 @@ snapshot write it, so silver can be specified without a MySQL server.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 from datetime import datetime
+from pathlib import Path
+
+from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
 
 from binlake.bronze.tables import ensure_bronze_tables
 from binlake.config import load_config_text
@@ -107,6 +111,19 @@ class Bronze:
         recs.append(heartbeat_row(BinlogPosition(f"mysql-bin.{fi:06d}", pos), captured_at=T0))
         self.lh.changelog.save(self.spark.createDataFrame(recs, CHANGELOG_SCHEMA).write.format("delta").mode("append"))
         return self.lh.changelog.delta(self.spark).history(1).first()["version"]
+
+    # sharing one lakehouse between tests (tests/delta_rollback.py) ---------------------------
+    def checkpoint(self) -> tuple:
+        """Every Delta table's version and this writer's own state, for :meth:`rollback`."""
+        return (delta_versions(Path(self.config.lakehouse_root)), dict(self._current), copy.copy(self._chunk_ids),
+                self.heartbeat_pos, self.config)
+
+    def rollback(self, checkpoint: tuple) -> None:
+        """Undo what a test did, in the lakehouse and in this writer."""
+        versions, current, chunk_ids, self.heartbeat_pos, self.config = checkpoint
+        self._current, self._chunk_ids = dict(current), copy.copy(chunk_ids)
+        self.lh = Lakehouse(self.config)
+        roll_back(self.spark, Path(self.config.lakehouse_root), versions)
 
     # snapshot -----------------------------------------------------------------------------
     def chunk(self, schema, rows, lw, hw=None, start=None, end=None, snapshot_id="snap1", manifest=True,

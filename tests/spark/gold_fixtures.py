@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import yaml
+from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
 
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import load_config_text
@@ -173,38 +174,14 @@ class Lake:
         df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))
 
-    # -- sharing one lake between tests -----------------------------------------------
-    def _delta_dirs(self) -> list[Path]:
-        return sorted(p.parent for p in Path(self.config.lakehouse_root).rglob("_delta_log"))
-
-    @staticmethod
-    def _version(table_dir: Path) -> int:
-        # The newest commit file's number: no Spark job needed for a local table.
-        return max(int(f.name.split(".")[0]) for f in (table_dir / "_delta_log").glob("*.json"))
-
+    # -- sharing one lake between tests (tests/delta_rollback.py) --------------------------
     def checkpoint(self) -> dict[Path, int]:
         """Every Delta table's current version, for :meth:`rollback`."""
-        return {d: self._version(d) for d in self._delta_dirs()}
+        return delta_versions(Path(self.config.lakehouse_root))
 
     def rollback(self, checkpoint: dict[Path, int]) -> None:
-        """Undo what a test did: cut changed tables' logs back, remove tables created since.
-
-        Cutting the log of a local table back to a version is that version, to every reader
-        (the files added since are left, unreferenced); RESTORE would cost a Spark job per
-        table and a new commit. Delta's cached snapshots are dropped, so no reader keeps a
-        newer one."""
-        import shutil
-
-        changed = False
-        for d in self._delta_dirs():
-            if d not in checkpoint:
-                shutil.rmtree(d)
-                changed = True
-            elif self._version(d) != checkpoint[d]:
-                _truncate_log(d / "_delta_log", checkpoint[d])
-                changed = True
-        if changed:
-            self.spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()
+        """Undo what a test did: changed tables back at their versions, new tables removed."""
+        roll_back(self.spark, Path(self.config.lakehouse_root), checkpoint)
 
     # -- gold -------------------------------------------------------------------------
     def gold(self, db: str, table: str):
@@ -216,16 +193,3 @@ class Lake:
     def publish_log(self):
         return self.lh.publish_log.read(self.spark)
 
-
-def _truncate_log(log: Path, version: int) -> None:
-    """Remove every log entry of ``log`` after ``version`` (commits, their checksums and
-    checkpoints, and a ``_last_checkpoint`` naming one of them)."""
-    import json
-
-    for f in log.iterdir():
-        head = f.name.split(".")[0]
-        if head.isdigit() and int(head) > version:
-            f.unlink()
-    last = log / "_last_checkpoint"
-    if last.exists() and json.loads(last.read_text())["version"] > version:
-        last.unlink()

@@ -24,9 +24,10 @@ NOTES = table("shop.notes", [col("id"), col("customer_id")],
               fks=[fk("fk_note", ["customer_id"], "shop.customers", ["id"], "SET NULL", "SET NULL")])
 
 
-@pytest.fixture
-def b(spark, tmp_path):
-    bronze = Bronze(spark, tmp_path / "lh")
+@pytest.fixture(scope="module")
+def b_base(spark, tmp_path_factory):
+    """Four tables in silver; shared by the tests, each test's changes rolled back."""
+    bronze = Bronze(spark, tmp_path_factory.mktemp("cascade") / "lh")
     for s in (CUSTOMERS, ORDERS, LINES, NOTES):
         bronze.schema(s)
     bronze.commit(
@@ -38,6 +39,13 @@ def b(spark, tmp_path):
     )
     run_silver(spark, bronze.config)
     return bronze
+
+
+@pytest.fixture
+def b(b_base):
+    checkpoint = b_base.checkpoint()
+    yield b_base
+    b_base.rollback(checkpoint)
 
 
 def live(spark, b, name, cols):
@@ -94,9 +102,9 @@ FN = table("shop.fn", [col("id"), col("a_id"), col("v", Kind.STRING)],
            fks=[fk("fk_n", ["a_id"], "shop.a", ["id"], on_delete="SET NULL", on_update="SET NULL")])
 
 
-@pytest.fixture
-def fa(spark, tmp_path):
-    bronze = Bronze(spark, tmp_path / "lh")
+@pytest.fixture(scope="module")
+def fa_base(spark, tmp_path_factory):
+    bronze = Bronze(spark, tmp_path_factory.mktemp("cascade_fa") / "lh")
     for s in (A, FA, FB, FN):
         bronze.schema(s)
     bronze.commit(
@@ -108,6 +116,13 @@ def fa(spark, tmp_path):
     )
     run_silver(spark, bronze.config)
     return bronze
+
+
+@pytest.fixture
+def fa(fa_base):
+    checkpoint = fa_base.checkpoint()
+    yield fa_base
+    fa_base.rollback(checkpoint)
 
 
 def rows(spark, b, name, cols):
