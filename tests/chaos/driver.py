@@ -679,7 +679,7 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
             out.notes.append(f"maintain beside the pipeline (kill at {maintain_kill_at}) failed: exit {rc}: {_last_line(err)}")
 
     # The first load (its bulk path needs snapshot windows no change lands in, so before the
-    # writer starts), in this process: the runs and the maintain below are the ones killed.
+    # writer starts), in this process; the maintain below is the one killed.
     from binlake.config import load_config
     from binlake.ops.pipeline import run_pipeline
 
