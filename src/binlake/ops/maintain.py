@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
@@ -47,6 +48,10 @@ from binlake.gold.readiness import TableState, silver_progress
 log = logging.getLogger("binlake.maintain")
 
 OPEN_SNAPSHOT_DEAD_AFTER = timedelta(days=7)
+
+# Tables compacted and vacuumed at the same time: on small tables most of the time is
+# driver-side latency (log reads, file listings, commits), and each table is its own.
+TABLE_THREADS = 4
 
 
 @dataclass
@@ -105,19 +110,30 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     refs += [ref for s in states if config.history.table(s.db, s.table)
              for ref in (lh.silver_history(s.db, s.table), lh.silver_history_events(s.db, s.table),
                          lh.silver_history_facts(s.db, s.table), lh.gold_history(s.db, s.table))]
-    for ref in refs:
-        if ref.exists(spark) and _file_count(spark, ref) >= config.maintenance.optimize_min_files:
-            with_retry(f"OPTIMIZE {ref}", lambda ref=ref: ref.delta(spark).optimize().executeCompaction())
-            result.optimized.append(str(ref))
-    faults.point("maintain.after_optimize")
     everything = [lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history, lh.silver_progress,
                   lh.publish_log, *refs]
-    for ref in everything:
-        if ref.exists(spark):
-            ref.delta(spark).vacuum(float(config.maintenance.vacuum_retention_hours))
-            result.vacuumed += 1
+    with ThreadPoolExecutor(TABLE_THREADS, thread_name_prefix="maintain") as pool:
+        compacted = list(pool.map(lambda ref: _optimize(spark, config, ref), refs))
+        result.optimized += [str(ref) for ref, done in zip(refs, compacted) if done]
+        faults.point("maintain.after_optimize")
+        result.vacuumed += sum(pool.map(lambda ref: _vacuum(spark, config, ref), everything))
     result.seconds = time.monotonic() - started
     return result
+
+
+def _optimize(spark, config: Config, ref: TableRef) -> bool:
+    """OPTIMIZE ``ref`` if it has enough files; True if it did."""
+    if not ref.exists(spark) or _file_count(spark, ref) < config.maintenance.optimize_min_files:
+        return False
+    with_retry(f"OPTIMIZE {ref}", lambda: ref.delta(spark).optimize().executeCompaction())
+    return True
+
+
+def _vacuum(spark, config: Config, ref: TableRef) -> bool:
+    if not ref.exists(spark):
+        return False
+    ref.delta(spark).vacuum(float(config.maintenance.vacuum_retention_hours))
+    return True
 
 
 def _file_count(spark, ref: TableRef) -> int:
