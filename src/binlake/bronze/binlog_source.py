@@ -391,6 +391,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
         filter_non_implemented_events=False,
     )
     schemas: dict[int, tuple | None] = {}
+    stored_by_shape: dict[tuple, tuple] = {}
     salt = source.salt_for_any()
     reported: set[tuple[str, str, str]] = set()
     gtid: str | None = None
@@ -413,11 +414,16 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                     schemas[event.table_id] = None
                     continue
                 schema = schema_from_table_map(event)
+                # A TABLE_MAP comes with every transaction: the column rule is applied once
+                # per table and source schema, not per transaction.
+                shape = (schema.database, schema.table, schema.columns, schema.key)
+                if shape not in stored_by_shape:
+                    stored = stored_schema(source, schema, strict=False)
+                    stored_by_shape[shape] = (source.column_rule(schema.database, schema.table), stored,
+                                              stored.version())
+                rule, stored, version = stored_by_shape[shape]
                 # Decoded with the source's own column types, then masked: the snapshot does
                 # the same, so both paths store the same text for the same value.
-                rule = source.column_rule(schema.database, schema.table)
-                stored = stored_schema(source, schema, strict=False)
-                version = stored.version()
                 pads = {c.name: c.max_length for c in event.columns
                         if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"}
                 decoder = compile_rows_decoder(event.columns, schema) if fast_rows else None
