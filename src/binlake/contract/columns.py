@@ -27,7 +27,7 @@ import hashlib
 from dataclasses import replace
 
 from binlake.config import HASH, NULL, ColumnRule, SourceConfig
-from binlake.contract.types import Column, Kind, TableSchema
+from binlake.contract.types import FK_ACTIONS, Column, Kind, TableSchema
 from binlake.errors import ConfigError
 
 
@@ -73,7 +73,7 @@ def apply_to_schema(rule: ColumnRule | None, schema: TableSchema, salt: str = ""
         # Silver applies the foreign-key actions InnoDB does not log by matching these
         # columns with the parent's key: without their values it would miss them.
         lost = [c for c in fk["columns"] if not rule.keeps(c) or rule.mask.get(c) == NULL]
-        if lost and {fk.get("on_delete"), fk.get("on_update")} & {"CASCADE", "SET NULL", "SET DEFAULT"}:
+        if lost and {fk.get("on_delete"), fk.get("on_update")} & set(FK_ACTIONS):
             raise ConfigError(f"source.columns[{rule.pattern!r}] drops or nulls {', '.join(lost)} of {schema.name}, "
                               f"which its foreign key {fk['name']} acts through: keep the column (or hash it and "
                               f"{fk['parent']}'s key with mask_key and the same salt)")

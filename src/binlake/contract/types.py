@@ -296,6 +296,12 @@ def is_zero_date_sql(col: Column, text_expr: str) -> str | None:
     return None
 
 
+# The foreign-key rules through which InnoDB changes child rows inside the parent's statement,
+# with no binlog record of the child's change (it refuses SET DEFAULT): silver derives those
+# changes (binlake.silver.cascade), so the columns they act through must be kept.
+FK_ACTIONS = ("CASCADE", "SET NULL")
+
+
 @dataclass(frozen=True)
 class TableSchema:
     """A captured table's columns and key, as of one schema version."""

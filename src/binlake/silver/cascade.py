@@ -37,11 +37,12 @@ from typing import Callable
 from binlake.contract.lakehouse import DELETE, UPDATE
 from binlake.contract.position import seq_literal
 from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.types import FK_ACTIONS
 from binlake.errors import BinlakeError
 
 log = logging.getLogger("binlake.silver")
 
-ACTIONS = ("CASCADE", "SET NULL")
+ACTIONS = FK_ACTIONS
 # Each round settles at least one more step of the longest chain of actions in a batch
 # (a parent key updated n times, or n levels of grandchildren).
 MAX_ROUNDS = 64
