@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Every Spark the tests start sees small data only, where compiling costs more CPU than it
 # saves: expressions are interpreted rather than compiled to Java, and plan descriptions for
-# Spark's listeners are the simple ones. The `binlake` commands tests start (short-lived
-# JVMs, through the environment) also run on the C1 compiler alone. Measured on a pipeline
-# run over four small tables: 17-24 s -> 12-16 s warm, 57-66 s -> 49-52 s cold.
+# Spark's listeners are the simple ones. Every JVM the tests start (the sessions, and the
+# `binlake` commands through the environment) runs on the C1 compiler alone: three JVMs share
+# two cores, and the optimizing compiler's work on ever new small queries does not pay back.
+# Measured on a pipeline run over four small tables: 17-24 s -> 12-16 s warm, 57-66 s -> 49-52 s
+# cold; three spark test files on three workers: 377-452 s with C2 in the sessions, 345 s without.
 SMALL_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -30,9 +32,9 @@ SMALL_DATA_CONF = {
 }
 # C1 alone shrinks the JVM's code cache to 48 MB by default, which a long run of many small
 # queries fills (the JVM then fails with "Out of space in CodeCache"): keep the usual size.
-SUBPROCESS_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ[SPARK_CONF_ENV] = ";".join(
-    f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": SUBPROCESS_JVM}.items())
+    f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": TEST_JVM}.items())
 
 
 def pytest_collection_modifyitems(config, items):
@@ -58,7 +60,7 @@ def spark(tmp_path_factory):
         "binlake-tests",
         extra_conf={
             **SMALL_DATA_CONF,
-            "spark.driver.extraJavaOptions": "",  # C2 stays: this session lives as long as the tests
+            "spark.driver.extraJavaOptions": TEST_JVM,
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.sql.warehouse.dir": str(warehouse),
