@@ -509,3 +509,37 @@ def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(sp
     assert_snapshot_matches_source(spark, config, db, "k", chunk_size=3)
     attempts = {r["attempt_id"] for r in lh.snapshot_rows.read(spark).select("attempt_id").distinct().collect()}
     assert attempts - {c["attempt_id"] for c in chunks}, "the killed attempts left orphan rows, which were ignored"
+
+
+def test_a_truncate_that_commits_after_a_chunks_read_began_is_read_again_in_a_new_snapshot(
+        spark, mariadb, database, make_config, tmp_path, monkeypatch):
+    """A TRUNCATE recreates the table, so a read whose snapshot began before it fails at its
+    first access (MariaDB error 1412, "please retry transaction"): the chunk is read again in
+    a new snapshot, whose watermark sorts after the TRUNCATE, instead of failing the run."""
+    db = database
+    mariadb.execute("CREATE TABLE tt (id INT PRIMARY KEY, v VARCHAR(10))",
+                    "INSERT INTO tt VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 21)), database=db)
+    config = make_config([f"{db}.*"], snapshot={"chunk_size": 10, "parallelism": 1})
+    after: list = []
+
+    def truncate():  # the read's snapshot has begun, its SELECT has not
+        with connect(config.source) as conn:
+            mariadb.execute("TRUNCATE tt", "INSERT INTO tt VALUES (7, 'new7')", database=db)
+            after.append(master_status(conn))
+
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    monkeypatch.setenv(BARRIER_ENV, str(barrier))
+    ctl = BarrierController(barrier, {f"{db}.tt.0.lw": truncate})
+    ctl.start()
+    try:
+        run_snapshot(spark, config)
+    finally:
+        ctl.stop()
+    assert after, ctl.seen
+
+    lh = Lakehouse(config)
+    sid = latest_snapshot_id(spark, lh, db, "tt")
+    [chunk] = [c for c in manifest(spark, lh, db, "tt", sid) if c["chunk_id"] == 0]
+    assert (chunk["lw_file_index"], chunk["lw_pos"]) >= after[0].key()
+    assert {r["row"]["id"]: r["row"]["v"] for r in trusted_rows(spark, lh, sid) if r["chunk_id"] == 0} == {"7": "new7"}

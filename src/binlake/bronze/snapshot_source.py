@@ -31,6 +31,31 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
 ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
+ER_TABLE_DEF_CHANGED = 1412  # a DDL committed after the read's snapshot began
+TABLE_DEF_ATTEMPTS = 5
+
+
+class _TableDefChanged(Exception):
+    """The chunk's table changed definition after its read's snapshot began (error 1412)."""
+
+
+def _first_access_checked(blocks, attempt: int):
+    """``blocks``, with error 1412 before the first one (the server opens the table as the
+    rows start to stream) turned into :class:`_TableDefChanged` while attempts remain."""
+    import pymysql
+
+    first = True
+    while True:
+        try:
+            block = next(blocks)
+        except StopIteration:
+            return
+        except pymysql.err.OperationalError as exc:
+            if first and exc.args[0] == ER_TABLE_DEF_CHANGED and attempt < TABLE_DEF_ATTEMPTS:
+                raise _TableDefChanged() from exc
+            raise
+        first = False
+        yield block
 
 FORMAT = "binlake-snapshot"
 _MASK64 = (1 << 64) - 1
@@ -309,79 +334,89 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
             raise SourceChangedError(
                 f"the source is now server {server_id(conn)}, not server {expected} that the snapshot of "
                 f"{p.db}.{p.table} was planned on: run binlake capture, then binlake snapshot again")
-        with consistent_read(conn) as read:
-            lw = read.low.in_epoch(epoch)
-            _barrier(options, p, "lw")
-            count = 0
-            checksum = 0
-            with conn.cursor(pymysql.cursors.SSCursor) as cur:
-                try:
-                    if len(kept) < len(schema.columns):
-                        cur.execute(f"SELECT * FROM {table_sql} LIMIT 0")
-                        present = [d[0] for d in cur.description]
-                        cur.fetchall()
-                    cur.execute(sql, params)
-                except pymysql.err.OperationalError as exc:
-                    if exc.args[0] != ER_BAD_FIELD_ERROR:
-                        raise
-                    raise SchemaChangeError(
-                        f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
-                        "re-run binlake snapshot, which re-plans it with the new schema"
-                    ) from exc
-                names = [d[0] for d in cur.description][len(exact):]
-                if len(kept) == len(schema.columns):
-                    present = names
-                if set(present) != set(by_name):
-                    # Rows decoded with the planned schema would be silently wrong; the driver
-                    # re-plans the table when its schema version moved.
-                    raise SchemaChangeError(
-                        f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(present)}): "
-                        "re-run binlake snapshot, which re-plans it with the new schema"
-                    )
-                n = len(names)
-                # Output column i: either the protocol text of result column len(exact) + i as it
-                # is, or an encoder applied to result column ``src`` (its exact re-select, if any).
-                binary = [enc is None for enc, _ in cur._result.converters]
-                exact_at = {c.name: k for k, c in enumerate(exact)}
-                as_is, encoded = [], []
-                for i, name in enumerate(names):
-                    c, src = by_name[name], exact_at.get(name, len(exact) + i)
-                    canonical = src == len(exact) + i and not binary[src] and raw_is_canonical(c)
-                    how = rule.mask.get(name) if rule is not None else None
-                    if how is not None:
-                        # Masked after the canonical text, as capture does: equal values, equal hashes.
-                        base = None if canonical else _encoder(c, cur.description[src][1])
-                        encoded.append((i, src, _Memo(lambda raw, base=base, how=how:
-                                                      masked_text(how, salt, raw if base is None else base[raw]))))
-                    elif canonical:
-                        as_is.append(i)
-                    else:
-                        encoded.append((i, src, _encoder(c, cur.description[src][1])))
-                keys = pa.array(names, pa.string())
-                for block in textrows.blocks(cur, BATCH_ROWS):
-                    m = block.rows
-                    if encoded:
-                        # Rows x columns positions into [as-is texts, then each encoded column].
-                        index = np.empty((m, n), dtype=np.int64)
-                        index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
-                        parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
-                        base = m * len(as_is)
-                        for i, src, encode in encoded:
-                            # Python sees each distinct value of the block once, not each row.
-                            raw = block.column(src).dictionary_encode()
-                            texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
-                            parts.append(texts.take(raw.indices))
-                            index[:, i] = base + np.arange(m)
-                            base += m
-                        items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
-                    else:
-                        items = block.items([len(exact) + i for i in as_is])
-                    offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
-                    texts = pa.MapArray.from_arrays(offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items)
-                    checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
-                    count += m
-                    yield batch(m, lw, texts, pa.nulls(m, texts_type))
-            _barrier(options, p, "select")
+        # A DDL that commits after the read's snapshot began (a TRUNCATE recreates the table)
+        # makes the first access fail with 1412 before any row is read: read the chunk again
+        # in a new snapshot, with a new low watermark.
+        for attempt in range(1, TABLE_DEF_ATTEMPTS + 1):
+            try:
+                with consistent_read(conn) as read:
+                    lw = read.low.in_epoch(epoch)
+                    _barrier(options, p, "lw")
+                    count = 0
+                    checksum = 0
+                    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+                        try:
+                            if len(kept) < len(schema.columns):
+                                cur.execute(f"SELECT * FROM {table_sql} LIMIT 0")
+                                present = [d[0] for d in cur.description]
+                                cur.fetchall()
+                            cur.execute(sql, params)
+                        except pymysql.err.OperationalError as exc:
+                            if exc.args[0] == ER_TABLE_DEF_CHANGED and attempt < TABLE_DEF_ATTEMPTS:
+                                raise _TableDefChanged() from exc
+                            if exc.args[0] != ER_BAD_FIELD_ERROR:
+                                raise
+                            raise SchemaChangeError(
+                                f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
+                                "re-run binlake snapshot, which re-plans it with the new schema"
+                            ) from exc
+                        names = [d[0] for d in cur.description][len(exact):]
+                        if len(kept) == len(schema.columns):
+                            present = names
+                        if set(present) != set(by_name):
+                            # Rows decoded with the planned schema would be silently wrong; the driver
+                            # re-plans the table when its schema version moved.
+                            raise SchemaChangeError(
+                                f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(present)}): "
+                                "re-run binlake snapshot, which re-plans it with the new schema"
+                            )
+                        n = len(names)
+                        # Output column i: either the protocol text of result column len(exact) + i as it
+                        # is, or an encoder applied to result column ``src`` (its exact re-select, if any).
+                        binary = [enc is None for enc, _ in cur._result.converters]
+                        exact_at = {c.name: k for k, c in enumerate(exact)}
+                        as_is, encoded = [], []
+                        for i, name in enumerate(names):
+                            c, src = by_name[name], exact_at.get(name, len(exact) + i)
+                            canonical = src == len(exact) + i and not binary[src] and raw_is_canonical(c)
+                            how = rule.mask.get(name) if rule is not None else None
+                            if how is not None:
+                                # Masked after the canonical text, as capture does: equal values, equal hashes.
+                                base = None if canonical else _encoder(c, cur.description[src][1])
+                                encoded.append((i, src, _Memo(lambda raw, base=base, how=how:
+                                                              masked_text(how, salt, raw if base is None else base[raw]))))
+                            elif canonical:
+                                as_is.append(i)
+                            else:
+                                encoded.append((i, src, _encoder(c, cur.description[src][1])))
+                        keys = pa.array(names, pa.string())
+                        for block in _first_access_checked(textrows.blocks(cur, BATCH_ROWS), attempt):
+                            m = block.rows
+                            if encoded:
+                                # Rows x columns positions into [as-is texts, then each encoded column].
+                                index = np.empty((m, n), dtype=np.int64)
+                                index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
+                                parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
+                                base = m * len(as_is)
+                                for i, src, encode in encoded:
+                                    # Python sees each distinct value of the block once, not each row.
+                                    raw = block.column(src).dictionary_encode()
+                                    texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
+                                    parts.append(texts.take(raw.indices))
+                                    index[:, i] = base + np.arange(m)
+                                    base += m
+                                items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
+                            else:
+                                items = block.items([len(exact) + i for i in as_is])
+                            offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
+                            texts = pa.MapArray.from_arrays(offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items)
+                            checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
+                            count += m
+                            yield batch(m, lw, texts, pa.nulls(m, texts_type))
+                    _barrier(options, p, "select")
+            except _TableDefChanged:
+                continue
+            break
         hw = read.high.in_epoch(epoch)
     finally:
         conn.close()
