@@ -114,8 +114,8 @@ def _freshness(gold) -> float | None:
 def run_continuous(spark, config: Config, progress=None, poll_seconds: float = POLL_SECONDS,
                    max_loops: int | None = None, stop: threading.Event | None = None) -> ContinuousState:
     """Loop capture -> silver -> gold until interrupted, ``stop`` is set or ``max_loops`` loops
-    ran; returns the last state. Ctrl-C (or SIGTERM turned into KeyboardInterrupt) ends it
-    between commits."""
+    ran; returns the last state. SIGTERM sets ``stop`` (the loop in progress finishes and is
+    recorded); Ctrl-C, or a second SIGTERM, ends it at once, between commits."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
@@ -126,9 +126,9 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
     snapshot = snapshot_what_needs_it(spark, config, progress)
     metrics.add("snapshot", snapshot, time.monotonic() - began)
     pending = True  # silver and gold have not run yet in this process
-    restore = _interrupt_on_sigterm()
+    stop = stop or threading.Event()
+    restore = _stop_on_sigterm(stop)
     try:
-        stop = stop or threading.Event()
         while (max_loops is None or state.loops < max_loops) and not stop.is_set():
             report = _loop(spark, config, state.loops + 1, pending, progress, metrics)
             if metrics.due():
@@ -145,6 +145,8 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
             pending = report.gold in ("not ready", "check failed")
             if not report.captured and not pending:
                 stop.wait(poll_seconds)
+        if stop.is_set():
+            log.info("continuous: stopped after loop %d; every step's commit is in place", state.loops)
     except KeyboardInterrupt:
         log.info("continuous: interrupted after loop %d; every step's commit is in place", state.loops)
     finally:
@@ -153,17 +155,24 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
     return state
 
 
-def _interrupt_on_sigterm():
-    """Make SIGTERM (how a job scheduler stops a task) end the loop like Ctrl-C, with a log
-    line, instead of a silent exit; returns the function that puts the old handler back.
-    Only the main thread may set handlers: elsewhere SIGTERM keeps its default."""
+def _stop_on_sigterm(stop: threading.Event):
+    """Make SIGTERM (how a job scheduler stops a task) set ``stop``: the loop in progress
+    finishes, records its state and metrics, and the process exits 0. An exception raised
+    into whatever the loop is doing could land inside a call to the JVM and leave its
+    connection unusable for the final metrics flush. A second SIGTERM ends it at once, like
+    Ctrl-C (and a scheduler's kill -9 after its grace period is safe anyway). Returns the
+    function that puts the old handler back. Only the main thread may set handlers:
+    elsewhere SIGTERM keeps its default."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
 
-    def interrupt(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
+    def on_sigterm(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt(f"signal {signum}")
+        log.info("continuous: SIGTERM: stopping after the loop in progress")
+        stop.set()
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
