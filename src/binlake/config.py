@@ -294,7 +294,7 @@ class SourceConfig:
         """This config as the options of a Spark data source whose readers run on executors:
         ``source`` (JSON, without the password) and ``password`` (and ``mask_salt_secret``),
         option keys Spark's ``spark.redaction.regex`` masks in plan text and the UI."""
-        salt = {"mask_salt_secret": self.salt_for_any()} if self.salt_for_any() else {}
+        salt = self.salt_for_any()
         return {
             "source": json.dumps({
                 "host": self.host, "port": self.port, "user": self.user, "server_id": self.server_id,
@@ -304,7 +304,7 @@ class SourceConfig:
                 "columns": [r.to_dict() for r in self.columns],
             }),
             "password": self.password.reveal(),
-            **salt,
+            **({"mask_salt_secret": salt} if salt else {}),
         }
 
     @staticmethod

@@ -39,6 +39,11 @@ class _TableDefChanged(Exception):
     """The chunk's table changed definition after its read's snapshot began (error 1412)."""
 
 
+def _read_again(exc: Exception, attempt: int) -> bool:
+    """True if ``exc`` is error 1412 and an attempt remains to read the chunk again."""
+    return exc.args[0] == ER_TABLE_DEF_CHANGED and attempt < TABLE_DEF_ATTEMPTS
+
+
 def _first_access_checked(blocks, attempt: int):
     """``blocks``, with error 1412 before the first one (the server opens the table as the
     rows start to stream) turned into :class:`_TableDefChanged` while attempts remain."""
@@ -51,7 +56,7 @@ def _first_access_checked(blocks, attempt: int):
         except StopIteration:
             return
         except pymysql.err.OperationalError as exc:
-            if first and exc.args[0] == ER_TABLE_DEF_CHANGED and attempt < TABLE_DEF_ATTEMPTS:
+            if first and _read_again(exc, attempt):
                 raise _TableDefChanged() from exc
             raise
         first = False
@@ -352,7 +357,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                                 cur.fetchall()
                             cur.execute(sql, params)
                         except pymysql.err.OperationalError as exc:
-                            if exc.args[0] == ER_TABLE_DEF_CHANGED and attempt < TABLE_DEF_ATTEMPTS:
+                            if _read_again(exc, attempt):
                                 raise _TableDefChanged() from exc
                             if exc.args[0] != ER_BAD_FIELD_ERROR:
                                 raise
