@@ -44,8 +44,12 @@ def _bare_loop(config, db: str, start, end) -> tuple[int, float]:
     from binlake.source.binlog import open_stream
 
     began = time.monotonic()
-    stream = open_stream(config.source, config.source.server_id + 200, start,
-                         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent])
+    stream = open_stream(
+        config.source,
+        config.source.server_id + 200,
+        start,
+        only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
     n = 0
     try:
         for event in stream:
@@ -66,10 +70,14 @@ def _lakehouse_at(ctx, db: str, start, run_no: int):
     from binlake.config import load_config
 
     path = ctx.workdir / f"capture_{run_no}.yml"
-    path.write_text(ctx.mariadb.config_yaml(
-        str(ctx.workdir / f"capture_lake_{run_no}"), [f"{db}.*"], server_id=9100 + run_no,
-        capture={"startup": "position", "start_position": str(start)},
-    ))
+    path.write_text(
+        ctx.mariadb.config_yaml(
+            str(ctx.workdir / f"capture_lake_{run_no}"),
+            [f"{db}.*"],
+            server_id=9100 + run_no,
+            capture={"startup": "position", "start_position": str(start)},
+        )
+    )
     config = load_config(path)
     run_capture(ctx.spark, config)
     return config
@@ -105,8 +113,12 @@ def run(ctx) -> list[dict]:
         if changes != rows or peer_rows != rows:
             raise AssertionError(f"expected {rows} rows, capture wrote {changes}, the loop saw {peer_rows}")
     seconds, peer_seconds = min(runs), min(peer_runs)
-    print(f"   capture: {rows} rows over {files} files, best of 2: binlake {seconds:.1f}s "
-          f"(runs {', '.join(f'{r:.1f}' for r in runs)}), bare loop {peer_seconds:.1f}s "
-          f"(runs {', '.join(f'{r:.1f}' for r in peer_runs)})", flush=True)
-    return [result("capture_rows_per_s", rows / seconds, "rows/s", "python-mysql-replication loop",
-                   rows / peer_seconds)]
+    print(
+        f"   capture: {rows} rows over {files} files, best of 2: binlake {seconds:.1f}s "
+        f"(runs {', '.join(f'{r:.1f}' for r in runs)}), bare loop {peer_seconds:.1f}s "
+        f"(runs {', '.join(f'{r:.1f}' for r in peer_runs)})",
+        flush=True,
+    )
+    return [
+        result("capture_rows_per_s", rows / seconds, "rows/s", "python-mysql-replication loop", rows / peer_seconds)
+    ]

@@ -33,26 +33,57 @@ def run(ctx) -> list[dict]:
     scale = 0.01 if ctx.quick else 0.1
     rows = load_lineitem(ctx.mariadb, "tpch_sync", scale, ctx.workdir)
     cfg_path = ctx.workdir / "full_sync.yml"
-    cfg_path.write_text(ctx.mariadb.config_yaml(str(ctx.workdir / "full_sync_lake"), ["tpch_sync.*"], server_id=8100,
-                                                snapshot={"chunk_size": 50000, "parallelism": 2}))
+    cfg_path.write_text(
+        ctx.mariadb.config_yaml(
+            str(ctx.workdir / "full_sync_lake"),
+            ["tpch_sync.*"],
+            server_id=8100,
+            snapshot={"chunk_size": 50000, "parallelism": 2},
+        )
+    )
     config = load_config(cfg_path)
     spark = ctx.spark
     started = time.monotonic()
     steps = {}
-    for name, step in (("snapshot", lambda: run_snapshot(spark, config)), ("capture", lambda: run_capture(spark, config)),
-                       ("silver", lambda: run_silver(spark, config)), ("gold", lambda: run_gold(spark, config))):
+    for name, step in (
+        ("snapshot", lambda: run_snapshot(spark, config)),
+        ("capture", lambda: run_capture(spark, config)),
+        ("silver", lambda: run_silver(spark, config)),
+        ("gold", lambda: run_gold(spark, config)),
+    ):
         t0 = time.monotonic()
         step()
         steps[name] = time.monotonic() - t0
     elapsed = time.monotonic() - started
-    print(f"   lineitem SF{scale}: {rows:,} rows in {elapsed:,.1f}s: "
-          + ", ".join(f"{k} {v:,.1f}s" for k, v in steps.items()), flush=True)
-    reloaded, reload_s = jdbc_to_delta(ctx, "tpch_sync", "lineitem", "l_orderkey", max(2, rows // 50000), str(ctx.workdir / "full_sync_reload"))
+    print(
+        f"   lineitem SF{scale}: {rows:,} rows in {elapsed:,.1f}s: "
+        + ", ".join(f"{k} {v:,.1f}s" for k, v in steps.items()),
+        flush=True,
+    )
+    reloaded, reload_s = jdbc_to_delta(
+        ctx, "tpch_sync", "lineitem", "l_orderkey", max(2, rows // 50000), str(ctx.workdir / "full_sync_reload")
+    )
     if reloaded != rows:
         raise AssertionError(f"lineitem has {rows} rows; the JDBC reload wrote {reloaded}")
-    print(f"   plain Spark JDBC reload of the same table into Delta: {reload_s:,.1f}s "
-          f"(full sync {elapsed / reload_s:,.1f}x)", flush=True)
-    return [result("lineitem_full_sync_rows_per_s", rows / elapsed, "rows/s", "MatrixOne CDC, published (other hw)",
-                   MATRIXONE_ROWS_PER_S),
-            result("full_sync_vs_reload", elapsed / reload_s, "x (lower is better)", "goal", GOAL_VS_RELOAD,
-                   higher_is_better=False)]
+    print(
+        f"   plain Spark JDBC reload of the same table into Delta: {reload_s:,.1f}s "
+        f"(full sync {elapsed / reload_s:,.1f}x)",
+        flush=True,
+    )
+    return [
+        result(
+            "lineitem_full_sync_rows_per_s",
+            rows / elapsed,
+            "rows/s",
+            "MatrixOne CDC, published (other hw)",
+            MATRIXONE_ROWS_PER_S,
+        ),
+        result(
+            "full_sync_vs_reload",
+            elapsed / reload_s,
+            "x (lower is better)",
+            "goal",
+            GOAL_VS_RELOAD,
+            higher_is_better=False,
+        ),
+    ]

@@ -51,11 +51,13 @@ def load(mariadb, db: str, tables: int, rows: int) -> list[str]:
     mariadb.execute(f"DROP DATABASE IF EXISTS `{db}`", f"CREATE DATABASE `{db}`")
     statements = []
     for name in names:
-        statements += [DDL.format(name=name),
-                       f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
-                       f"SELECT seq, seq % 997, ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'closed'), "
-                       f"seq * 1.25, seq % 50, CONCAT('note ', seq), '2026-01-01 00:00:00' + INTERVAL seq SECOND "
-                       f"FROM seq_1_to_{rows}"]
+        statements += [
+            DDL.format(name=name),
+            f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
+            f"SELECT seq, seq % 997, ELT(1 + seq % 4, 'new', 'paid', 'shipped', 'closed'), "
+            f"seq * 1.25, seq % 50, CONCAT('note ', seq), '2026-01-01 00:00:00' + INTERVAL seq SECOND "
+            f"FROM seq_1_to_{rows}",
+        ]
     mariadb.execute(*statements, database=db)
     return names
 
@@ -70,12 +72,17 @@ def change(mariadb, db: str, names: list[str], rng: random.Random, next_id: dict
             for i in range(per):
                 kind = i % 10
                 if kind < 7:
-                    cur.execute(f"UPDATE {name} SET qty = qty + 1, status = 'paid', amount = amount + 0.5 "
-                                f"WHERE id = %s", (rng.randint(1, ROWS),))
+                    cur.execute(
+                        f"UPDATE {name} SET qty = qty + 1, status = 'paid', amount = amount + 0.5 WHERE id = %s",
+                        (rng.randint(1, ROWS),),
+                    )
                 elif kind < 9:
                     next_id[name] = next_id.get(name, ROWS) + 1
-                    cur.execute(f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
-                                "VALUES (%s, 1, 'new', 9.99, 1, 'fresh', NOW(6))", (next_id[name],))
+                    cur.execute(
+                        f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
+                        "VALUES (%s, 1, 'new', 9.99, 1, 'fresh', NOW(6))",
+                        (next_id[name],),
+                    )
                 else:
                     cur.execute(f"DELETE FROM {name} WHERE id = %s", (rng.randint(1, ROWS),))
                 if i % 10 == 9:
@@ -85,9 +92,14 @@ def change(mariadb, db: str, names: list[str], rng: random.Random, next_id: dict
 
 def config_file(ctx, db: str, tag: str) -> Path:
     path = ctx.workdir / f"incremental_{tag}.yml"
-    path.write_text(ctx.mariadb.config_yaml(str(ctx.workdir / f"incremental_{tag}_lake"), [f"{db}.*"],
-                                            server_id=9400 + 40 * len(tag),
-                                            snapshot={"chunk_size": 50000, "parallelism": 2}))
+    path.write_text(
+        ctx.mariadb.config_yaml(
+            str(ctx.workdir / f"incremental_{tag}_lake"),
+            [f"{db}.*"],
+            server_id=9400 + 40 * len(tag),
+            snapshot={"chunk_size": 50000, "parallelism": 2},
+        )
+    )
     return path
 
 
@@ -115,9 +127,12 @@ def rounds(ctx, db: str, tables: int, tag: str) -> dict[str, float]:
         change(ctx.mariadb, db, names, rng, next_id)
         runs.append(binlake_run(config))
     best, steps = min(runs)
-    print(f"   {tables} tables x {ROWS:,} rows: first run {first:.1f}s, nothing changed {idle:.1f}s "
-          f"({_steps(idle_steps)}), {CHANGES:,} changes over {CHANGED_TABLES} tables: "
-          f"{', '.join(f'{s:.1f}s' for s, _ in runs)} (best: {_steps(steps)})", flush=True)
+    print(
+        f"   {tables} tables x {ROWS:,} rows: first run {first:.1f}s, nothing changed {idle:.1f}s "
+        f"({_steps(idle_steps)}), {CHANGES:,} changes over {CHANGED_TABLES} tables: "
+        f"{', '.join(f'{s:.1f}s' for s, _ in runs)} (best: {_steps(steps)})",
+        flush=True,
+    )
     return {"first": first, "idle": idle, "incremental": best}
 
 
@@ -147,9 +162,12 @@ class Writer(threading.Thread):
                         cur.execute(f"UPDATE {name} SET qty = qty + 1 WHERE id = %s", (rng.randint(1, ROWS),))
                     else:
                         next_id[name] += 1
-                        cur.execute(f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
-                                    "VALUES (%s, 2, 'new', 1.00, 1, 'live', NOW(6)) "
-                                    "ON DUPLICATE KEY UPDATE qty = qty + 1", (next_id[name],))
+                        cur.execute(
+                            f"INSERT INTO {name} (id, account_id, status, amount, qty, note, created_at) "
+                            "VALUES (%s, 2, 'new', 1.00, 1, 'live', NOW(6)) "
+                            "ON DUPLICATE KEY UPDATE qty = qty + 1",
+                            (next_id[name],),
+                        )
                 conn.commit()
                 self.changes += 10
                 time.sleep(max(0.0, 0.1 - (time.monotonic() - began)))
@@ -175,8 +193,14 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
     # Its log goes to a file: a pipe nobody reads fills up and stops the process mid-loop.
     log_path = ctx.workdir / "continuous.log"
     with open(log_path, "w") as log_file:
-        proc = subprocess.Popen([BINLAKE, "--config", str(config), "run", "--continuous"], stdout=log_file,
-                                stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [BINLAKE, "--config", str(config), "run", "--continuous"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
     writer = Writer(ctx.mariadb, db, names)
     try:
         time.sleep(15)  # JVM start and the first loop, with nothing to publish yet
@@ -200,8 +224,9 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
                 break
             time.sleep(1)
         else:
-            raise RuntimeError(f"run --continuous published nothing up to {file}:{pos} "
-                               f"(exit {proc.poll()}; see {log_path})")
+            raise RuntimeError(
+                f"run --continuous published nothing up to {file}:{pos} (exit {proc.poll()}; see {log_path})"
+            )
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         try:
@@ -231,22 +256,31 @@ def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
         FROM seen""").first()
     if not row["n"]:
         raise RuntimeError(f"no change written between the window's bounds reached gold (see {log_path})")
-    print(f"   continuous, {writer.changes:,} changes written at about 100/s: freshness p50 {row['p50']:.1f}s, "
-          f"p99 {row['p99']:.1f}s over {row['n']:,} changes", flush=True)
+    print(
+        f"   continuous, {writer.changes:,} changes written at about 100/s: freshness p50 {row['p50']:.1f}s, "
+        f"p99 {row['p99']:.1f}s over {row['n']:,} changes",
+        flush=True,
+    )
     return float(row["p50"]), float(row["p99"]), int(row["n"])
 
 
 def run(ctx) -> list[dict]:
     small = rounds(ctx, "bench_inc16", 16, "16")
-    out = [result("incremental_run_s", small["incremental"], "s (lower is better)", "goal", GOAL_RUN_S,
-                  higher_is_better=False),
-           result("idle_run_s", small["idle"], "s (lower is better)", "goal", GOAL_RUN_S, higher_is_better=False)]
+    out = [
+        result(
+            "incremental_run_s", small["incremental"], "s (lower is better)", "goal", GOAL_RUN_S, higher_is_better=False
+        ),
+        result("idle_run_s", small["idle"], "s (lower is better)", "goal", GOAL_RUN_S, higher_is_better=False),
+    ]
     if not ctx.quick:
         large = rounds(ctx, "bench_inc200", 200, "200")
         scaling = large["incremental"] / small["incremental"]
-        out.append(result("table_count_scaling", scaling, "x (lower is better)", "goal", GOAL_SCALING,
-                          higher_is_better=False))
+        out.append(
+            result("table_count_scaling", scaling, "x (lower is better)", "goal", GOAL_SCALING, higher_is_better=False)
+        )
     p50, p99, _ = freshness(ctx, "bench_inc16", config_file(ctx, "bench_inc16", "16"))
-    out += [result("freshness_p50_s", p50, "s (lower is better)", "goal", GOAL_P50_S, higher_is_better=False),
-            result("freshness_p99_s", p99, "s (lower is better)", "goal", GOAL_P99_S, higher_is_better=False)]
+    out += [
+        result("freshness_p50_s", p50, "s (lower is better)", "goal", GOAL_P50_S, higher_is_better=False),
+        result("freshness_p99_s", p99, "s (lower is better)", "goal", GOAL_P99_S, higher_is_better=False),
+    ]
     return out

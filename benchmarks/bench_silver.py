@@ -20,7 +20,8 @@ def _schema():
     from binlake.contract.types import Column, Kind, TableSchema
 
     return TableSchema(
-        database="bench", table="t",
+        database="bench",
+        table="t",
         columns=(Column("id", Kind.INT, bits=64), Column("v", Kind.STRING), Column("n", Kind.INT, bits=32)),
         key=("id",),
     )
@@ -32,11 +33,21 @@ def _build_silver(spark, ref, schema, rows: int, rows_per_file: int) -> None:
     from binlake.silver.schema_evolution import create_silver_table
 
     create_silver_table(spark, ref, schema)
-    df = (spark.range(rows).select(
-        F.col("id"), F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"), (F.col("id") % 1000).cast("int").alias("n"),
-        F.struct(F.lit(1).cast("bigint").alias("file_index"), F.col("id").alias("pos"), F.lit(-1).alias("row")).alias("_cdc_seq"),
-        F.lit("snapshot").alias("_cdc_op"), F.lit(False).alias("_cdc_deleted"), F.lit(None).cast("timestamp").alias("_cdc_commit_ts"),
-    ).repartitionByRange(max(1, rows // rows_per_file), "id"))
+    df = (
+        spark.range(rows)
+        .select(
+            F.col("id"),
+            F.concat(F.lit("v"), F.col("id").cast("string")).alias("v"),
+            (F.col("id") % 1000).cast("int").alias("n"),
+            F.struct(
+                F.lit(1).cast("bigint").alias("file_index"), F.col("id").alias("pos"), F.lit(-1).alias("row")
+            ).alias("_cdc_seq"),
+            F.lit("snapshot").alias("_cdc_op"),
+            F.lit(False).alias("_cdc_deleted"),
+            F.lit(None).cast("timestamp").alias("_cdc_commit_ts"),
+        )
+        .repartitionByRange(max(1, rows // rows_per_file), "id")
+    )
     ref.save(df.write.format("delta").mode("append"))
 
 
@@ -47,10 +58,16 @@ def _changes(spark, schema, changes: int, small_rows: int):
     lo = small_rows - int(changes * 0.9) * 2
     df = spark.range(changes).select(
         F.when(F.col("id") < int(changes * 0.9), F.lit(lo) + F.col("id") * 2)
-         .otherwise(F.lit(small_rows * 100) + F.col("id")).alias("id"),
-        F.lit("changed").alias("v"), F.lit(7).alias("n"),
-        F.struct(F.lit(9).cast("bigint").alias("file_index"), F.col("id").alias("pos"), F.lit(0).alias("row")).alias("_cdc_seq"),
-        F.lit("update").alias("_cdc_op"), F.lit(False).alias("_cdc_deleted"), F.current_timestamp().alias("_cdc_commit_ts"),
+        .otherwise(F.lit(small_rows * 100) + F.col("id"))
+        .alias("id"),
+        F.lit("changed").alias("v"),
+        F.lit(7).alias("n"),
+        F.struct(F.lit(9).cast("bigint").alias("file_index"), F.col("id").alias("pos"), F.lit(0).alias("row")).alias(
+            "_cdc_seq"
+        ),
+        F.lit("update").alias("_cdc_op"),
+        F.lit(False).alias("_cdc_deleted"),
+        F.current_timestamp().alias("_cdc_commit_ts"),
         F.lit(0).alias("_zero_dates"),
     )
     return df.localCheckpoint()
@@ -91,6 +108,7 @@ if __name__ == "__main__":  # a stand-alone smoke run without MariaDB: python -m
     from benchmarks.run import BenchContext
     from binlake.spark import get_spark
 
-    ctx = BenchContext(mariadb=None, spark=get_spark("bench-silver"), workdir=Path(tempfile.mkdtemp()),
-                       quick="--quick" in sys.argv)
+    ctx = BenchContext(
+        mariadb=None, spark=get_spark("bench-silver"), workdir=Path(tempfile.mkdtemp()), quick="--quick" in sys.argv
+    )
     print(run(ctx))

@@ -34,6 +34,7 @@ REPEATS = 3
 
 def load_sbtest(mariadb, db: str, rows: int) -> None:
     """sysbench's sbtest layout and value shapes (c: 10 groups of 11 digits, pad: 5)."""
+
     def digits(groups: int) -> str:
         return "CONCAT_WS('-', " + ", ".join(["LPAD(FLOOR(RAND() * 99999999999), 11, '0')"] * groups) + ")"
 
@@ -62,8 +63,10 @@ def jdbc_connection(mariadb, db: str) -> tuple[str, dict[str, str]]:
     # The jdbc:mysql scheme (Connector/J accepts it with permitMysqlScheme) selects Spark's
     # MySQLDialect, which quotes identifiers with backticks; jdbc:mariadb gets the generic
     # dialect, whose "id" is a string literal to MariaDB.
-    return (f"jdbc:mysql://127.0.0.1:{mariadb.port}/{db}?permitMysqlScheme",
-            {"user": CDC_USER, "password": mariadb.cdc_password, "driver": "org.mariadb.jdbc.Driver"})
+    return (
+        f"jdbc:mysql://127.0.0.1:{mariadb.port}/{db}?permitMysqlScheme",
+        {"user": CDC_USER, "password": mariadb.cdc_password, "driver": "org.mariadb.jdbc.Driver"},
+    )
 
 
 def jdbc_read(ctx, db: str, table: str, split_column: str, partitions: int):
@@ -74,8 +77,15 @@ def jdbc_read(ctx, db: str, table: str, split_column: str, partitions: int):
         cur.execute(f"SELECT MIN(`{split_column}`), MAX(`{split_column}`) FROM `{table}`")
         lo, hi = cur.fetchone()
     url, props = jdbc_connection(m, db)
-    return ctx.spark.read.jdbc(url, table, column=split_column, lowerBound=int(lo), upperBound=int(hi) + 1,
-                               numPartitions=partitions, properties=props)
+    return ctx.spark.read.jdbc(
+        url,
+        table,
+        column=split_column,
+        lowerBound=int(lo),
+        upperBound=int(hi) + 1,
+        numPartitions=partitions,
+        properties=props,
+    )
 
 
 def jdbc_to_delta(ctx, db: str, table: str, split_column: str, partitions: int, path: str) -> tuple[int, float]:
@@ -91,8 +101,14 @@ def binlake_config(ctx, db: str, table: str):
     from binlake.config import load_config
 
     path = ctx.workdir / f"snap_{db}_{table}.yml"
-    path.write_text(ctx.mariadb.config_yaml(str(ctx.workdir / "snapshot_lake"), [f"{db}.{table}"], server_id=9300,
-                                            snapshot={"chunk_size": CHUNK_SIZE, "parallelism": PARALLELISM}))
+    path.write_text(
+        ctx.mariadb.config_yaml(
+            str(ctx.workdir / "snapshot_lake"),
+            [f"{db}.{table}"],
+            server_id=9300,
+            snapshot={"chunk_size": CHUNK_SIZE, "parallelism": PARALLELISM},
+        )
+    )
     return load_config(path)
 
 
@@ -113,13 +129,18 @@ def side_by_side(ctx, db: str, table: str, split_column: str, rows: int, tag: st
     for i in range(REPEATS):
         got, chunks, seconds = binlake_snapshot(ctx, config, f"{db}.{table}")
         ours.append(seconds)
-        jdbc_rows, jdbc_seconds = jdbc_to_delta(ctx, db, table, split_column, chunks, str(ctx.workdir / f"jdbc_{tag}_{i}"))
+        jdbc_rows, jdbc_seconds = jdbc_to_delta(
+            ctx, db, table, split_column, chunks, str(ctx.workdir / f"jdbc_{tag}_{i}")
+        )
         theirs.append(jdbc_seconds)
         if got != rows or jdbc_rows != rows:
             raise AssertionError(f"{db}.{table} has {rows} rows; binlake wrote {got}, JDBC wrote {jdbc_rows}")
-    print(f"   {tag}: {rows:,} rows, {chunks} chunks/partitions, best of {REPEATS}: binlake {min(ours):.1f}s "
-          f"({rows / min(ours):,.0f} rows/s; runs {', '.join(f'{t:.1f}' for t in ours)}), JDBC {min(theirs):.1f}s "
-          f"({rows / min(theirs):,.0f} rows/s; runs {', '.join(f'{t:.1f}' for t in theirs)})", flush=True)
+    print(
+        f"   {tag}: {rows:,} rows, {chunks} chunks/partitions, best of {REPEATS}: binlake {min(ours):.1f}s "
+        f"({rows / min(ours):,.0f} rows/s; runs {', '.join(f'{t:.1f}' for t in ours)}), JDBC {min(theirs):.1f}s "
+        f"({rows / min(theirs):,.0f} rows/s; runs {', '.join(f'{t:.1f}' for t in theirs)})",
+        flush=True,
+    )
     return rows / min(ours), rows / min(theirs)
 
 
@@ -142,5 +163,7 @@ def run(ctx) -> list[dict]:
     sb = side_by_side(ctx, "bench_snap", "sbtest", "id", sb_rows, "sbtest")
     li_rows = load_lineitem(ctx.mariadb, "bench_snap_tpch", scale, ctx.workdir)
     li = side_by_side(ctx, "bench_snap_tpch", "lineitem", "l_orderkey", li_rows, f"lineitem SF{scale}")
-    return [result("snapshot_rows_per_s", sb[0], "rows/s", PEER, sb[1]),
-            result("snapshot_lineitem_rows_per_s", li[0], "rows/s", PEER, li[1])]
+    return [
+        result("snapshot_rows_per_s", sb[0], "rows/s", PEER, sb[1]),
+        result("snapshot_lineitem_rows_per_s", li[0], "rows/s", PEER, li[1]),
+    ]

@@ -36,8 +36,14 @@ class BenchContext:
 
 def result(name: str, value: float, unit: str, peer: str, peer_value: float, higher_is_better: bool = True) -> dict:
     ratio = (value / peer_value if higher_is_better else peer_value / value) if value and peer_value else None
-    return {"name": name, "value": round(value, 3), "unit": unit, "peer": peer, "peer_value": round(peer_value, 3),
-            "ratio": round(ratio, 3) if ratio is not None else None}
+    return {
+        "name": name,
+        "value": round(value, 3),
+        "unit": unit,
+        "peer": peer,
+        "peer_value": round(peer_value, 3),
+        "ratio": round(ratio, 3) if ratio is not None else None,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     ctx = BenchContext(mariadb=db, spark=spark, workdir=workdir, quick=ns.quick)
     results: list[dict] = []
     try:
-        for mod in sorted(m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_")):
+        for mod in sorted(
+            m.name for m in pkgutil.iter_modules([str(Path(__file__).parent)]) if m.name.startswith("bench_")
+        ):
             if ns.only and not any(o in mod for o in ns.only):
                 continue
             started = time.monotonic()
@@ -80,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(results, indent=2))
     print(f"\n{'name':34} {'value':>14} {'unit':22} {'peer':28} {'peer_value':>14} {'ratio':>7}")
     for r in results:
-        print(f"{r['name']:34} {r['value']:>14,.2f} {r['unit']:22} {r['peer']:28} {r['peer_value']:>14,.2f} {r['ratio'] or 0:>7.2f}")
+        print(
+            f"{r['name']:34} {r['value']:>14,.2f} {r['unit']:22} {r['peer']:28} {r['peer_value']:>14,.2f} {r['ratio'] or 0:>7.2f}"
+        )
     print(f"\nwritten to {path}")
     return 0
 

@@ -76,10 +76,25 @@ from binlake.contract.lakehouse import SNAPSHOT_ROWS_PARTITIONS, SNAPSHOT_ROWS_S
 
 # Per table: its database here and the column Spark's JDBC read splits on (as make bench does).
 TABLES = {"sbtest": ("bench_breakdown", "id"), "lineitem": ("bench_breakdown_tpch", "l_orderkey")}
-VARIANTS = ("empty->noop", "reader->noop", "slim->noop", "jdbc->noop", "layout->delta", "slim->delta",
-            "partitioned->delta", "observed->delta", "joined->delta",
-            "partitioned-string->delta", "string->delta", "jdbc->delta", "jvm-layout->delta", "jvm-slim->delta",
-            "jvm-partitioned->delta", "jvm-pstring->delta", "run_snapshot")
+VARIANTS = (
+    "empty->noop",
+    "reader->noop",
+    "slim->noop",
+    "jdbc->noop",
+    "layout->delta",
+    "slim->delta",
+    "partitioned->delta",
+    "observed->delta",
+    "joined->delta",
+    "partitioned-string->delta",
+    "string->delta",
+    "jdbc->delta",
+    "jvm-layout->delta",
+    "jvm-slim->delta",
+    "jvm-partitioned->delta",
+    "jvm-pstring->delta",
+    "run_snapshot",
+)
 CPU_GROUPS = ("driver", "jvm", "python workers", "mariadbd")
 # Ids as long as real ones (run_snapshot's sortable snapshot id, a uuid4 hex attempt id).
 SNAPSHOT_ID, ATTEMPT_ID = "20261123T000000000000Z-00000000", "0" * 32
@@ -116,8 +131,9 @@ class BreakdownReader(snapshot_source.SnapshotReader):
             marker = rows.null_count == len(rows)
             if shape == "pstring":
                 joined = pa.nulls(len(rows), pa.string()) if marker else _one_string(rows)
-                yield pa.RecordBatch.from_arrays([*batch.columns[:-2], joined, batch.column("chunk_stats")],
-                                                 names=batch.schema.names)
+                yield pa.RecordBatch.from_arrays(
+                    [*batch.columns[:-2], joined, batch.column("chunk_stats")], names=batch.schema.names
+                )
                 continue
             if marker:
                 continue  # the slim shapes leave the marker row out
@@ -170,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         # What was loaded is recorded in the table's comment, so a run with other sizes reloads.
         wanted = f"rows={ns.rows}" if table == "sbtest" else f"scale={ns.scale}"
         with db.root_connection() as conn, conn.cursor() as cur:
-            cur.execute("SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
-                        (database, table))
+            cur.execute(
+                "SELECT TABLE_COMMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+                (database, table),
+            )
             have = cur.fetchone() == (wanted,)
         if not have:
             if table == "sbtest":
@@ -189,9 +207,21 @@ def main(argv: list[str] | None = None) -> int:
             chunks = plan_table(conn, schema, CHUNK_SIZE)
         options = snapshot_source.reader_options(
             config.source,
-            [{"snapshot_id": SNAPSHOT_ID, "db": database, "table": table, "chunk_id": c.chunk_id, "start_key": c.start_json,
-              "end_key": c.end_json, "schema_version": schema.version()} for c in chunks],
-            {schema.name: schema.to_json()}, ATTEMPT_ID)
+            [
+                {
+                    "snapshot_id": SNAPSHOT_ID,
+                    "db": database,
+                    "table": table,
+                    "chunk_id": c.chunk_id,
+                    "start_key": c.start_json,
+                    "end_key": c.end_json,
+                    "schema_version": schema.version(),
+                }
+                for c in chunks
+            ],
+            {schema.name: schema.to_json()},
+            ATTEMPT_ID,
+        )
 
         def frame(shape):
             return spark.read.format("binlake-breakdown").options(**options, shape=shape).load()
@@ -200,12 +230,19 @@ def main(argv: list[str] | None = None) -> int:
             """``df`` appended to a new Delta table that already has ``props`` (as bronze's would)."""
             path = str(work / "out" / f"{name}-{time.time_ns()}")
             spark.createDataFrame([], df.schema).write.format("delta").partitionBy(*partition_by).save(path)
-            spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
-                      + ", ".join(f"'{k}' = '{v}'" for k, v in props.items()) + ")")
+            spark.sql(
+                f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ("
+                + ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
+                + ")"
+            )
             df.write.format("delta").mode("append").save(path)
 
         def to_delta(shape):
-            props = UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES if shape == "layout" else {"delta.dataSkippingStatsColumns": "chunk_id"}
+            props = (
+                UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES
+                if shape == "layout"
+                else {"delta.dataSkippingStatsColumns": "chunk_id"}
+            )
             append_to_new_table(frame(shape), shape, props)
 
         def joined_to_delta():
@@ -213,11 +250,24 @@ def main(argv: list[str] | None = None) -> int:
 
             consts = spark.createDataFrame(
                 [(c.chunk_id, SNAPSHOT_ID, database, table, schema.version()) for c in chunks],
-                "chunk_id INT, snapshot_id STRING, db STRING, `table` STRING, schema_version STRING")
-            rows = (frame("slim").join(F.broadcast(consts), "chunk_id")
-                    .select("snapshot_id", "db", "table", "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
-                            F.lit(1).cast("bigint").alias("lw_file_index"), "lw_pos", "schema_version", "row",
-                            F.lit(None).cast("map<string,string>").alias("chunk_stats")))
+                "chunk_id INT, snapshot_id STRING, db STRING, `table` STRING, schema_version STRING",
+            )
+            rows = (
+                frame("slim")
+                .join(F.broadcast(consts), "chunk_id")
+                .select(
+                    "snapshot_id",
+                    "db",
+                    "table",
+                    "chunk_id",
+                    F.lit(ATTEMPT_ID).alias("attempt_id"),
+                    F.lit(1).cast("bigint").alias("lw_file_index"),
+                    "lw_pos",
+                    "schema_version",
+                    "row",
+                    F.lit(None).cast("map<string,string>").alias("chunk_stats"),
+                )
+            )
             append_to_new_table(rows, "joined", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
 
         def jdbc_noop():
@@ -231,22 +281,39 @@ def main(argv: list[str] | None = None) -> int:
             from binlake.bronze.chunking import key_from_json, range_condition
 
             with db.root_connection(database) as conn, conn.cursor() as cur:
-                predicates = [cur.mogrify(*range_condition(schema.key_columns, key_from_json(c.start_json),
-                                                           key_from_json(c.end_json))) for c in chunks]
+                predicates = [
+                    cur.mogrify(
+                        *range_condition(schema.key_columns, key_from_json(c.start_json), key_from_json(c.end_json))
+                    )
+                    for c in chunks
+                ]
             status = "(SELECT VARIABLE_VALUE FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = '{}')"
-            query = (f"(SELECT t.*, {status.format('BINLOG_SNAPSHOT_FILE')} AS _lw_file, "
-                     f"{status.format('BINLOG_SNAPSHOT_POSITION')} AS _lw_pos FROM `{table}` t) AS x")
+            query = (
+                f"(SELECT t.*, {status.format('BINLOG_SNAPSHOT_FILE')} AS _lw_file, "
+                f"{status.format('BINLOG_SNAPSHOT_POSITION')} AS _lw_pos FROM `{table}` t) AS x"
+            )
             names = [c.name for c in schema.columns]
             as_text = ", ".join(f"`{n}` STRING" for n in names)
             url, props = jdbc_connection(db, database)
-            df = spark.read.jdbc(url, query, predicates=predicates, properties={
-                **props, "customSchema": as_text,
-                "sessionInitStatement": "START TRANSACTION WITH CONSISTENT SNAPSHOT"})
+            df = spark.read.jdbc(
+                url,
+                query,
+                predicates=predicates,
+                properties={
+                    **props,
+                    "customSchema": as_text,
+                    "sessionInitStatement": "START TRANSACTION WITH CONSISTENT SNAPSHOT",
+                },
+            )
             chunk_ids = F.element_at(F.array(*(F.lit(c.chunk_id) for c in chunks)), F.spark_partition_id() + 1)
             row = F.create_map(*(x for n in names for x in (F.lit(n), F.col(n))))
             lw_index = F.regexp_extract("_lw_file", r"(\d+)$", 1).cast("bigint")
-            return df.select(chunk_ids.alias("chunk_id"), lw_index.alias("lw_file_index"),
-                             F.col("_lw_pos").cast("bigint").alias("lw_pos"), row.alias("row"))
+            return df.select(
+                chunk_ids.alias("chunk_id"),
+                lw_index.alias("lw_file_index"),
+                F.col("_lw_pos").cast("bigint").alias("lw_pos"),
+                row.alias("row"),
+            )
 
         def jvm_to_delta(shape):
             from pyspark.sql import functions as F
@@ -255,16 +322,26 @@ def main(argv: list[str] | None = None) -> int:
             if shape == "pstring":
                 rows = rows.withColumn("row", F.to_json("row"))
             if shape in ("layout", "partitioned", "pstring"):
-                rows = rows.select(F.lit(SNAPSHOT_ID).alias("snapshot_id"), F.lit(database).alias("db"),
-                                   F.lit(table).alias("table"), "chunk_id", F.lit(ATTEMPT_ID).alias("attempt_id"),
-                                   "lw_file_index", "lw_pos", F.lit(schema.version()).alias("schema_version"), "row",
-                                   F.lit(None).cast("map<string,string>").alias("chunk_stats"))
+                rows = rows.select(
+                    F.lit(SNAPSHOT_ID).alias("snapshot_id"),
+                    F.lit(database).alias("db"),
+                    F.lit(table).alias("table"),
+                    "chunk_id",
+                    F.lit(ATTEMPT_ID).alias("attempt_id"),
+                    "lw_file_index",
+                    "lw_pos",
+                    F.lit(schema.version()).alias("schema_version"),
+                    "row",
+                    F.lit(None).cast("map<string,string>").alias("chunk_stats"),
+                )
                 if shape == "layout":
                     append_to_new_table(rows, "jvm-layout", UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES)
                 else:
                     append_to_new_table(rows, f"jvm-{shape}", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS)
             else:
-                append_to_new_table(rows.drop("lw_file_index"), "jvm-slim", {"delta.dataSkippingStatsColumns": "chunk_id"})
+                append_to_new_table(
+                    rows.drop("lw_file_index"), "jvm-slim", {"delta.dataSkippingStatsColumns": "chunk_id"}
+                )
 
         variants = {
             "empty->noop": lambda: frame("empty").write.format("noop").mode("overwrite").save(),
@@ -273,17 +350,23 @@ def main(argv: list[str] | None = None) -> int:
             "jdbc->noop": jdbc_noop,
             "layout->delta": lambda: to_delta("layout"),
             "slim->delta": lambda: to_delta("slim"),
-            "partitioned->delta": lambda: append_to_new_table(frame("layout"), "partitioned", SNAPSHOT_ROWS_PROPERTIES,
-                                                              SNAPSHOT_ROWS_PARTITIONS),
+            "partitioned->delta": lambda: append_to_new_table(
+                frame("layout"), "partitioned", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS
+            ),
             "observed->delta": lambda: append_to_new_table(
-                observe_markers(frame("layout"), ATTEMPT_ID)[0], "observed", SNAPSHOT_ROWS_PROPERTIES,
-                SNAPSHOT_ROWS_PARTITIONS),
+                observe_markers(frame("layout"), ATTEMPT_ID)[0],
+                "observed",
+                SNAPSHOT_ROWS_PROPERTIES,
+                SNAPSHOT_ROWS_PARTITIONS,
+            ),
             "joined->delta": joined_to_delta,
             "partitioned-string->delta": lambda: append_to_new_table(
-                frame("pstring"), "pstring", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS),
+                frame("pstring"), "pstring", SNAPSHOT_ROWS_PROPERTIES, SNAPSHOT_ROWS_PARTITIONS
+            ),
             "string->delta": lambda: to_delta("string"),
-            "jdbc->delta": lambda: jdbc_to_delta(ctx, database, table, split_column, len(chunks),
-                                                 str(work / "out" / f"jdbc-{time.time_ns()}")),
+            "jdbc->delta": lambda: jdbc_to_delta(
+                ctx, database, table, split_column, len(chunks), str(work / "out" / f"jdbc-{time.time_ns()}")
+            ),
             "jvm-layout->delta": lambda: jvm_to_delta("layout"),
             "jvm-slim->delta": lambda: jvm_to_delta("slim"),
             "jvm-partitioned->delta": lambda: jvm_to_delta("partitioned"),
@@ -307,8 +390,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"round {r + 1} {name:17} {seconds:6.1f}s", flush=True)
         print(f"\n{table}: {row_count:,} rows, {len(chunks)} chunks, best of {ns.rounds} (CPU seconds of that run):")
         for name, (seconds, cpu) in best.items():
-            print(f"  {name:17} {seconds:6.1f}s  {row_count / seconds:>12,.0f} rows/s   "
-                  + "  ".join(f"{k} {cpu[k]:4.1f}" for k in CPU_GROUPS) + f"  total {sum(cpu.values()):4.1f}")
+            print(
+                f"  {name:17} {seconds:6.1f}s  {row_count / seconds:>12,.0f} rows/s   "
+                + "  ".join(f"{k} {cpu[k]:4.1f}" for k in CPU_GROUPS)
+                + f"  total {sum(cpu.values()):4.1f}"
+            )
     finally:
         db.stop()
     return 0
@@ -332,7 +418,11 @@ def cpu_seconds(mariadb_pid: int) -> dict[str, float]:
             continue
         fields = rest.split()
         pid = int(entry)
-        parent[pid], cpu[pid], exe[pid] = int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, name.split("(", 1)[1]
+        parent[pid], cpu[pid], exe[pid] = (
+            int(fields[1]),
+            (int(fields[11]) + int(fields[12])) / tick,
+            name.split("(", 1)[1],
+        )
 
     def descends_from(pid: int, root: int) -> bool:
         while pid > 1:

@@ -32,6 +32,8 @@ def load_lineitem(mariadb, database: str, scale: float, workdir: Path) -> int:
     mariadb.execute(LINEITEM_DDL, database=database)
     with mariadb.root_connection(database) as conn, conn.cursor() as cur:
         # Server-side LOAD DATA: the file is on this machine and the server runs as its user.
-        cur.execute("LOAD DATA INFILE %s INTO TABLE lineitem FIELDS TERMINATED BY '|' LINES TERMINATED BY '|\\n'", (str(tbl),))
+        cur.execute(
+            "LOAD DATA INFILE %s INTO TABLE lineitem FIELDS TERMINATED BY '|' LINES TERMINATED BY '|\\n'", (str(tbl),)
+        )
         cur.execute("SELECT COUNT(*) FROM lineitem")
         return int(cur.fetchone()[0])

@@ -34,7 +34,8 @@ SMALL_DATA_CONF = {
 # queries fills (the JVM then fails with "Out of space in CodeCache"): keep the usual size.
 TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ[SPARK_CONF_ENV] = ";".join(
-    f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": TEST_JVM}.items())
+    f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": TEST_JVM}.items()
+)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -120,7 +121,9 @@ def make_config(mariadb, tmp_path):
     def make(tables, lakehouse: str | None = None, server_id: int | None = None, **sections):
         path = tmp_path / f"binlake{next(counter)}.yml"
         sid = server_id or 5000 + (hash(str(tmp_path)) % 1000) * 8
-        path.write_text(mariadb.config_yaml(lakehouse or str(tmp_path / "lakehouse"), tables, server_id=sid, **sections))
+        path.write_text(
+            mariadb.config_yaml(lakehouse or str(tmp_path / "lakehouse"), tables, server_id=sid, **sections)
+        )
         return load_config(path)
 
     return make

@@ -35,8 +35,10 @@ class TableDiff:
         return self.missing == self.extra == self.different == 0
 
     def describe(self) -> str:
-        head = (f"{self.name}: {self.source_rows} source rows, {self.missing} missing, "
-                f"{self.extra} extra, {self.different} different")
+        head = (
+            f"{self.name}: {self.source_rows} source rows, {self.missing} missing, "
+            f"{self.extra} extra, {self.different} different"
+        )
         return "\n".join([head, *("    " + e for e in self.examples)])
 
 
@@ -46,8 +48,10 @@ def diff_with_source(spark, config, layer: str = "gold", examples: int = 3) -> l
     from binlake.source.mysql import connect
 
     with connect(config.source) as conn:
-        return [diff_table(spark, config, conn, db, table, layer, examples)
-                for db, table in captured_tables(conn, config.source)]
+        return [
+            diff_table(spark, config, conn, db, table, layer, examples)
+            for db, table in captured_tables(conn, config.source)
+        ]
 
 
 def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", examples: int = 3) -> TableDiff:
@@ -66,8 +70,10 @@ def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", ex
     names = [c.name for c in cols]
     key = list(schema.key)
     select = ", ".join(exact_value_sql(c) for c in cols)
-    texts = [tuple(encode_value(c, v) for c, v in zip(cols, values))
-             for values in stream(conn, f"SELECT {select} FROM {qualified(db, table)}")]
+    texts = [
+        tuple(encode_value(c, v) for c, v in zip(cols, values))
+        for values in stream(conn, f"SELECT {select} FROM {qualified(db, table)}")
+    ]
     raw = spark.createDataFrame(texts, ", ".join(f"_t{i} STRING" for i in range(len(cols))))
     src = raw.selectExpr(*[f"{spark_decode_sql(c, f'_t{i}')} AS `{c.name}`" for i, c in enumerate(cols)])
     diff = TableDiff(f"{db}.{table}", len(texts))
@@ -95,7 +101,9 @@ def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", ex
 
     diff.examples += [f"missing: {show(r)}" for r in missing.limit(examples).collect()]
     diff.examples += [f"extra: {show(r)}" for r in extra.limit(examples).collect()]
-    diff.examples += [f"key {[r[k] for k in key]} in {layer} {r['count']} times" for r in doubled.limit(examples).collect()]
+    diff.examples += [
+        f"key {[r[k] for k in key]} in {layer} {r['count']} times" for r in doubled.limit(examples).collect()
+    ]
     for s in changed.limit(examples).collect():
         match = lake
         for k in key:

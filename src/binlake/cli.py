@@ -13,11 +13,25 @@ from typing import Sequence
 
 from binlake.errors import BinlakeError, ConfigError
 
-COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "erase", "jobs")
+COMMANDS = (
+    "preflight",
+    "snapshot",
+    "capture",
+    "silver",
+    "gold",
+    "run",
+    "status",
+    "verify",
+    "maintain",
+    "erase",
+    "jobs",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="binlake", description="Mirror MySQL/MariaDB into Delta Lake (bronze, silver, gold).")
+    ap = argparse.ArgumentParser(
+        prog="binlake", description="Mirror MySQL/MariaDB into Delta Lake (bronze, silver, gold)."
+    )
     ap.add_argument("--config", "-c", default="binlake.yml", help="path to binlake.yml (default: ./binlake.yml)")
     ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     ap.add_argument("--debug", action="store_true", help="show the Python traceback on unexpected errors")
@@ -26,39 +40,66 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("preflight", help="check the source is ready for capture; lists every problem with its fix")
 
     p = sub.add_parser("snapshot", help="lock-free chunked snapshot of the captured tables into bronze")
-    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE", help="only these tables (repeatable); re-snapshots them")
-    p.add_argument("--reset-capture", action="store_true",
-                   help="after a binlog purge: restart capture at the current position, then snapshot the tables")
+    p.add_argument(
+        "--table",
+        action="append",
+        default=[],
+        metavar="DB.TABLE",
+        help="only these tables (repeatable); re-snapshots them",
+    )
+    p.add_argument(
+        "--reset-capture",
+        action="store_true",
+        help="after a binlog purge: restart capture at the current position, then snapshot the tables",
+    )
 
     p = sub.add_parser("capture", help="read the binlog into the bronze change log (exactly once)")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--until-now", action="store_true", help="stop at the position the server reports at start (default)")
+    mode.add_argument(
+        "--until-now", action="store_true", help="stop at the position the server reports at start (default)"
+    )
     mode.add_argument("--continuous", action="store_true", help="keep capturing until interrupted")
 
     sub.add_parser("silver", help="apply new bronze records to the silver current-state tables")
     sub.add_parser("gold", help="check and publish gold at one consistent binlog position")
     p = sub.add_parser("run", help="what a scheduled job does: snapshot if needed, capture until now, silver, gold")
-    p.add_argument("--continuous", action="store_true",
-                   help="loop capture -> silver -> gold in one long-lived process until interrupted")
+    p.add_argument(
+        "--continuous",
+        action="store_true",
+        help="loop capture -> silver -> gold in one long-lived process until interrupted",
+    )
 
     p = sub.add_parser("status", help="capture position, lag, purge risk, last publish per table")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--html", metavar="FILE", help="also write the health dashboard (charts from the metrics table) to FILE")
+    p.add_argument(
+        "--html", metavar="FILE", help="also write the health dashboard (charts from the metrics table) to FILE"
+    )
     p.add_argument("--days", type=int, default=7, help="days of metrics the --html charts show (default: 7)")
-    p.add_argument("--check", action="store_true",
-                   help="exit 12 when capture or gold is further behind the source than health.max_lag_seconds")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 12 when capture or gold is further behind the source than health.max_lag_seconds",
+    )
 
     p = sub.add_parser("verify", help="compare source and silver chunk by chunk (count + checksum)")
     p.add_argument("--repair", action="store_true", help="re-snapshot only the chunks that differ")
     p.add_argument("--table", action="append", default=[], metavar="DB.TABLE", help="only these tables (repeatable)")
 
-    sub.add_parser("maintain", help="remove old silver tombstones and bronze rows nothing needs, compact, VACUUM "
-                                    "(safe beside a running pipeline)")
+    sub.add_parser(
+        "maintain",
+        help="remove old silver tombstones and bronze rows nothing needs, compact, VACUUM "
+        "(safe beside a running pipeline)",
+    )
 
     p = sub.add_parser("erase", help="remove one key's rows from every layer (after deleting it at the source)")
     p.add_argument("--table", required=True, metavar="DB.TABLE", help="the captured table")
-    p.add_argument("--key", action="append", required=True, metavar="COLUMN=VALUE",
-                   help="a key column's value (repeat for each column of a composite key)")
+    p.add_argument(
+        "--key",
+        action="append",
+        required=True,
+        metavar="COLUMN=VALUE",
+        help="a key column's value (repeat for each column of a composite key)",
+    )
 
     p = sub.add_parser("jobs", help="the Databricks bundle's job runs (needs databricks-sdk auth)")
     p.add_argument("action", choices=["status"])
@@ -89,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {refused}", file=sys.stderr)
             return refused.exit_code
         first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        print(f"error: unexpected {type(exc).__name__}: {first} (re-run with --debug for the traceback)", file=sys.stderr)
+        print(
+            f"error: unexpected {type(exc).__name__}: {first} (re-run with --debug for the traceback)", file=sys.stderr
+        )
         return 1
 
 

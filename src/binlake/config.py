@@ -165,38 +165,62 @@ class ColumnRule:
         named = set(self.exclude) | set(self.include or ()) | set(self.mask)
         unknown = sorted(named - set(columns))
         if unknown and strict:
-            raise ConfigError(f"{where} names {', '.join(unknown)}, which {name} does not have: "
-                                  f"its columns are {', '.join(columns)}")
+            raise ConfigError(
+                f"{where} names {', '.join(unknown)}, which {name} does not have: its columns are {', '.join(columns)}"
+            )
         dropped = [k for k in key if not self.keeps(k)]
         if dropped:
-            raise ConfigError(f"{where} drops key column {', '.join(dropped)} of {name}: binlake needs the key; "
-                                  "mask it instead (with mask_key: true) or keep it")
+            raise ConfigError(
+                f"{where} drops key column {', '.join(dropped)} of {name}: binlake needs the key; "
+                "mask it instead (with mask_key: true) or keep it"
+            )
         nulled = [k for k in key if self.mask.get(k) == NULL]
         if nulled:
-            raise ConfigError(f"{where} masks key column {', '.join(nulled)} of {name} with null, which would give "
-                                  "every row the same key: use hash (with mask_key: true) or keep it")
+            raise ConfigError(
+                f"{where} masks key column {', '.join(nulled)} of {name} with null, which would give "
+                "every row the same key: use hash (with mask_key: true) or keep it"
+            )
         masked = [k for k in key if k in self.mask]
         if masked and not self.mask_key:
-            raise ConfigError(f"{where} masks key column {', '.join(masked)} of {name}: that changes what rows "
-                                  "join on; add mask_key: true to the rule if that is intended")
+            raise ConfigError(
+                f"{where} masks key column {', '.join(masked)} of {name}: that changes what rows "
+                "join on; add mask_key: true to the rule if that is intended"
+            )
 
     def digest(self, salt: str = "") -> str:
         """A short id of what the rule does, recorded with the table's schema: a new salt
         changes every hash, so it changes the digest too (through a one-way fingerprint)."""
         salt_id = hashlib.sha256(("binlake mask salt\x00" + salt).encode()).hexdigest()[:16] if self.hashes else ""
-        text = json.dumps({"include": self.include, "exclude": sorted(self.exclude),
-                           "mask": dict(sorted(self.mask.items())), "mask_key": self.mask_key, "salt": salt_id},
-                          sort_keys=True)
+        text = json.dumps(
+            {
+                "include": self.include,
+                "exclude": sorted(self.exclude),
+                "mask": dict(sorted(self.mask.items())),
+                "mask_key": self.mask_key,
+                "salt": salt_id,
+            },
+            sort_keys=True,
+        )
         return hashlib.sha1(text.encode()).hexdigest()[:12]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"pattern": self.pattern, "include": list(self.include) if self.include is not None else None,
-                "exclude": list(self.exclude), "mask": dict(self.mask), "mask_key": self.mask_key}
+        return {
+            "pattern": self.pattern,
+            "include": list(self.include) if self.include is not None else None,
+            "exclude": list(self.exclude),
+            "mask": dict(self.mask),
+            "mask_key": self.mask_key,
+        }
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "ColumnRule":
-        return ColumnRule(pattern=d["pattern"], include=tuple(d["include"]) if d["include"] is not None else None,
-                          exclude=tuple(d["exclude"]), mask=dict(d["mask"]), mask_key=bool(d["mask_key"]))
+        return ColumnRule(
+            pattern=d["pattern"],
+            include=tuple(d["include"]) if d["include"] is not None else None,
+            exclude=tuple(d["exclude"]),
+            mask=dict(d["mask"]),
+            mask_key=bool(d["mask_key"]),
+        )
 
 
 BINLOG_READERS = 32
@@ -229,7 +253,9 @@ class SourceConfig:
         if not self.host:
             raise ConfigError("source.host is empty: set it to the MySQL host name or IP, e.g. 127.0.0.1")
         if not 1 <= self.port <= 65535:
-            raise ConfigError(f"source.port must be between 1 and 65535, got {self.port}: set the server's TCP port, e.g. 3306")
+            raise ConfigError(
+                f"source.port must be between 1 and 65535, got {self.port}: set the server's TCP port, e.g. 3306"
+            )
         if not self.user:
             raise ConfigError("source.user is empty: set the MySQL user binlake logs in as, e.g. cdc")
         if not self.password:
@@ -257,13 +283,17 @@ class SourceConfig:
                 )
         for rule in self.columns:
             if not _TABLE_PATTERN.match(rule.pattern):
-                raise ConfigError(f"source.columns entry {rule.pattern!r} is not a db.table pattern: write it as "
-                                  '"db.table", "db.*" or "db.prefix_*"')
+                raise ConfigError(
+                    f"source.columns entry {rule.pattern!r} is not a db.table pattern: write it as "
+                    '"db.table", "db.*" or "db.prefix_*"'
+                )
         hashed = [f"{r.pattern}.{c}" for r in self.columns for c, how in r.mask.items() if how == HASH]
         if hashed and not self.mask_salt:
-            raise ConfigError(f"source.columns masks {hashed[0]} with hash but source.mask_salt is not set: set it to a "
-                              "secret reference {{secrets/scope/key}} or ${MASK_SALT}, the same in every deployment "
-                              "whose hashes must join")
+            raise ConfigError(
+                f"source.columns masks {hashed[0]} with hash but source.mask_salt is not set: set it to a "
+                "secret reference {{secrets/scope/key}} or ${MASK_SALT}, the same in every deployment "
+                "whose hashes must join"
+            )
 
     def captures(self, db: str, table: str) -> bool:
         """True if ``db.table`` matches an include pattern and no exclude pattern."""
@@ -296,13 +326,20 @@ class SourceConfig:
         option keys Spark's ``spark.redaction.regex`` masks in plan text and the UI."""
         salt = self.salt_for_any()
         return {
-            "source": json.dumps({
-                "host": self.host, "port": self.port, "user": self.user, "server_id": self.server_id,
-                "tables": list(self.tables), "exclude": list(self.exclude),
-                "chunk_keys": {k: list(v) for k, v in self.chunk_keys.items()},
-                "tls": asdict(self.tls), "connect_timeout": self.connect_timeout,
-                "columns": [r.to_dict() for r in self.columns],
-            }),
+            "source": json.dumps(
+                {
+                    "host": self.host,
+                    "port": self.port,
+                    "user": self.user,
+                    "server_id": self.server_id,
+                    "tables": list(self.tables),
+                    "exclude": list(self.exclude),
+                    "chunk_keys": {k: list(v) for k, v in self.chunk_keys.items()},
+                    "tls": asdict(self.tls),
+                    "connect_timeout": self.connect_timeout,
+                    "columns": [r.to_dict() for r in self.columns],
+                }
+            ),
             "password": self.password.reveal(),
             **({"mask_salt_secret": salt} if salt else {}),
         }
@@ -312,9 +349,15 @@ class SourceConfig:
         """The inverse of :meth:`executor_options`, on an executor."""
         d = json.loads(options["source"])
         return SourceConfig(
-            host=d["host"], port=int(d["port"]), user=d["user"], password=Secret(options["password"]),
-            server_id=int(d["server_id"]), tables=tuple(d["tables"]), exclude=tuple(d["exclude"]),
-            chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()}, tls=TlsConfig(**d["tls"]),
+            host=d["host"],
+            port=int(d["port"]),
+            user=d["user"],
+            password=Secret(options["password"]),
+            server_id=int(d["server_id"]),
+            tables=tuple(d["tables"]),
+            exclude=tuple(d["exclude"]),
+            chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()},
+            tls=TlsConfig(**d["tls"]),
             connect_timeout=int(d["connect_timeout"]),
             columns=tuple(ColumnRule.from_dict(r) for r in d.get("columns", ())),
             mask_salt=Secret(options.get("mask_salt_secret")),
@@ -333,11 +376,17 @@ class SnapshotConfig:
 
     def __post_init__(self) -> None:
         if not 1 <= self.chunk_size <= 10_000_000:
-            raise ConfigError(f"snapshot.chunk_size must be between 1 and 10000000 rows, got {self.chunk_size}: 50000 is a good start")
+            raise ConfigError(
+                f"snapshot.chunk_size must be between 1 and 10000000 rows, got {self.chunk_size}: 50000 is a good start"
+            )
         if not 1 <= self.parallelism <= 1024:
-            raise ConfigError(f"snapshot.parallelism must be between 1 and 1024, got {self.parallelism}: use the number of executor cores")
+            raise ConfigError(
+                f"snapshot.parallelism must be between 1 and 1024, got {self.parallelism}: use the number of executor cores"
+            )
         if self.chunks_per_commit < 0:
-            raise ConfigError(f"snapshot.chunks_per_commit must be >= 0 (0 = 16 x parallelism), got {self.chunks_per_commit}")
+            raise ConfigError(
+                f"snapshot.chunks_per_commit must be >= 0 (0 = 16 x parallelism), got {self.chunks_per_commit}"
+            )
 
     @property
     def wave_size(self) -> int:
@@ -378,9 +427,7 @@ class CaptureConfig:
                     f"capture.start_timestamp {self.start_timestamp!r} is not ISO-8601: write it like 2026-11-01T00:00:00Z"
                 ) from None
             if ts.tzinfo is None:
-                raise ConfigError(
-                    f"capture.start_timestamp {self.start_timestamp!r} has no time zone: add Z or +HH:MM"
-                )
+                raise ConfigError(f"capture.start_timestamp {self.start_timestamp!r} has no time zone: add Z or +HH:MM")
         if self.max_batch_rows < 1:
             raise ConfigError(f"capture.max_batch_rows must be >= 1, got {self.max_batch_rows}")
         if self.purge_warning_files < 0:
@@ -467,8 +514,10 @@ class MaintenanceConfig:
             if getattr(self, name) < low:
                 raise ConfigError(f"maintenance.{name} must be at least {low}, got {getattr(self, name)}")
         if self.vacuum_retention_hours < 168:
-            raise ConfigError(f"maintenance.vacuum_retention_hours must be at least 168 (Delta's safety check: a "
-                              f"reader or writer older than that would lose its files), got {self.vacuum_retention_hours}")
+            raise ConfigError(
+                f"maintenance.vacuum_retention_hours must be at least 168 (Delta's safety check: a "
+                f"reader or writer older than that would lose its files), got {self.vacuum_retention_hours}"
+            )
 
 
 @dataclass(frozen=True)
@@ -496,14 +545,19 @@ class HistoryTable:
 
     def __post_init__(self) -> None:
         if not _TABLE_PATTERN.match(self.pattern):
-            raise ConfigError(f'history.tables entry {self.pattern!r} is not a db.table pattern: write it as '
-                              '"db.table", "db.*" or "db.prefix_*"')
+            raise ConfigError(
+                f"history.tables entry {self.pattern!r} is not a db.table pattern: write it as "
+                '"db.table", "db.*" or "db.prefix_*"'
+            )
         if self.track_columns is not None and self.except_columns:
-            raise ConfigError(f"history.tables entry {self.pattern!r} sets both track_columns and except_columns: "
-                              "keep one of them")
+            raise ConfigError(
+                f"history.tables entry {self.pattern!r} sets both track_columns and except_columns: keep one of them"
+            )
         if self.track_columns is not None and not self.track_columns:
-            raise ConfigError(f"history.tables entry {self.pattern!r} has an empty track_columns: list the columns "
-                              "whose changes open a version, or drop the key to track every column")
+            raise ConfigError(
+                f"history.tables entry {self.pattern!r} has an empty track_columns: list the columns "
+                "whose changes open a version, or drop the key to track every column"
+            )
 
     def tracked(self, columns: Sequence[str]) -> tuple[str, ...]:
         """The columns among ``columns`` (a table's, in order) whose changes open a version."""
@@ -552,8 +606,10 @@ class Config:
             rule = self.source.column_rule(db, name)
             for i, check in enumerate(checks):
                 if rule is not None and check.column and not rule.keeps(check.column):
-                    raise ConfigError(f"gold.checks.{table}[{i}] checks column {check.column}, which "
-                                      f"source.columns[{rule.pattern!r}] drops: remove the check or keep the column")
+                    raise ConfigError(
+                        f"gold.checks.{table}[{i}] checks column {check.column}, which "
+                        f"source.columns[{rule.pattern!r}] drops: remove the check or keep the column"
+                    )
 
     @property
     def lakehouse_root(self) -> str | None:
@@ -568,14 +624,30 @@ class Config:
 
 
 _SECTIONS = {
-    "source": {"host", "port", "user", "password", "server_id", "tables", "exclude", "chunk_keys", "tls", "connect_timeout",
-               "columns", "mask_salt"},
+    "source": {
+        "host",
+        "port",
+        "user",
+        "password",
+        "server_id",
+        "tables",
+        "exclude",
+        "chunk_keys",
+        "tls",
+        "connect_timeout",
+        "columns",
+        "mask_salt",
+    },
     "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
     "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
     "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
     "gold": {"checks", "groups"},
-    "maintenance": {"optimize_min_files", "tombstone_retention_hours", "changelog_retention_days",
-                    "vacuum_retention_hours"},
+    "maintenance": {
+        "optimize_min_files",
+        "tombstone_retention_hours",
+        "changelog_retention_days",
+        "vacuum_retention_hours",
+    },
     "health": {"max_lag_seconds"},
     "history": {"tables"},
 }
@@ -615,10 +687,14 @@ def load_config_text(
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{origin} is not valid YAML{where}: fix the syntax") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"{origin} must be a YAML mapping with the sections source, lakehouse (and optionally snapshot, capture, gold)")
+        raise ConfigError(
+            f"{origin} must be a YAML mapping with the sections source, lakehouse (and optionally snapshot, capture, gold)"
+        )
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
-        raise ConfigError(f"unknown top-level key {sorted(unknown)[0]!r} in {origin}: allowed are {', '.join(sorted(_SECTIONS))}")
+        raise ConfigError(
+            f"unknown top-level key {sorted(unknown)[0]!r} in {origin}: allowed are {', '.join(sorted(_SECTIONS))}"
+        )
     for required in ("source", "lakehouse"):
         if required not in raw:
             raise ConfigError(f"{origin} has no {required!r} section: add it (see README, Configuration)")
@@ -640,9 +716,15 @@ def load_config_text(
         ),
         capture=_capture(sections["capture"]),
         gold=_gold(sections["gold"]),
-        maintenance=MaintenanceConfig(**{k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
-                                         for k in _SECTIONS["maintenance"]}),
-        health=HealthConfig(max_lag_seconds=_int(sections["health"], "health.max_lag_seconds", HealthConfig.max_lag_seconds)),
+        maintenance=MaintenanceConfig(
+            **{
+                k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
+                for k in _SECTIONS["maintenance"]
+            }
+        ),
+        health=HealthConfig(
+            max_lag_seconds=_int(sections["health"], "health.max_lag_seconds", HealthConfig.max_lag_seconds)
+        ),
         history=_history(sections["history"]),
         base_dir=base_dir,
     )
@@ -654,7 +736,9 @@ def _expand(value: Any, key: str, env: Mapping[str, str]) -> Any:
         def sub(m: re.Match[str]) -> str:
             name = m.group(1)
             if name not in env:
-                raise ConfigError(f"{key} references ${{{name}}} but the environment variable {name} is not set: export it")
+                raise ConfigError(
+                    f"{key} references ${{{name}}} but the environment variable {name} is not set: export it"
+                )
             return env[name]
 
         return _ENV_REF.sub(sub, value)
@@ -738,7 +822,9 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
         if v is not None and not Path(v).is_file():
             raise ConfigError(f"source.tls.{k} file {v!r} does not exist: point it at the PEM file")
     if (tls_raw.get("cert") is None) != (tls_raw.get("key") is None):
-        raise ConfigError("source.tls.cert and source.tls.key go together: set both for client certificates, or neither")
+        raise ConfigError(
+            "source.tls.cert and source.tls.key go together: set both for client certificates, or neither"
+        )
     if tls_raw.get("cert") is not None and tls_raw.get("ca") is None:
         raise ConfigError("source.tls.cert is set but source.tls.ca is not: set ca to the server's CA certificate")
     verify = tls_raw.get("verify_identity", True)
@@ -779,8 +865,10 @@ def _column_rules(raw: Any) -> tuple[ColumnRule, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, dict):
-        raise ConfigError('source.columns must map "db.table" patterns to rules, e.g. '
-                          '{"shop.customers": {exclude: [ssn], mask: {email: hash}}}')
+        raise ConfigError(
+            'source.columns must map "db.table" patterns to rules, e.g. '
+            '{"shop.customers": {exclude: [ssn], mask: {email: hash}}}'
+        )
     rules = []
     for pattern, rule in raw.items():
         where = f"source.columns[{str(pattern)!r}]"
@@ -796,12 +884,16 @@ def _column_rules(raw: Any) -> tuple[ColumnRule, ...]:
         mask_key = rule.get("mask_key", False)
         if not isinstance(mask_key, bool):
             raise ConfigError(f"{where}.mask_key must be true or false, got {mask_key!r}")
-        rules.append(ColumnRule(
-            pattern=str(pattern), include=tuple(rule["include"]) if "include" in rule else None,
-            exclude=tuple(rule.get("exclude") or ()),
-            # YAML reads an unquoted null as None: that is the null mask too.
-            mask={str(c): "null" if how is None else str(how) for c, how in mask.items()},
-            mask_key=mask_key))
+        rules.append(
+            ColumnRule(
+                pattern=str(pattern),
+                include=tuple(rule["include"]) if "include" in rule else None,
+                exclude=tuple(rule.get("exclude") or ()),
+                # YAML reads an unquoted null as None: that is the null mask too.
+                mask={str(c): "null" if how is None else str(how) for c, how in mask.items()},
+                mask_key=mask_key,
+            )
+        )
     return tuple(rules)
 
 
@@ -841,9 +933,13 @@ def _gold(s: Mapping[str, Any]) -> GoldConfig:
         for i, rule in enumerate(rules):
             where = f"gold.checks.{table}[{i}]"
             if not isinstance(rule, dict):
-                raise ConfigError(f"{where} must be a mapping such as {{column: price, between: [0, 1000], severity: drop}}")
+                raise ConfigError(
+                    f"{where} must be a mapping such as {{column: price, between: [0, 1000], severity: drop}}"
+                )
             _refuse_unknown_keys(rule, _CHECK_KEYS, where)
-            kinds = [k for k in ("between", "values", "regex", "row_count") if k in rule] + (["not_null"] if rule.get("not_null") else [])
+            kinds = [k for k in ("between", "values", "regex", "row_count") if k in rule] + (
+                ["not_null"] if rule.get("not_null") else []
+            )
             if len(kinds) != 1:
                 raise ConfigError(f"{where} needs exactly one of between, values, regex, not_null, row_count")
             if kinds[0] != "row_count" and not rule.get("column"):
@@ -857,7 +953,9 @@ def _gold(s: Mapping[str, Any]) -> GoldConfig:
                 try:
                     re.compile(str(rule["regex"]))
                 except re.error as exc:
-                    raise ConfigError(f"{where}.regex is not a valid regular expression ({exc}): fix the pattern") from None
+                    raise ConfigError(
+                        f"{where}.regex is not a valid regular expression ({exc}): fix the pattern"
+                    ) from None
             parsed.append(
                 CheckRule(
                     severity=_enum(Severity, rule, f"{where}.severity", Severity.FAIL),
@@ -880,8 +978,10 @@ def _groups(raw: Any) -> dict[str, tuple[str, ...]]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
-        raise ConfigError('gold.groups must map a group name to a list of "db.table" patterns, '
-                          'e.g. {orders: ["shop.orders", "shop.order_lines"]}')
+        raise ConfigError(
+            'gold.groups must map a group name to a list of "db.table" patterns, '
+            'e.g. {orders: ["shop.orders", "shop.order_lines"]}'
+        )
     groups: dict[str, tuple[str, ...]] = {}
     for name, patterns in raw.items():
         if not _GROUP_NAME.match(str(name)):
@@ -901,8 +1001,10 @@ _HISTORY_KEYS = {"table", "track_columns", "except_columns"}
 def _history(s: Mapping[str, Any]) -> HistoryConfig:
     raw = s.get("tables") or []
     if not isinstance(raw, list):
-        raise ConfigError('history.tables must be a list of "db.table" patterns or {table: ..., track_columns: [...]} '
-                          'entries, e.g. ["shop.orders"]')
+        raise ConfigError(
+            'history.tables must be a list of "db.table" patterns or {table: ..., track_columns: [...]} '
+            'entries, e.g. ["shop.orders"]'
+        )
     out = []
     for i, entry in enumerate(raw):
         where = f"history.tables[{i}]"
@@ -910,8 +1012,10 @@ def _history(s: Mapping[str, Any]) -> HistoryConfig:
             out.append(HistoryTable(entry))
             continue
         if not isinstance(entry, dict):
-            raise ConfigError(f'{where} must be a "db.table" pattern or a mapping such as '
-                              '{table: shop.orders, except_columns: [updated_at]}')
+            raise ConfigError(
+                f'{where} must be a "db.table" pattern or a mapping such as '
+                "{table: shop.orders, except_columns: [updated_at]}"
+            )
         _refuse_unknown_keys(entry, _HISTORY_KEYS, where)
         if not isinstance(entry.get("table"), str):
             raise ConfigError(f"{where} needs table: a db.table pattern such as shop.orders")

@@ -160,7 +160,9 @@ def _show(config_path: Path, db) -> int:
     config = load_config(config_path)
     lh = Lakehouse(config)
     spark = get_spark()
-    print(f"\n     {'table':16} {'source rows':>11} {'silver live':>11} {'tombstones':>10} {'gold rows':>9}  published at")
+    print(
+        f"\n     {'table':16} {'source rows':>11} {'silver live':>11} {'tombstones':>10} {'gold rows':>9}  published at"
+    )
     publish = {}
     if lh.publish_log.exists(spark):
         for r in lh.publish_log.read(spark).orderBy("published_at").collect():
@@ -180,14 +182,21 @@ def _show(config_path: Path, db) -> int:
             print(f"     {table:16} {source_rows:>11} {live:>11} {tombstones:>10} {gold_rows:>9}  {where}")
     names = {t: lh.gold("shop", t).sql for t in ("customers", "orders", "products")}
     sql = ANALYST_SQL.format(**names)
-    print("\n     SQL on gold:" + "\n       ".join(line for line in sql.replace(str(Path(config.lakehouse_root)), "<lakehouse>").splitlines()))
+    print(
+        "\n     SQL on gold:"
+        + "\n       ".join(line for line in sql.replace(str(Path(config.lakehouse_root)), "<lakehouse>").splitlines())
+    )
     spark.sql(sql).show(truncate=False)
     print("     gold row counts equal the source" if all_equal else "     MISMATCH between source and gold row counts")
     print("\n     shop.customers.email is masked (source.columns): gold holds a salted SHA-256, joinable, not readable")
-    spark.sql(f"SELECT id, name, left(email, 16) || '...' AS email FROM {names['customers']} ORDER BY id").show(truncate=False)
+    spark.sql(f"SELECT id, name, left(email, 16) || '...' AS email FROM {names['customers']} ORDER BY id").show(
+        truncate=False
+    )
     print("     shop.customers__history (history.tables): every address Grace Hopper had, in binlog order")
-    spark.sql(f"SELECT id, name, city, _cdc_valid_from.pos AS from_pos, _cdc_valid_to.pos AS to_pos, _cdc_is_current "
-              f"FROM {lh.gold_history('shop', 'customers').sql} WHERE id = 2 ORDER BY _cdc_valid_from").show(truncate=False)
+    spark.sql(
+        f"SELECT id, name, city, _cdc_valid_from.pos AS from_pos, _cdc_valid_to.pos AS to_pos, _cdc_is_current "
+        f"FROM {lh.gold_history('shop', 'customers').sql} WHERE id = 2 ORDER BY _cdc_valid_from"
+    ).show(truncate=False)
     return 0 if all_equal else 1
 
 
@@ -203,8 +212,7 @@ def _continuous(config_path: Path, db) -> int:
     lh = Lakehouse(config)
     spark = get_spark()
     stop = threading.Event()
-    loop = threading.Thread(target=run_continuous, kwargs={"spark": spark, "config": config, "stop": stop},
-                            daemon=True)
+    loop = threading.Thread(target=run_continuous, kwargs={"spark": spark, "config": config, "stop": stop}, daemon=True)
     loop.start()
     try:
         while not (read_state(lh) or {}).get("loops"):
@@ -227,8 +235,10 @@ def _continuous(config_path: Path, db) -> int:
     state = read_state(lh) or {}
     fresh = state.get("recent_freshness") or []
     if fresh:
-        print(f"     freshness the loop measured for its last publish: {fresh[-1]:,.1f}s "
-              f"(source commit of the newest change -> gold publish; {state.get('loops')} loops)")
+        print(
+            f"     freshness the loop measured for its last publish: {fresh[-1]:,.1f}s "
+            f"(source commit of the newest change -> gold publish; {state.get('loops')} loops)"
+        )
     return 0
 
 

@@ -69,8 +69,9 @@ class Progress:
         )
         from rich.progress import Progress as RichProgress
 
-        with RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                          transient=False) as bar:
+        with RichProgress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=False
+        ) as bar:
             task_id = bar.add_task(description, total=total)
             yield Task(description, total, unit, bar, task_id)
 

@@ -15,8 +15,7 @@ import os
 LOCAL_FILE_CONF = {
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
-    "spark.sql.streaming.checkpointFileManagerClass":
-        "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+    "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
 }
 
 _LOCAL_CONF = {
@@ -60,8 +59,10 @@ def env_spark_conf(text: str | None = None) -> dict[str, str]:
             continue
         key, eq, value = (part.strip() for part in item.partition("="))
         if not eq or not key.startswith("spark."):
-            raise ConfigError(f"{SPARK_CONF_ENV}: {item!r} is not a spark.* key=value pair: "
-                              "write it like spark.sql.shuffle.partitions=2;spark.driver.memory=4g")
+            raise ConfigError(
+                f"{SPARK_CONF_ENV}: {item!r} is not a spark.* key=value pair: "
+                "write it like spark.sql.shuffle.partitions=2;spark.driver.memory=4g"
+            )
         conf[key] = value
     return conf
 
@@ -94,7 +95,9 @@ def get_spark(
         return active
     from delta import configure_spark_with_delta_pip
 
-    builder = SparkSession.builder.appName(app_name).master(master or os.environ.get("BINLAKE_SPARK_MASTER", "local[2]"))
+    builder = SparkSession.builder.appName(app_name).master(
+        master or os.environ.get("BINLAKE_SPARK_MASTER", "local[2]")
+    )
     if not os.environ.get("PYSPARK_PYTHON"):
         # Python workers (UDFs, the snapshot data source) must import binlake and its
         # dependencies: run them on this interpreter, not whatever python3 is on PATH,
@@ -105,7 +108,9 @@ def get_spark(
         builder = builder.config("spark.pyspark.python", python)
     from binlake.local.class_archive import java_options
 
-    for key, value in with_java_options({**_LOCAL_CONF, **env_spark_conf(), **(extra_conf or {})}, java_options()).items():
+    for key, value in with_java_options(
+        {**_LOCAL_CONF, **env_spark_conf(), **(extra_conf or {})}, java_options()
+    ).items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

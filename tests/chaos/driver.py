@@ -79,8 +79,11 @@ class Outcome:
     @property
     def ok(self) -> bool:
         # A scenario that injected nothing proves nothing, however clean its comparison.
-        return (self.rows_missing == self.rows_extra == self.rows_different == 0 and self.rows_compared > 0
-                and self.faults > 0)
+        return (
+            self.rows_missing == self.rows_extra == self.rows_different == 0
+            and self.rows_compared > 0
+            and self.faults > 0
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -139,15 +142,24 @@ class Writer(threading.Thread):
                         "INSERT INTO accounts (id, owner, balance, status, opened, touched, flags, note, avatar, ratio, birthday) "
                         "VALUES (%s, %s, %s, %s, %s, UTC_TIMESTAMP(6), %s, %s, %s, %s, %s) "
                         "ON DUPLICATE KEY UPDATE balance = balance + 1, touched = UTC_TIMESTAMP(6)",
-                        (aid, f"owner-{aid}-é😀", f"{r.randint(-10**6, 10**6)}.{r.randint(0, 9999):04d}",
-                         r.choice(["open", "frozen", "closed"]), f"2026-0{r.randint(1, 9)}-1{r.randint(0, 9)} 12:00:00.{r.randint(0, 999999):06d}",
-                         r.choice(["", "a", "b,c", "a,c"]), None if r.random() < 0.3 else "n" * r.randint(0, 50),
-                         bytes(r.randrange(256) for _ in range(r.randint(0, 16))), r.random() * 1000,
-                         r.choice([None, "1990-05-17", "0000-00-00"])),
+                        (
+                            aid,
+                            f"owner-{aid}-é😀",
+                            f"{r.randint(-(10**6), 10**6)}.{r.randint(0, 9999):04d}",
+                            r.choice(["open", "frozen", "closed"]),
+                            f"2026-0{r.randint(1, 9)}-1{r.randint(0, 9)} 12:00:00.{r.randint(0, 999999):06d}",
+                            r.choice(["", "a", "b,c", "a,c"]),
+                            None if r.random() < 0.3 else "n" * r.randint(0, 50),
+                            bytes(r.randrange(256) for _ in range(r.randint(0, 16))),
+                            r.random() * 1000,
+                            r.choice([None, "1990-05-17", "0000-00-00"]),
+                        ),
                     )
                 elif op < 0.50:
-                    cur.execute("UPDATE accounts SET balance = balance - 1, status = %s WHERE id BETWEEN %s AND %s",
-                                (r.choice(["open", "frozen"]), aid, aid + r.randint(0, 20)))
+                    cur.execute(
+                        "UPDATE accounts SET balance = balance - 1, status = %s WHERE id BETWEEN %s AND %s",
+                        (r.choice(["open", "frozen"]), aid, aid + r.randint(0, 20)),
+                    )
                 elif op < 0.60:
                     cur.execute("DELETE FROM accounts WHERE id = %s", (aid,))
                     cur.execute("DELETE FROM ledger WHERE account_id = %s", (aid,))
@@ -157,12 +169,15 @@ class Writer(threading.Thread):
                 elif op < 0.72:
                     # Holds change after their account moved or went, often in the same batch.
                     if r.random() < 0.6:
-                        cur.execute("INSERT INTO holds (account_id, n, amount) SELECT id, %s, %s FROM accounts "
-                                    "WHERE id IN (%s, %s) ON DUPLICATE KEY UPDATE amount = amount + 1",
-                                    (r.randint(1, 4), r.randint(0, 999), aid, aid + 5000))
+                        cur.execute(
+                            "INSERT INTO holds (account_id, n, amount) SELECT id, %s, %s FROM accounts "
+                            "WHERE id IN (%s, %s) ON DUPLICATE KEY UPDATE amount = amount + 1",
+                            (r.randint(1, 4), r.randint(0, 999), aid, aid + 5000),
+                        )
                     else:
-                        cur.execute("UPDATE holds SET amount = amount - 1 WHERE account_id IN (%s, %s)",
-                                    (aid, aid + 5000))
+                        cur.execute(
+                            "UPDATE holds SET amount = amount - 1 WHERE account_id IN (%s, %s)", (aid, aid + 5000)
+                        )
                 elif op < 0.85:
                     cur.execute(
                         "INSERT INTO ledger (account_id, seq, amount, memo) VALUES (%s, %s, %s, %s) "
@@ -170,11 +185,17 @@ class Writer(threading.Thread):
                         (aid, r.randint(1, 20), f"{r.randint(-999, 999)}.50", r.choice([None, "rent", "coffee ☕"])),
                     )
                 elif op < 0.95:
-                    tag = r.choice(["alpha", "Beta", "gamma", "DELTA", "epsilon", "zeta", "ÉTÉ", "été2"]) + str(r.randint(0, 30))
+                    tag = r.choice(["alpha", "Beta", "gamma", "DELTA", "epsilon", "zeta", "ÉTÉ", "été2"]) + str(
+                        r.randint(0, 30)
+                    )
                     cur.execute(
                         "INSERT INTO tags (tag, weight, payload) VALUES (%s, %s, %s) "
                         "ON DUPLICATE KEY UPDATE weight = VALUES(weight), payload = VALUES(payload)",
-                        (tag if r.random() < 0.5 else tag.upper(), r.random(), json.dumps({"n": r.randint(0, 9), "s": "x"})),
+                        (
+                            tag if r.random() < 0.5 else tag.upper(),
+                            r.random(),
+                            json.dumps({"n": r.randint(0, 9), "s": "x"}),
+                        ),
                     )
                 else:
                     cur.execute("DELETE FROM tags WHERE tag LIKE %s", (r.choice("abcdeglz") + "%",))
@@ -234,8 +255,15 @@ class Harness:
         return db, config
 
     # -- running binlake -----------------------------------------------------------------
-    def binlake(self, config: Path, *args: str, kill_at: str | None = None, kill_after: float | None = None,
-                timeout: float = 900, debug: bool = False) -> tuple[int, str]:
+    def binlake(
+        self,
+        config: Path,
+        *args: str,
+        kill_at: str | None = None,
+        kill_after: float | None = None,
+        timeout: float = 900,
+        debug: bool = False,
+    ) -> tuple[int, str]:
         """Run one binlake command; returns (exit code, stderr). -9 means it was killed.
         ``debug``: an unexpected error prints its traceback (in the failure's log file)."""
         env = dict(os.environ)
@@ -243,8 +271,14 @@ class Harness:
         if kill_at:
             env["BINLAKE_KILL_AT"] = kill_at
         env["CI"] = "1"  # plain progress lines
-        proc = subprocess.Popen([BINLAKE, *(["--debug"] if debug else []), "--config", str(config), *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [BINLAKE, *(["--debug"] if debug else []), "--config", str(config), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         err = ""
         try:
             if kill_after is not None:
@@ -270,8 +304,14 @@ class Harness:
     def start_background(self, config: Path, *args: str) -> subprocess.Popen:
         env = {**os.environ, "CI": "1"}
         env.pop("BINLAKE_KILL_AT", None)
-        return subprocess.Popen([BINLAKE, "--config", str(config), *args], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+        return subprocess.Popen(
+            [BINLAKE, "--config", str(config), *args],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
 
     def kill(self, proc: subprocess.Popen) -> None:
         if proc.poll() is None:
@@ -419,8 +459,10 @@ def scenario_kill_connection(h: Harness, out: Outcome) -> None:
             killed = False
             with h.mariadb.root_connection() as conn, conn.cursor() as cur:
                 while time.monotonic() < deadline and proc.poll() is None and not killed:
-                    cur.execute("SELECT ID, COMMAND, LEFT(COALESCE(INFO, ''), 60) FROM information_schema.PROCESSLIST "
-                                "WHERE USER = 'cdc'")
+                    cur.execute(
+                        "SELECT ID, COMMAND, LEFT(COALESCE(INFO, ''), 60) FROM information_schema.PROCESSLIST "
+                        "WHERE USER = 'cdc'"
+                    )
                     rows = cur.fetchall()
                     if args[0] == "capture":
                         in_phase = any(command.startswith("Binlog Dump") for _, command, _ in rows)
@@ -473,8 +515,11 @@ def scenario_purge(h: Harness, out: Outcome) -> None:
     """The binlog is purged while binlake is stopped: a loud error, then the documented recovery."""
     db, config = h.new_scenario("purge")
     h.converge(config, out)
-    h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 7 WHERE id < 50",
-                      f"DELETE FROM `{db}`.ledger WHERE account_id < 20", "FLUSH BINARY LOGS")
+    h.mariadb.execute(
+        f"UPDATE `{db}`.accounts SET balance = balance + 7 WHERE id < 50",
+        f"DELETE FROM `{db}`.ledger WHERE account_id < 20",
+        "FLUSH BINARY LOGS",
+    )
     h.mariadb.purge_binlogs()
     out.faults += 1
     rc, err = h.binlake(config, "run")
@@ -498,7 +543,6 @@ def scenario_purge(h: Harness, out: Outcome) -> None:
     out.faults += 1
     h.converge(auto_config, out, attempts=1)
     h.compare(auto_config, auto_db, out)
-
 
 
 def scenario_ddl(h: Harness, out: Outcome) -> None:
@@ -604,10 +648,14 @@ def scenario_unwritable(h: Harness, out: Outcome) -> None:
     published = _published_versions(h, lh)
     # 1. bronze's change log: capture cannot commit.  2. the last gold table of the group:
     # the tables before it are written, then the publish must be undone.
-    for label, locked in (("bronze change log", lakehouse / "bronze" / "changelog"),
-                          ("gold tags", lakehouse / "gold" / db / "tags")):
-        h.mariadb.execute(f"UPDATE `{db}`.accounts SET balance = balance + 3 WHERE id < 30",
-                          f"INSERT INTO `{db}`.tags (tag, weight) VALUES (UUID(), 1)")
+    for label, locked in (
+        ("bronze change log", lakehouse / "bronze" / "changelog"),
+        ("gold tags", lakehouse / "gold" / db / "tags"),
+    ):
+        h.mariadb.execute(
+            f"UPDATE `{db}`.accounts SET balance = balance + 3 WHERE id < 30",
+            f"INSERT INTO `{db}`.tags (tag, weight) VALUES (UUID(), 1)",
+        )
         if subprocess.run(["chattr", "-R", "+i", str(locked)], capture_output=True).returncode != 0:
             out.notes.append(f"{label}: chattr +i not permitted here: fault not injected")
             out.rows_different += 1  # an uninjected fault proves nothing: count it as a failure
@@ -639,8 +687,10 @@ def _published_versions(h: Harness, lh) -> dict[str, int]:
 
     log = lh.publish_log.read(h.spark).where(F.col("status") == "published")
     last = log.agg(F.max("published_at")).first()[0]
-    return {r["table"]: int(r["gold_version"])
-            for r in log.where(F.col("published_at") == last).select("table", "gold_version").collect()}
+    return {
+        r["table"]: int(r["gold_version"])
+        for r in log.where(F.col("published_at") == last).select("table", "gold_version").collect()
+    }
 
 
 def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
@@ -659,14 +709,18 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
     The first load runs in this process, the rest as ``binlake`` commands."""
     # Maintenance with no retention: every tombstone and change-log row below the safe bound
     # is fair game, and two files make a table worth compacting.
-    db, config = h.new_scenario("ci", seed_rows=800, maintenance={
-        "tombstone_retention_hours": 0, "changelog_retention_days": 0, "optimize_min_files": 2})
+    db, config = h.new_scenario(
+        "ci",
+        seed_rows=800,
+        maintenance={"tombstone_retention_hours": 0, "changelog_retention_days": 0, "optimize_min_files": 2},
+    )
 
     def beside_maintain(run, maintain_kill_at: str | None) -> None:
         """``run()`` while ``binlake maintain`` runs beside it (killed at ``maintain_kill_at``)."""
         done: list = []
-        thread = threading.Thread(target=lambda: done.append(
-            h.binlake(config, "maintain", kill_at=maintain_kill_at, debug=True)), daemon=True)
+        thread = threading.Thread(
+            target=lambda: done.append(h.binlake(config, "maintain", kill_at=maintain_kill_at, debug=True)), daemon=True
+        )
         thread.start()
         try:
             run()
@@ -676,7 +730,9 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
         if maintain_kill_at and rc == -9:
             out.faults += 1
         elif rc != 0 or maintain_kill_at:
-            out.notes.append(f"maintain beside the pipeline (kill at {maintain_kill_at}) failed: exit {rc}: {_last_line(err)}")
+            out.notes.append(
+                f"maintain beside the pipeline (kill at {maintain_kill_at}) failed: exit {rc}: {_last_line(err)}"
+            )
 
     # The first load (its bulk path needs snapshot windows no change lands in, so before the
     # writer starts), in this process; the maintain below is the one killed.
@@ -732,8 +788,11 @@ def scenario_failover(h: Harness, out: Outcome) -> None:
         writer.start()
         try:
             for point in ("capture.after_commit", None, "silver.before_merge"):
-                rc, _ = (h.binlake(config, "run", kill_at=point) if point
-                         else h.binlake(config, "run", kill_after=h.rng.uniform(3, 20)))
+                rc, _ = (
+                    h.binlake(config, "run", kill_at=point)
+                    if point
+                    else h.binlake(config, "run", kill_after=h.rng.uniform(3, 20))
+                )
                 out.faults += rc == -9
             rc, err = h.binlake(config, "run")
             if rc != 0:
@@ -752,8 +811,11 @@ def scenario_failover(h: Harness, out: Outcome) -> None:
             assert f"port: {replica.port}" in text, "the config names the primary's port"
             config.write_text(text)
             for point in ("capture.after_commit", "gold.before_publish_log", None):
-                rc, _ = (h.binlake(config, "run", kill_at=point) if point
-                         else h.binlake(config, "run", kill_after=h.rng.uniform(3, 20)))
+                rc, _ = (
+                    h.binlake(config, "run", kill_at=point)
+                    if point
+                    else h.binlake(config, "run", kill_after=h.rng.uniform(3, 20))
+                )
                 out.faults += rc == -9
             time.sleep(2)
         finally:
@@ -819,8 +881,10 @@ def run(names: list[str], full: bool, workdir: Path) -> list[Outcome]:
 
 
 def _row(o: Outcome) -> str:
-    return (f"| {o.scenario} | {o.faults} | {o.rows_compared} | {o.rows_missing} | {o.rows_extra} | "
-            f"{o.rows_different} | {o.seconds:.0f}s | {'ok' if o.ok else 'FAIL'} |")
+    return (
+        f"| {o.scenario} | {o.faults} | {o.rows_compared} | {o.rows_missing} | {o.rows_extra} | "
+        f"{o.rows_different} | {o.seconds:.0f}s | {'ok' if o.ok else 'FAIL'} |"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

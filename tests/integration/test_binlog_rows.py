@@ -25,24 +25,54 @@ ENUM_LABELS = [f"l{i}" for i in range(300)]  # more than 255 labels: a two-byte 
 SET_LABELS = [f"s{i}" for i in range(20)]  # a three-byte SET
 
 COLUMNS = [
-    ("ti", "TINYINT"), ("tiu", "TINYINT UNSIGNED"), ("si", "SMALLINT"), ("siu", "SMALLINT UNSIGNED"),
-    ("mi", "MEDIUMINT"), ("miu", "MEDIUMINT UNSIGNED"), ("i", "INT"), ("iu", "INT UNSIGNED"),
-    ("bi", "BIGINT"), ("biu", "BIGINT UNSIGNED"),
-    ("d0", "DECIMAL(5,0)"), ("d1", "DECIMAL(10,2)"), ("d2", "DECIMAL(18,9)"), ("d3", "DECIMAL(38,10)"),
-    ("d4", "DECIMAL(65,30)"), ("d5", "DECIMAL(4,4)"), ("d6", "DECIMAL(20,19)"),
-    ("f", "FLOAT"), ("db", "DOUBLE"),
-    ("dt", "DATE"), ("dtm0", "DATETIME"), ("dtm1", "DATETIME(1)"), ("dtm3", "DATETIME(3)"), ("dtm6", "DATETIME(6)"),
-    ("ts0", "TIMESTAMP NULL"), ("ts2", "TIMESTAMP(2) NULL"), ("ts5", "TIMESTAMP(5) NULL"),
+    ("ti", "TINYINT"),
+    ("tiu", "TINYINT UNSIGNED"),
+    ("si", "SMALLINT"),
+    ("siu", "SMALLINT UNSIGNED"),
+    ("mi", "MEDIUMINT"),
+    ("miu", "MEDIUMINT UNSIGNED"),
+    ("i", "INT"),
+    ("iu", "INT UNSIGNED"),
+    ("bi", "BIGINT"),
+    ("biu", "BIGINT UNSIGNED"),
+    ("d0", "DECIMAL(5,0)"),
+    ("d1", "DECIMAL(10,2)"),
+    ("d2", "DECIMAL(18,9)"),
+    ("d3", "DECIMAL(38,10)"),
+    ("d4", "DECIMAL(65,30)"),
+    ("d5", "DECIMAL(4,4)"),
+    ("d6", "DECIMAL(20,19)"),
+    ("f", "FLOAT"),
+    ("db", "DOUBLE"),
+    ("dt", "DATE"),
+    ("dtm0", "DATETIME"),
+    ("dtm1", "DATETIME(1)"),
+    ("dtm3", "DATETIME(3)"),
+    ("dtm6", "DATETIME(6)"),
+    ("ts0", "TIMESTAMP NULL"),
+    ("ts2", "TIMESTAMP(2) NULL"),
+    ("ts5", "TIMESTAMP(5) NULL"),
     *[(f"tm{p}", f"TIME({p})") for p in range(7)],
     ("y", "YEAR"),
-    ("c", "CHAR(5)"), ("vc", "VARCHAR(100)"), ("vl", "VARCHAR(300)"), ("cl", "CHAR(10) CHARACTER SET latin1"),
-    ("tx", "TEXT"), ("mt", "MEDIUMTEXT"),
-    ("e", "ENUM('a','b c','it''s')"), ("e2", "ENUM(" + ",".join(f"'{x}'" for x in ENUM_LABELS) + ")"),
-    ("st", "SET('x','y','z')"), ("st2", "SET(" + ",".join(f"'{x}'" for x in SET_LABELS) + ")"),
-    ("bn", "BINARY(4)"), ("vb", "VARBINARY(10)"), ("bl", "BLOB"), ("b1", "BIT(1)"), ("b10", "BIT(10)"), ("b64", "BIT(64)"),
+    ("c", "CHAR(5)"),
+    ("vc", "VARCHAR(100)"),
+    ("vl", "VARCHAR(300)"),
+    ("cl", "CHAR(10) CHARACTER SET latin1"),
+    ("tx", "TEXT"),
+    ("mt", "MEDIUMTEXT"),
+    ("e", "ENUM('a','b c','it''s')"),
+    ("e2", "ENUM(" + ",".join(f"'{x}'" for x in ENUM_LABELS) + ")"),
+    ("st", "SET('x','y','z')"),
+    ("st2", "SET(" + ",".join(f"'{x}'" for x in SET_LABELS) + ")"),
+    ("bn", "BINARY(4)"),
+    ("vb", "VARBINARY(10)"),
+    ("bl", "BLOB"),
+    ("b1", "BIT(1)"),
+    ("b10", "BIT(10)"),
+    ("b64", "BIT(64)"),
 ]
 
-TEXT = "abc xyz 0123 é ü ß 中文 \U0001F600"
+TEXT = "abc xyz 0123 é ü ß 中文 \U0001f600"
 LATIN1 = "abc xyz é ü ß"
 
 
@@ -59,10 +89,21 @@ def _value(rng: random.Random, name: str, sql_type: str) -> str:
     bits = {"TINYINT": 8, "SMALLINT": 16, "MEDIUMINT": 24, "INT": 32, "BIGINT": 64}
     if t in bits:
         b = bits[t]
-        lo, hi = (0, 2 ** b - 1) if unsigned else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
-        return str(rng.choice([lo, hi, 0, -1 if lo < 0 else 1, rng.randint(lo, hi), rng.randint(-100, 100) if lo < 0 else rng.randint(0, 100)]))
+        lo, hi = (0, 2**b - 1) if unsigned else (-(2 ** (b - 1)), 2 ** (b - 1) - 1)
+        return str(
+            rng.choice(
+                [
+                    lo,
+                    hi,
+                    0,
+                    -1 if lo < 0 else 1,
+                    rng.randint(lo, hi),
+                    rng.randint(-100, 100) if lo < 0 else rng.randint(0, 100),
+                ]
+            )
+        )
     if t == "DECIMAL":
-        p, s = (int(x) for x in sql_type[sql_type.index("(") + 1:-1].split(","))
+        p, s = (int(x) for x in sql_type[sql_type.index("(") + 1 : -1].split(","))
         whole = _digits(rng, rng.randint(0, p - s)).lstrip("0") or "0"
         frac = _digits(rng, rng.randint(0, s))
         return ("-" if rng.random() < 0.4 else "") + whole + ("." + frac if frac else "")
@@ -71,18 +112,37 @@ def _value(rng: random.Random, name: str, sql_type: str) -> str:
     if t == "DOUBLE":
         return repr(rng.choice([0.0, -0.1, 1.7976931348623157e308, 2.2250738585072014e-308, rng.uniform(-1e12, 1e12)]))
     if t == "DATE":
-        return rng.choice(["'0000-00-00'", "'1000-01-01'", "'9999-12-31'", "'2024-02-29'",
-                           f"'{rng.randint(1000, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}'"])
+        return rng.choice(
+            [
+                "'0000-00-00'",
+                "'1000-01-01'",
+                "'9999-12-31'",
+                "'2024-02-29'",
+                f"'{rng.randint(1000, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}'",
+            ]
+        )
     fsp = int(sql_type[sql_type.index("(") + 1]) if t in ("DATETIME", "TIMESTAMP", "TIME") and "(" in sql_type else 0
     frac = ("." + _digits(rng, fsp)) if fsp else ""
     if t == "DATETIME":
-        return rng.choice(["'0000-00-00 00:00:00'", f"'1000-01-01 00:00:00{frac}'", f"'9999-12-31 23:59:59{frac}'",
-                           f"'{rng.randint(1000, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
-                           f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}{frac}'"])
+        return rng.choice(
+            [
+                "'0000-00-00 00:00:00'",
+                f"'1000-01-01 00:00:00{frac}'",
+                f"'9999-12-31 23:59:59{frac}'",
+                f"'{rng.randint(1000, 9999):04d}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}{frac}'",
+            ]
+        )
     if t == "TIMESTAMP":
-        return rng.choice(["'0000-00-00 00:00:00'", f"'1970-01-01 00:00:01{frac}'", f"'2038-01-19 03:14:07{frac}'",
-                           f"'{rng.randint(1971, 2037)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
-                           f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}{frac}'"])
+        return rng.choice(
+            [
+                "'0000-00-00 00:00:00'",
+                f"'1970-01-01 00:00:01{frac}'",
+                f"'2038-01-19 03:14:07{frac}'",
+                f"'{rng.randint(1971, 2037)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d} "
+                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}{frac}'",
+            ]
+        )
     if t == "TIME":
         sign = "-" if rng.random() < 0.5 else ""
         hours = rng.choice([0, 838, rng.randint(0, 838)])
@@ -111,8 +171,8 @@ def _value(rng: random.Random, name: str, sql_type: str) -> str:
         data = bytes(rng.choice([0, 0, 255, rng.randint(0, 255)]) for _ in range(rng.randint(0, size)))
         return f"x'{data.hex()}'"
     if t == "BIT":
-        b = int(sql_type[sql_type.index("(") + 1:-1])
-        return str(rng.choice([0, 2 ** b - 1, rng.randint(0, 2 ** b - 1)]))
+        b = int(sql_type[sql_type.index("(") + 1 : -1])
+        return str(rng.choice([0, 2**b - 1, rng.randint(0, 2**b - 1)]))
     raise AssertionError(sql_type)
 
 
@@ -134,8 +194,10 @@ def test_fast_row_decoder_equals_the_library_path_on_every_type(mariadb, databas
         cur.execute("SET SESSION sql_mode = ''")
         cur.execute("SET SESSION time_zone = '+00:00'")
         for first in range(0, 400, 50):
-            rows = ", ".join("(" + ", ".join([str(k)] + [_value(rng, n, t) for n, t in COLUMNS]) + ")"
-                             for k in range(first, first + 50))
+            rows = ", ".join(
+                "(" + ", ".join([str(k)] + [_value(rng, n, t) for n, t in COLUMNS]) + ")"
+                for k in range(first, first + 50)
+            )
             cur.execute(f"INSERT INTO t (id, {names}) VALUES {rows}")
         cur.execute("INSERT INTO t (id) VALUES (1000)")  # every column NULL
         for _ in range(40):
@@ -165,7 +227,9 @@ def test_fast_row_decoder_equals_the_library_path_on_every_type(mariadb, databas
             bad = next(i for i, (a, b) in enumerate(zip(lib_col, fast_col)) if a != b)
             diff = lib_col[bad], fast_col[bad]
             if name in ("before", "after"):
-                diff = {k: (v, dict(fast_col[bad])[k]) for k, v in dict(lib_col[bad]).items() if dict(fast_col[bad])[k] != v}
+                diff = {
+                    k: (v, dict(fast_col[bad])[k]) for k, v in dict(lib_col[bad]).items() if dict(fast_col[bad])[k] != v
+                }
             raise AssertionError(f"column {name} differs at row {bad}: library vs fast {diff}")
 
     # And the texts are the snapshot's: the last image of every surviving row equals a SELECT.

@@ -20,7 +20,6 @@ def _changes(spark, config, db):
     return df.where(f"db = '{db}' AND op IN ('insert','update','delete')").orderBy("file_index", "pos", "row").collect()
 
 
-
 def _server_pos(mariadb):
     with mariadb.root_connection() as conn:
         return master_status(conn)
@@ -67,7 +66,9 @@ def test_until_now_stops_at_the_position_reported_at_start_and_resumes_there(spa
 
 
 def test_idle_captured_table_still_advances_the_resume_position(spark, mariadb, database, make_config):
-    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)", f"CREATE TABLE `{database}`.other (id INT PRIMARY KEY)")
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)", f"CREATE TABLE `{database}`.other (id INT PRIMARY KEY)"
+    )
     config = make_config([f"{database}.t"], capture={"startup": "latest"})
     run_capture(spark, config)
     before = capture_position(spark, Lakehouse(config))
@@ -82,13 +83,24 @@ def test_rotation_ddl_and_truncate_are_captured_in_order(spark, mariadb, databas
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v INT)")
     config = _latest(make_config, database)
     run_capture(spark, config)
-    mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1, 1)", "FLUSH BINARY LOGS",
-                    f"ALTER TABLE `{database}`.t ADD COLUMN w VARCHAR(5)", "FLUSH BINARY LOGS",
-                    f"INSERT INTO `{database}`.t VALUES (2, 2, 'x')", f"TRUNCATE TABLE `{database}`.t",
-                    "FLUSH BINARY LOGS", f"INSERT INTO `{database}`.t VALUES (3, 3, 'y')")
+    mariadb.execute(
+        f"INSERT INTO `{database}`.t VALUES (1, 1)",
+        "FLUSH BINARY LOGS",
+        f"ALTER TABLE `{database}`.t ADD COLUMN w VARCHAR(5)",
+        "FLUSH BINARY LOGS",
+        f"INSERT INTO `{database}`.t VALUES (2, 2, 'x')",
+        f"TRUNCATE TABLE `{database}`.t",
+        "FLUSH BINARY LOGS",
+        f"INSERT INTO `{database}`.t VALUES (3, 3, 'y')",
+    )
     run_capture(spark, config)
-    log = (Lakehouse(config).changelog.read(spark).where(f"db = '{database}'")
-           .orderBy("file_index", "pos", "row").collect())
+    log = (
+        Lakehouse(config)
+        .changelog.read(spark)
+        .where(f"db = '{database}'")
+        .orderBy("file_index", "pos", "row")
+        .collect()
+    )
     assert [r.op for r in log] == ["insert", "ddl", "insert", "truncate", "insert"]
     assert len({r.file_index for r in log}) == 4
     assert "ADD COLUMN" in log[1].ddl and log[1].table == "t"
@@ -136,8 +148,9 @@ def test_purged_resume_file_raises_naming_the_file_and_the_recovery(spark, maria
     assert "purged" in capture_status(spark, config)["purge_warning"]
 
 
-def test_every_heartbeat_names_its_server_and_the_gtid_position_the_server_has_there(spark, mariadb, database,
-                                                                                    make_config):
+def test_every_heartbeat_names_its_server_and_the_gtid_position_the_server_has_there(
+    spark, mariadb, database, make_config
+):
     from binlake.bronze.capture_state import capture_state
     from binlake.source import gtid
 
@@ -155,8 +168,9 @@ def test_every_heartbeat_names_its_server_and_the_gtid_position_the_server_has_t
         assert gtid.parse(state.gtid) == gtid.parse(gtid.gtid_at(conn, state.position))
 
 
-def test_a_lakehouse_from_before_servers_were_recorded_learns_them_at_its_next_run(spark, mariadb, database,
-                                                                                   make_config):
+def test_a_lakehouse_from_before_servers_were_recorded_learns_them_at_its_next_run(
+    spark, mariadb, database, make_config
+):
     import json
 
     from binlake.bronze.capture_state import capture_state
@@ -168,8 +182,12 @@ def test_a_lakehouse_from_before_servers_were_recorded_learns_them_at_its_next_r
     lh = Lakehouse(config)
     # What an older binlake committed: a heartbeat without server or GTID, a tag without them.
     old = capture_position(spark, lh)
-    lh.changelog.save(spark.createDataFrame([heartbeat_row(old)], CHANGELOG_SCHEMA).write.format("delta")
-                      .mode("append").option("userMetadata", json.dumps({"capture_end": str(old)})))
+    lh.changelog.save(
+        spark.createDataFrame([heartbeat_row(old)], CHANGELOG_SCHEMA)
+        .write.format("delta")
+        .mode("append")
+        .option("userMetadata", json.dumps({"capture_end": str(old)}))
+    )
     assert capture_state(spark, lh).server_id is None
     mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1)")
     run_capture(spark, config)

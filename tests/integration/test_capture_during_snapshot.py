@@ -22,18 +22,26 @@ from binlake.contract.lakehouse import Lakehouse
 from binlake.silver.run import run_silver
 
 
-def test_first_capture_while_a_chunk_is_in_flight_starts_before_its_low_watermark(spark, mariadb, database,
-                                                                                  make_config, tmp_path, monkeypatch):
+def test_first_capture_while_a_chunk_is_in_flight_starts_before_its_low_watermark(
+    spark, mariadb, database, make_config, tmp_path, monkeypatch
+):
     db = database
-    mariadb.execute("CREATE TABLE r (id INT PRIMARY KEY, v VARCHAR(20))",
-                    "INSERT INTO r VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 21)), database=db)
+    mariadb.execute(
+        "CREATE TABLE r (id INT PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO r VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 21)),
+        database=db,
+    )
     config = make_config([f"{db}.*"], snapshot={"chunk_size": 100, "parallelism": 1})  # one chunk
     first = []
 
     def after_select():
         # The chunk has its low watermark and its rows; its manifest row is far away.
-        mariadb.execute("UPDATE r SET v = 'changed' WHERE id = 5", "DELETE FROM r WHERE id = 7",
-                        "INSERT INTO r VALUES (25, 'new')", database=db)
+        mariadb.execute(
+            "UPDATE r SET v = 'changed' WHERE id = 5",
+            "DELETE FROM r WHERE id = 7",
+            "INSERT INTO r VALUES (25, 'new')",
+            database=db,
+        )
         first.append(run_capture(spark, config))  # no capture state, no manifest row yet
 
     barrier = tmp_path / "barrier"

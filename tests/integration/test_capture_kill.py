@@ -16,14 +16,20 @@ ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
 
 
-def _capture(config_path: Path, kill_at: str | None = None, kill_after_commits: int | None = None,
-             log_dir: Path | None = None) -> int:
+def _capture(
+    config_path: Path, kill_at: str | None = None, kill_after_commits: int | None = None, log_dir: Path | None = None
+) -> int:
     env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]"}
     env.pop("BINLAKE_KILL_AT", None)
     if kill_at:
         env["BINLAKE_KILL_AT"] = kill_at
-    proc = subprocess.Popen([BINLAKE, "--config", str(config_path), "capture", "--until-now"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [BINLAKE, "--config", str(config_path), "capture", "--until-now"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if kill_after_commits is not None:
         # Kill at an arbitrary instant: as soon as the run has committed this many batches.
         assert log_dir is not None
@@ -43,8 +49,14 @@ def _capture(config_path: Path, kill_at: str | None = None, kill_after_commits: 
 def test_kill_9_at_any_point_then_rerun_writes_every_change_exactly_once(spark, mariadb, database, tmp_path):
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v INT)")
     config_path = tmp_path / "binlake.yml"
-    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lake"), [f"{database}.*"], server_id=7100,
-                                               capture={"startup": "latest", "max_batch_rows": 25}))
+    config_path.write_text(
+        mariadb.config_yaml(
+            str(tmp_path / "lake"),
+            [f"{database}.*"],
+            server_id=7100,
+            capture={"startup": "latest", "max_batch_rows": 25},
+        )
+    )
     config = load_config(config_path)
     run_capture(spark, config)  # establishes the resume position before the changes
 
@@ -61,14 +73,18 @@ def test_kill_9_at_any_point_then_rerun_writes_every_change_exactly_once(spark, 
         expected += 30 + 10 + 5 + 5
     # Small transactions in the current file: the last partition of a batch stops at the
     # first transaction boundary after max_batch_rows, so these make several batches.
-    mariadb.execute(*[f"INSERT INTO `{database}`.t VALUES " + ",".join(f"({1000 + 10 * k + i}, 0)" for i in range(5))
-                      for k in range(12)])
+    mariadb.execute(
+        *[
+            f"INSERT INTO `{database}`.t VALUES " + ",".join(f"({1000 + 10 * k + i}, 0)" for i in range(5))
+            for k in range(12)
+        ]
+    )
     expected += 60
 
     log_dir = tmp_path / "lake" / "bronze" / "changelog" / "_delta_log"
     outcomes = [
-        _capture(config_path, kill_at="capture.before_commit@2"),   # mid-batch: read, not committed
-        _capture(config_path, kill_at="capture.after_commit@1"),    # right after a Delta commit
+        _capture(config_path, kill_at="capture.before_commit@2"),  # mid-batch: read, not committed
+        _capture(config_path, kill_at="capture.after_commit@1"),  # right after a Delta commit
         _capture(config_path, kill_after_commits=1, log_dir=log_dir),  # whenever a commit lands
         _capture(config_path, kill_at="capture.after_commit@2"),
     ]

@@ -15,7 +15,6 @@ def _server_pos(mariadb):
         return master_status(conn)
 
 
-
 def _ids(spark, config, db):
     rows = Lakehouse(config).changelog.read(spark).where(f"db = '{db}' AND op = 'insert'").collect()
     return sorted(int(r.after["id"]) for r in rows)
@@ -23,13 +22,18 @@ def _ids(spark, config, db):
 
 def test_startup_timestamp_finds_the_first_transaction_at_or_after_the_time(spark, mariadb, database, make_config):
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
-    mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1)", "FLUSH BINARY LOGS", f"INSERT INTO `{database}`.t VALUES (2)")
+    mariadb.execute(
+        f"INSERT INTO `{database}`.t VALUES (1)", "FLUSH BINARY LOGS", f"INSERT INTO `{database}`.t VALUES (2)"
+    )
     time.sleep(1.2)  # binlog timestamps have whole seconds
     when = dt.datetime.now(dt.timezone.utc).replace(microsecond=0) + dt.timedelta(seconds=1)
     time.sleep(2.2)
-    mariadb.execute(f"INSERT INTO `{database}`.t VALUES (3)", "FLUSH BINARY LOGS", f"INSERT INTO `{database}`.t VALUES (4)")
-    config = make_config([f"{database}.*"], capture={"startup": "timestamp",
-                                                      "start_timestamp": when.isoformat().replace("+00:00", "Z")})
+    mariadb.execute(
+        f"INSERT INTO `{database}`.t VALUES (3)", "FLUSH BINARY LOGS", f"INSERT INTO `{database}`.t VALUES (4)"
+    )
+    config = make_config(
+        [f"{database}.*"], capture={"startup": "timestamp", "start_timestamp": when.isoformat().replace("+00:00", "Z")}
+    )
     run_capture(spark, config)
     assert _ids(spark, config, database) == [3, 4]
 
@@ -46,8 +50,10 @@ def test_startup_position_starts_at_the_given_file_and_pos(spark, mariadb, datab
 def test_startup_initial_starts_at_the_smallest_snapshot_low_watermark(spark, mariadb, database, make_config):
     from binlake.bronze.snapshot import run_snapshot
 
-    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)",
-                    f"INSERT INTO `{database}`.t VALUES " + ",".join(f"({i})" for i in range(30)))
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)",
+        f"INSERT INTO `{database}`.t VALUES " + ",".join(f"({i})" for i in range(30)),
+    )
     config = make_config([f"{database}.*"], snapshot={"chunk_size": 10})
     run_snapshot(spark, config)
     mariadb.execute(f"INSERT INTO `{database}`.t VALUES (100)")

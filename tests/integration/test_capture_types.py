@@ -24,11 +24,16 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     config = make_config([f"{database}.*"], capture={"startup": "latest"})
     run_capture(spark, config)
     # Zero dates need a permissive sql_mode; the non-UTC session zone must not shift TIMESTAMPs.
-    mariadb.execute("SET SESSION sql_mode = ''", "SET SESSION time_zone = '+05:30'",
-                    f"INSERT INTO `{database}`.types VALUES {EDGE_ROW}, {NULL_ROW}, {ODD_ROW}")
+    mariadb.execute(
+        "SET SESSION sql_mode = ''",
+        "SET SESSION time_zone = '+05:30'",
+        f"INSERT INTO `{database}`.types VALUES {EDGE_ROW}, {NULL_ROW}, {ODD_ROW}",
+    )
     run_snapshot(spark, config)
-    snapshot_images = {int(r.row["id"]): dict(r.row) for r in Lakehouse(config).snapshot_rows.read(spark)
-                       .where(f"db = '{database}' AND `row` IS NOT NULL").collect()}
+    snapshot_images = {
+        int(r.row["id"]): dict(r.row)
+        for r in Lakehouse(config).snapshot_rows.read(spark).where(f"db = '{database}' AND `row` IS NOT NULL").collect()
+    }
     assert sorted(snapshot_images) == [1, 2, 3]
     mariadb.execute(f"DELETE FROM `{database}`.types WHERE id = 1")
     run_capture(spark, config)
@@ -38,7 +43,13 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
         rows = query(conn, f"SELECT * FROM {qualified(database, 'types')} ORDER BY id")
     expected = {r["id"]: {c.name: encode_value(c, r[c.name]) for c in schema.columns} for r in rows}
 
-    log = Lakehouse(config).changelog.read(spark).where(f"db = '{database}'").orderBy("file_index", "pos", "row").collect()
+    log = (
+        Lakehouse(config)
+        .changelog.read(spark)
+        .where(f"db = '{database}'")
+        .orderBy("file_index", "pos", "row")
+        .collect()
+    )
     inserts = {int(r.after["id"]): dict(r.after) for r in log if r.op == "insert"}
     assert sorted(inserts) == [1, 2, 3]
     for key in (1, 2, 3):
@@ -61,14 +72,18 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     assert edge["dtm6"] == "2024-02-29 23:59:59.999999"
     assert edge["ts3"] == "2024-03-30T20:00:00.123000Z", "+05:30 session time converted to the UTC instant"
     assert edge["tm"] == "-838:59:59" and edge["tm6"] == "-12:34:56.000001"
-    assert edge["vc"] == "emoji \U0001F600 \u00fc \u4e2d" and edge["e"] == "it's" and edge["st"] == "x,z"
+    assert edge["vc"] == "emoji \U0001f600 \u00fc \u4e2d" and edge["e"] == "it's" and edge["st"] == "x,z"
     assert edge["b64"] == "-1" and edge["b1"] == "1" and edge["y"] == "2155"
     assert edge["bl"] == "3q2+7w==" and edge["f"] == repr(3.141590118408203)
 
     # The schema version from TABLE_MAP metadata equals the information_schema one.
     assert {r.schema_version for r in log if r.op in ("insert", "delete")} == {schema.version()}
-    history = (Lakehouse(config).schema_history.read(spark)
-               .where(f"db = '{database}' AND schema_version = '{schema.version()}'").collect())
+    history = (
+        Lakehouse(config)
+        .schema_history.read(spark)
+        .where(f"db = '{database}' AND schema_version = '{schema.version()}'")
+        .collect()
+    )
     assert history, "the binlog schema version is recorded in schema_history"
     from_binlog = TableSchema.from_json(history[0].schema_json)
     assert [c.signature() for c in from_binlog.columns] == [c.signature() for c in schema.columns]

@@ -50,8 +50,13 @@ def check_gold(spark, config, what: str, log: list[str], tables=TABLES) -> None:
     assert {d.name.split(".")[1] for d in diffs} == set(tables)
     bad = [d for d in diffs if not d.ok]
     if bad:
-        pytest.fail(f"gold differs from the source {what}:\n" + "\n".join(d.describe() for d in bad)
-                    + "\nstatements:\n" + "\n".join(log[-60:]), pytrace=False)
+        pytest.fail(
+            f"gold differs from the source {what}:\n"
+            + "\n".join(d.describe() for d in bad)
+            + "\nstatements:\n"
+            + "\n".join(log[-60:]),
+            pytrace=False,
+        )
 
 
 def run_ok(spark, config) -> None:
@@ -60,7 +65,8 @@ def run_ok(spark, config) -> None:
 
 
 def test_child_rows_deleted_or_updated_after_the_parent_key_update_are_published_as_the_source_has_them(
-        spark, mariadb, database, make_config):
+    spark, mariadb, database, make_config
+):
     # In one batch, after a parent key update InnoDB cascades without logging it: a child row
     # deleted stays deleted (fa), a child row updated is one row with its new value (fa3).
     mariadb.execute(
@@ -74,17 +80,27 @@ def test_child_rows_deleted_or_updated_after_the_parent_key_update_are_published
              FOREIGN KEY (a_id) REFERENCES a3 (id) ON UPDATE CASCADE) ENGINE=InnoDB""",
         "INSERT INTO a3 VALUES (1)",
         "INSERT INTO fa3 VALUES (1, 7, 'old'), (1, 8, 'old')",
-        database=database)
+        database=database,
+    )
     config = make_config([f"{database}.*"])
     run_ok(spark, config)
-    mariadb.execute("UPDATE a SET id = 220 WHERE id = 68", "DELETE FROM fa WHERE a_id = 220 AND f_id = 671",
-                    "UPDATE a3 SET id = 300 WHERE id = 1", "UPDATE fa3 SET note = 'new' WHERE a_id = 300 AND f_id = 7",
-                    database=database)
+    mariadb.execute(
+        "UPDATE a SET id = 220 WHERE id = 68",
+        "DELETE FROM fa WHERE a_id = 220 AND f_id = 671",
+        "UPDATE a3 SET id = 300 WHERE id = 1",
+        "UPDATE fa3 SET note = 'new' WHERE a_id = 300 AND f_id = 7",
+        database=database,
+    )
     run_ok(spark, config)  # gold's key check used to fail here on fa3 (two live rows for one key)
 
     def gold(table, *cols):
-        return sorted(tuple(r) for r in spark.read.format("delta").load(
-            f"{config.lakehouse_root}/gold/{database}/{table}").select(*cols).collect())
+        return sorted(
+            tuple(r)
+            for r in spark.read.format("delta")
+            .load(f"{config.lakehouse_root}/gold/{database}/{table}")
+            .select(*cols)
+            .collect()
+        )
 
     assert gold("fa", "a_id", "f_id") == [(69, 1), (220, 497)]
     assert gold("fa3", "a_id", "f_id", "note") == [(300, 7, "new"), (300, 8, "old")]
@@ -111,9 +127,24 @@ class Workload:
     def statement(self) -> None:
         r = self.rng
         pick = r.choices(
-            ["p_key", "p_delete", "p_insert", "p_value", "c_insert", "c_update", "c_key", "c_delete",
-             "s_insert", "s_update", "s_delete", "g_insert", "g_update", "g_delete"],
-            weights=[14, 6, 8, 3, 10, 5, 4, 4, 6, 4, 2, 6, 4, 2])[0]
+            [
+                "p_key",
+                "p_delete",
+                "p_insert",
+                "p_value",
+                "c_insert",
+                "c_update",
+                "c_key",
+                "c_delete",
+                "s_insert",
+                "s_update",
+                "s_delete",
+                "g_insert",
+                "g_update",
+                "g_delete",
+            ],
+            weights=[14, 6, 8, 3, 10, 5, 4, 4, 6, 4, 2, 6, 4, 2],
+        )[0]
         self.run(getattr(self, pick)())
 
     def transaction(self) -> None:
@@ -146,8 +177,10 @@ class Workload:
 
     def c_insert(self) -> str:
         r = self.rng
-        return (f"INSERT IGNORE INTO c SELECT id, {r.randint(1, C_KS)}, {r.randint(0, 99)} FROM p "
-                f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT 1")
+        return (
+            f"INSERT IGNORE INTO c SELECT id, {r.randint(1, C_KS)}, {r.randint(0, 99)} FROM p "
+            f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT 1"
+        )
 
     def c_update(self) -> str:
         return f"UPDATE c SET v = {self.rng.randint(0, 99)} WHERE p_id = {self.rng.randint(1, 2 * P_IDS)}"
@@ -162,8 +195,10 @@ class Workload:
 
     def s_insert(self) -> str:
         r = self.rng
-        return (f"INSERT IGNORE INTO s SELECT {r.randint(1, S_IDS)}, id, {r.randint(0, 99)} FROM p "
-                f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT 1")
+        return (
+            f"INSERT IGNORE INTO s SELECT {r.randint(1, S_IDS)}, id, {r.randint(0, 99)} FROM p "
+            f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT 1"
+        )
 
     def s_update(self) -> str:
         r = self.rng
@@ -175,8 +210,10 @@ class Workload:
 
     def g_insert(self) -> str:
         r = self.rng
-        return (f"INSERT IGNORE INTO g SELECT {r.randint(1, G_IDS)}, p_id, k, {r.randint(0, 99)} FROM c "
-                f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT 1")
+        return (
+            f"INSERT IGNORE INTO g SELECT {r.randint(1, G_IDS)}, p_id, k, {r.randint(0, 99)} FROM c "
+            f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT 1"
+        )
 
     def g_update(self) -> str:
         r = self.rng
@@ -196,7 +233,8 @@ CUTS = 1  # more cuts per seed: BINLAKE_CASCADE_SEEDS adds seeds, each with its 
 @pytest.mark.slow
 @pytest.mark.parametrize("index", range(SEEDS))
 def test_random_interleavings_of_parent_and_child_changes_end_with_gold_equal_to_the_source(
-        spark, mariadb, database, make_config, index):
+    spark, mariadb, database, make_config, index
+):
     seed = BASE_SEED + index
     print(f"BINLAKE_TEST_SEED={seed}")
     rng = random.Random(seed)

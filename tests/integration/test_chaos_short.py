@@ -20,4 +20,6 @@ def test_faults_lose_and_double_nothing(tmp_path, monkeypatch):
         missed = [n for n in o.notes if "did not trigger" in n or "failed" in n]
         assert not missed, f"{o.scenario}: {missed}"
         assert o.faults > 0, f"{o.scenario}: no fault was injected ({o.notes})"
-        assert o.ok, f"{o.scenario}: {o.rows_missing} missing, {o.rows_extra} extra, {o.rows_different} different: {o.notes}"
+        assert o.ok, (
+            f"{o.scenario}: {o.rows_missing} missing, {o.rows_extra} extra, {o.rows_different} different: {o.notes}"
+        )

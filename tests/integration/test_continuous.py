@@ -34,20 +34,30 @@ def _wait(what: str, condition, timeout: float = 180) -> float:
 
 
 def _orders(mariadb, database):
-    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, qty INT NOT NULL, note VARCHAR(20))",
-                    "INSERT INTO orders SELECT seq, seq, 'seed' FROM seq_1_to_50", database=database)
+    mariadb.execute(
+        "CREATE TABLE orders (id INT PRIMARY KEY, qty INT NOT NULL, note VARCHAR(20))",
+        "INSERT INTO orders SELECT seq, seq, 'seed' FROM seq_1_to_50",
+        database=database,
+    )
 
 
 def _start(config_path: Path) -> subprocess.Popen:
     env = {**os.environ, "CI": "1"}
     env.pop("BINLAKE_KILL_AT", None)
-    return subprocess.Popen([BINLAKE, "--config", str(config_path), "run", "--continuous"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    return subprocess.Popen(
+        [BINLAKE, "--config", str(config_path), "run", "--continuous"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
 
 
 @pytest.mark.slow
 def test_a_change_reaches_gold_while_the_loop_runs_and_sigterm_stops_it_between_commits(
-        spark, mariadb, database, tmp_path):
+    spark, mariadb, database, tmp_path
+):
     _orders(mariadb, database)
     config_path = tmp_path / "binlake.yml"
     config_path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.orders"], server_id=6300))
@@ -57,9 +67,11 @@ def test_a_change_reaches_gold_while_the_loop_runs_and_sigterm_stops_it_between_
     proc = _start(config_path)
     try:
         _wait("the first loop", lambda: (read_state(lh) or {}).get("loops"), timeout=300)
-        mariadb.execute(f"UPDATE `{database}`.orders SET qty = 500 WHERE id = 5",
-                        f"INSERT INTO `{database}`.orders VALUES (51, 51, 'new')",
-                        f"DELETE FROM `{database}`.orders WHERE id = 7")
+        mariadb.execute(
+            f"UPDATE `{database}`.orders SET qty = 500 WHERE id = 5",
+            f"INSERT INTO `{database}`.orders VALUES (51, 51, 'new')",
+            f"DELETE FROM `{database}`.orders WHERE id = 7",
+        )
         gold = lh.gold(database, "orders")
         _wait("the change in gold", lambda: gold.read(spark).where("id = 5 AND qty = 500").count() == 1)
         proc.send_signal(signal.SIGTERM)
@@ -77,6 +89,7 @@ def test_a_change_reaches_gold_while_the_loop_runs_and_sigterm_stops_it_between_
     assert collect_status(spark, config)["continuous"]["loops"] == state["loops"]
     # The loops that moved something are in the metrics table, appended when SIGTERM stopped it.
     metrics = lh.metrics.read(spark).where("command = 'run --continuous'")
-    assert metrics.where(f"step = 'gold' AND `table` = '{database}.orders' AND rows_out = 50").count() >= 1, \
+    assert metrics.where(f"step = 'gold' AND `table` = '{database}.orders' AND rows_out = 50").count() >= 1, (
         "no loop recorded the publish of the change"
+    )
     assert metrics.where("step = 'capture' AND `table` IS NULL AND rows_in >= 3").count() >= 1

@@ -22,27 +22,46 @@ def _holding(spark, ref, where: str = "true") -> int:
 
 
 def test_erase_removes_a_deleted_key_from_every_layer_and_nothing_else(spark, mariadb, database, tmp_path, capsys):
-    mariadb.execute("CREATE TABLE customers (id INT PRIMARY KEY, email VARCHAR(60), city VARCHAR(20))",
-                    "CREATE TABLE orders (id INT PRIMARY KEY, customer_id INT, note VARCHAR(60))",
-                    f"INSERT INTO customers VALUES (1, 'bob@example.org', 'Oslo'), (2, '{CANARY}', 'Rome'), "
-                    "(3, 'cy@example.org', 'Lima')",
-                    f"INSERT INTO orders VALUES (10, 2, 'for {CANARY}')", database=database)
+    mariadb.execute(
+        "CREATE TABLE customers (id INT PRIMARY KEY, email VARCHAR(60), city VARCHAR(20))",
+        "CREATE TABLE orders (id INT PRIMARY KEY, customer_id INT, note VARCHAR(60))",
+        f"INSERT INTO customers VALUES (1, 'bob@example.org', 'Oslo'), (2, '{CANARY}', 'Rome'), "
+        "(3, 'cy@example.org', 'Lima')",
+        f"INSERT INTO orders VALUES (10, 2, 'for {CANARY}')",
+        database=database,
+    )
     path = tmp_path / "binlake.yml"
     # customers keeps SCD type 2 history, published to gold with it, and erased from it too.
-    path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=6321,
-                                        history={"tables": [f"{database}.customers"]}))
+    path.write_text(
+        mariadb.config_yaml(
+            str(tmp_path / "lakehouse"),
+            [f"{database}.*"],
+            server_id=6321,
+            history={"tables": [f"{database}.customers"]},
+        )
+    )
     config = load_config(path)
     lh = Lakehouse(config)
     assert cli.main(["--config", str(path), "run"]) == 0
-    mariadb.execute("UPDATE customers SET city = 'Pisa' WHERE id = 2", "UPDATE customers SET city = 'Bari' WHERE id = 2",
-                    "UPDATE customers SET city = 'Bern' WHERE id = 1", database=database)
+    mariadb.execute(
+        "UPDATE customers SET city = 'Pisa' WHERE id = 2",
+        "UPDATE customers SET city = 'Bari' WHERE id = 2",
+        "UPDATE customers SET city = 'Bern' WHERE id = 1",
+        database=database,
+    )
     assert cli.main(["--config", str(path), "run"]) == 0
     table = f"{database}.customers"
     capsys.readouterr()
     # Gold's history is silver's as of the published position: key 2 went Rome -> Pisa -> Bari.
     gold_history = lh.gold_history(database, "customers").read(spark)
     assert sorted((r["id"], r["city"], r["_cdc_is_current"]) for r in gold_history.collect()) == [
-        (1, "Bern", True), (1, "Oslo", False), (2, "Bari", True), (2, "Pisa", False), (2, "Rome", False), (3, "Lima", True)]
+        (1, "Bern", True),
+        (1, "Oslo", False),
+        (2, "Bari", True),
+        (2, "Pisa", False),
+        (2, "Rome", False),
+        (3, "Lima", True),
+    ]
     assert gold_history.exceptAll(lh.silver_history(database, "customers").read(spark)).count() == 0
 
     # Refused while the source, then silver, still has the key: nothing is deleted.
@@ -64,8 +83,13 @@ def test_erase_removes_a_deleted_key_from_every_layer_and_nothing_else(spark, ma
     on_table = f"db = '{database}' AND `table` = 'customers'"
     assert _holding(spark, lh.changelog, on_table) == 0
     assert _holding(spark, lh.snapshot_rows, on_table) == 0
-    for ref in (lh.silver(database, "customers"), lh.gold(database, "customers"), lh.silver_history(database, "customers"),
-                lh.silver_history_events(database, "customers"), lh.gold_history(database, "customers")):
+    for ref in (
+        lh.silver(database, "customers"),
+        lh.gold(database, "customers"),
+        lh.silver_history(database, "customers"),
+        lh.silver_history_events(database, "customers"),
+        lh.gold_history(database, "customers"),
+    ):
         assert _holding(spark, ref) == 0 and ref.read(spark).where("id = 2").count() == 0, ref
     assert lh.gold_history(database, "customers").read(spark).where("id = 1").count() == 2
     # Other keys and other tables keep everything (the order names the canary in its own text).

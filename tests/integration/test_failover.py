@@ -50,7 +50,7 @@ def own_server(mariadb, tmp_path):
 
 def _servers(mariadb, tmp_path, replica: bool):
     servers = []
-    for name, sid, extra in (("primary", 11, []), ("replica", 12, ["--log-slave-updates"]))[:2 if replica else 1]:
+    for name, sid, extra in (("primary", 11, []), ("replica", 12, ["--log-slave-updates"]))[: 2 if replica else 1]:
         d = tmp_path / name
         d.mkdir()
         # One login for binlake on both, as after a real failover ($MYSQL_PASSWORD).
@@ -96,14 +96,18 @@ def _binlake(config_path: Path, *args: str, kill_at: str | None = None) -> subpr
     env.pop("BINLAKE_KILL_AT", None)
     if kill_at:
         env["BINLAKE_KILL_AT"] = kill_at
-    return subprocess.run([BINLAKE, "--config", str(config_path), *args], env=env, capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [BINLAKE, "--config", str(config_path), *args], env=env, capture_output=True, text=True, timeout=900
+    )
 
 
 def _seed(primary: LocalMariaDB) -> None:
     primary.execute(f"CREATE DATABASE {DB}")
-    primary.execute("CREATE TABLE t (id INT PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(20))",
-                    "INSERT INTO t SELECT seq, seq, 'seed' FROM seq_1_to_300", database=DB)
+    primary.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v BIGINT NOT NULL, note VARCHAR(20))",
+        "INSERT INTO t SELECT seq, seq, 'seed' FROM seq_1_to_300",
+        database=DB,
+    )
 
 
 def _assert_equal(spark, config, layer: str = "gold") -> None:
@@ -136,8 +140,10 @@ def test_capture_follows_a_promoted_replica_by_gtid_and_gold_equals_the_new_prim
     replica.wait_replicated(primary.gtid_binlog_pos())
     primary.stop()
     replica.promote()
-    replica.execute(f"UPDATE {DB}.t SET note = 'after switch' WHERE id % 7 = 0",
-                    f"INSERT INTO {DB}.t VALUES (1001, 1, 'on new primary')")
+    replica.execute(
+        f"UPDATE {DB}.t SET note = 'after switch' WHERE id % 7 = 0",
+        f"INSERT INTO {DB}.t VALUES (1001, 1, 'on new primary')",
+    )
 
     # Pointed at the new primary, with kill -9 right after the switch's commit.
     replica_path, on_replica = _config(replica, tmp_path, "replica")

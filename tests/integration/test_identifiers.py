@@ -18,7 +18,7 @@ from binlake.source import catalog
 from binlake.source.mysql import connect, query
 from binlake.source.preflight import run_preflight
 
-DB = "my db `o'k` \"ünï\""
+DB = 'my db `o\'k` "ünï"'
 TABLE = "order items `x` 'q' 数据"
 PARENT = "select"
 TABLE_COMMENT = "it's a table"
@@ -26,7 +26,7 @@ COLUMNS = {  # name -> type
     "select": "INT NOT NULL",
     "col with space": "VARCHAR(20) NOT NULL",
     "back`tick": "DECIMAL(10,2)",
-    "quote'd \"dq\"": "VARCHAR(30)",
+    'quote\'d "dq"': "VARCHAR(30)",
     "ünïcødé 列": "DATETIME(3)",
     "from": "INT",
 }
@@ -68,9 +68,17 @@ def odd(mariadb):
 
 
 def config(mariadb, tmp_path, tables=None):
-    doc = {"source": {"host": "127.0.0.1", "port": mariadb.port, "user": "cdc", "password": "${MYSQL_PASSWORD}",
-                      "server_id": 6401, "tables": tables or [f"{DB}.*"]},
-           "lakehouse": {"path": str(tmp_path / "lakehouse")}}
+    doc = {
+        "source": {
+            "host": "127.0.0.1",
+            "port": mariadb.port,
+            "user": "cdc",
+            "password": "${MYSQL_PASSWORD}",
+            "server_id": 6401,
+            "tables": tables or [f"{DB}.*"],
+        },
+        "lakehouse": {"path": str(tmp_path / "lakehouse")},
+    }
     path = tmp_path / "binlake.yml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
     from binlake.config import load_config
@@ -80,7 +88,7 @@ def config(mariadb, tmp_path, tables=None):
 
 def test_quote_ident_doubles_backticks_only():
     assert quote_ident("a`b") == "`a``b`"
-    assert quote_ident("it's \"x\"") == "`it's \"x\"`"
+    assert quote_ident('it\'s "x"') == '`it\'s "x"`'
     assert qualified("d`b", "t") == "`d``b`.`t`"
     with pytest.raises(ValueError):
         quote_ident("")
@@ -91,8 +99,10 @@ def test_preflight_passes_and_names_the_tables_exactly(mariadb, odd, tmp_path):
     report = run_preflight(cfg)
     assert report.tables == [f"{DB}.{TABLE}", f"{DB}.{PARENT}"]
     fk = [c.detail for c in report.checks if c.name == "foreign keys"]
-    assert fk == [f"{DB}.{TABLE} (from) -> {DB}.{PARENT} (from), ON DELETE SET NULL, ON UPDATE RESTRICT: the server "
-                  "does not log the rows it changes by ON DELETE SET NULL, so silver applies them itself"]
+    assert fk == [
+        f"{DB}.{TABLE} (from) -> {DB}.{PARENT} (from), ON DELETE SET NULL, ON UPDATE RESTRICT: the server "
+        "does not log the rows it changes by ON DELETE SET NULL, so silver applies them itself"
+    ]
 
 
 def test_a_table_pattern_with_spaces_and_quotes_selects_only_that_table(mariadb, odd, tmp_path):
@@ -130,8 +140,10 @@ def test_chunk_range_sql_over_an_odd_composite_key_partitions_the_rows(mariadb, 
         seen = []
         for lo, hi in zip(edges, edges[1:]):
             where, params = range_condition(keys, lo, hi)
-            seen += [(r["select"], r["col with space"]) for r in
-                     query(conn, f"SELECT * FROM {qualified(DB, TABLE)} WHERE {where}", params)]
+            seen += [
+                (r["select"], r["col with space"])
+                for r in query(conn, f"SELECT * FROM {qualified(DB, TABLE)} WHERE {where}", params)
+            ]
     assert len(bounds) == len(ROWS) - 1
     assert sorted(seen) == sorted((r[0], r[1]) for r in ROWS)
     assert key_to_json(bounds[0]) == '["1","ä`b"]'
@@ -144,8 +156,14 @@ def test_rows_encode_by_their_exact_column_names(mariadb, odd, tmp_path):
         order = ", ".join(quote_ident(c) for c in schema.key)
         rows = query(conn, f"SELECT * FROM {qualified(DB, TABLE)} ORDER BY {order}")
     encoded = [{c.name: encode_value(c, r[c.name]) for c in schema.columns} for r in rows]
-    assert encoded[0] == {"select": "1", "col with space": "a b", "back`tick": "1.50", "quote'd \"dq\"": "it's",
-                          "ünïcødé 列": "2026-01-02 03:04:05.123000", "from": "1"}
+    assert encoded[0] == {
+        "select": "1",
+        "col with space": "a b",
+        "back`tick": "1.50",
+        'quote\'d "dq"': "it's",
+        "ünïcødé 列": "2026-01-02 03:04:05.123000",
+        "from": "1",
+    }
 
 
 def test_snapshot_capture_and_silver_carry_odd_names_end_to_end(mariadb, odd, tmp_path, spark):
@@ -171,8 +189,9 @@ def test_snapshot_capture_and_silver_carry_odd_names_end_to_end(mariadb, odd, tm
 
     silver = Lakehouse(cfg).silver(DB, TABLE).read(spark).where("NOT _cdc_deleted")
     assert [f.name for f in silver.schema.fields if not f.name.startswith("_cdc_")] == [
-        c for c in COLUMNS if c != "back`tick"]
+        c for c in COLUMNS if c != "back`tick"
+    ]
     got = {(r["select"], r["col with space"]): r[list(COLUMNS)[3]] for r in silver.collect()}
     assert got == {(1, "a b"): "it's", (1, "ä`b"): '"dq"', (2, ""): None, (3, "数据"): "changed"}
     comments = {f.name: f.metadata.get("comment") for f in silver.schema.fields}
-    assert comments["quote'd \"dq\""] == "quote'd \"dq\" comment"
+    assert comments['quote\'d "dq"'] == 'quote\'d "dq" comment'

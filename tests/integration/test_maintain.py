@@ -57,14 +57,18 @@ def _silver_keys(spark, lh, db: str, deleted: bool) -> set[int]:
     return {r["id"] for r in df.where(f"_cdc_deleted = {str(deleted).lower()}").select("id").collect()}
 
 
-def test_maintain_removes_only_what_nothing_needs_and_every_layer_stays_equal(spark, mariadb, database, make_config,
-                                                                             tmp_path, monkeypatch):
+def test_maintain_removes_only_what_nothing_needs_and_every_layer_stays_equal(
+    spark, mariadb, database, make_config, tmp_path, monkeypatch
+):
     db = database
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT)",
-                    "INSERT INTO t SELECT seq, seq FROM seq_1_to_20", database=db)
-    config = make_config([f"{db}.t"], snapshot={"chunk_size": 100},
-                         maintenance={"tombstone_retention_hours": 0, "changelog_retention_days": 0,
-                                      "optimize_min_files": 2})
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)", "INSERT INTO t SELECT seq, seq FROM seq_1_to_20", database=db
+    )
+    config = make_config(
+        [f"{db}.t"],
+        snapshot={"chunk_size": 100},
+        maintenance={"tombstone_retention_hours": 0, "changelog_retention_days": 0, "optimize_min_files": 2},
+    )
     lh = Lakehouse(config)
     assert run_pipeline(spark, config).ok
     mariadb.execute("DELETE FROM t WHERE id = 1", database=db)

@@ -41,23 +41,33 @@ def _files_holding(root: Path, needle: str) -> list[str]:
 
 def _config(mariadb, tmp_path, database: str, rule: dict, name: str = "binlake.yml") -> Path:
     path = tmp_path / name
-    path.write_text(mariadb.config_yaml(
-        str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=6441,
-        source={"columns": {f"{database}.customers": rule, f"{database}.orders": {"mask": {"email": "hash"}}},
-                "mask_salt": "${MASK_SALT}"},
-        # The history tables (silver's versions and events, gold's copy) hold images too.
-        history={"tables": [f"{database}.customers"]}))
+    path.write_text(
+        mariadb.config_yaml(
+            str(tmp_path / "lakehouse"),
+            [f"{database}.*"],
+            server_id=6441,
+            source={
+                "columns": {f"{database}.customers": rule, f"{database}.orders": {"mask": {"email": "hash"}}},
+                "mask_salt": "${MASK_SALT}",
+            },
+            # The history tables (silver's versions and events, gold's copy) hold images too.
+            history={"tables": [f"{database}.customers"]},
+        )
+    )
     return path
 
 
 def test_excluded_and_masked_values_reach_no_file_and_no_output_and_hashes_join(
-        spark, mariadb, database, tmp_path, capsys, monkeypatch):
+    spark, mariadb, database, tmp_path, capsys, monkeypatch
+):
     monkeypatch.setenv("MASK_SALT", SALT)
-    mariadb.execute("CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(40), email VARCHAR(60), "
-                    "ssn CHAR(15), note TEXT)",
-                    "CREATE TABLE orders (id INT PRIMARY KEY, email VARCHAR(60), total DECIMAL(8,2))",
-                    f"INSERT INTO customers VALUES (1, 'Ann', '{EMAIL}', '{SSN[0]}', '{NOTE[0]}'), "
-                    "(2, 'Bob', 'bob@example.org', NULL, NULL)", database=database)
+    mariadb.execute(
+        "CREATE TABLE customers (id INT PRIMARY KEY, name VARCHAR(40), email VARCHAR(60), ssn CHAR(15), note TEXT)",
+        "CREATE TABLE orders (id INT PRIMARY KEY, email VARCHAR(60), total DECIMAL(8,2))",
+        f"INSERT INTO customers VALUES (1, 'Ann', '{EMAIL}', '{SSN[0]}', '{NOTE[0]}'), "
+        "(2, 'Bob', 'bob@example.org', NULL, NULL)",
+        database=database,
+    )
     rule = {"exclude": ["ssn"], "mask": {"email": "hash", "note": "null"}}
     path = _config(mariadb, tmp_path, database, rule)
     config = load_config(path)
@@ -65,10 +75,12 @@ def test_excluded_and_masked_values_reach_no_file_and_no_output_and_hashes_join(
     assert cli.main(["--config", str(path), "run"]) == 0  # the snapshot reads customers 1 and 2
 
     # Through the binlog: a new customer with the same email, an update, an order.
-    mariadb.execute(f"INSERT INTO customers VALUES (3, 'Cy', '{EMAIL}', '{SSN[1]}', '{NOTE[1]}')",
-                    f"UPDATE customers SET name = 'Ann B', ssn = '{SSN[2]}' WHERE id = 1",
-                    f"INSERT INTO orders VALUES (10, '{EMAIL}', 12.50), (11, 'bob@example.org', 3.00)",
-                    database=database)
+    mariadb.execute(
+        f"INSERT INTO customers VALUES (3, 'Cy', '{EMAIL}', '{SSN[1]}', '{NOTE[1]}')",
+        f"UPDATE customers SET name = 'Ann B', ssn = '{SSN[2]}' WHERE id = 1",
+        f"INSERT INTO orders VALUES (10, '{EMAIL}', 12.50), (11, 'bob@example.org', 3.00)",
+        database=database,
+    )
     assert cli.main(["--config", str(path), "run"]) == 0
     out = capsys.readouterr()
 
@@ -95,13 +107,19 @@ def test_excluded_and_masked_values_reach_no_file_and_no_output_and_hashes_join(
 
     # A new rule for a table with data: that table stops with the fix, the other goes on.
     changed = _config(mariadb, tmp_path, database, {**rule, "mask": {**rule["mask"], "name": "null"}}, "changed.yml")
-    mariadb.execute("UPDATE customers SET name = 'Bob C' WHERE id = 2", "INSERT INTO orders VALUES (12, NULL, 1.00)",
-                    database=database)
+    mariadb.execute(
+        "UPDATE customers SET name = 'Bob C' WHERE id = 2",
+        "INSERT INTO orders VALUES (12, NULL, 1.00)",
+        database=database,
+    )
     assert cli.main(["--config", str(changed), "run"]) == 6
     err = capsys.readouterr().err.strip().splitlines()
     table = f"{database}.customers"
-    assert any(f"silver stopped {table}: its column rules" in line
-               and f"recover with: binlake snapshot --table {table}" in line for line in err), err
+    assert any(
+        f"silver stopped {table}: its column rules" in line
+        and f"recover with: binlake snapshot --table {table}" in line
+        for line in err
+    ), err
     assert lh.silver(database, "orders").read(spark).where("id = 12").count() == 1
     assert lh.silver(database, "customers").read(spark).where("name = 'Bob C'").count() == 0  # not mixed in
 

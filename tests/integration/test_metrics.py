@@ -27,8 +27,20 @@ SCREENSHOT_COPY = os.environ.get("BINLAKE_SCREENSHOT")
 
 
 def _browser(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                           "--allow-file-access-from-files", *args], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--allow-file-access-from-files",
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _rows(spark, config, **where):
@@ -47,19 +59,30 @@ def _last_run(spark, config, command: str) -> list[dict]:
 def _write_config(mariadb, tmp_path: Path, database: str, name: str, **sections) -> Path:
     path = tmp_path / name
     groups = {"orders": [f"{database}.orders"], "people": [f"{database}.people"]}
-    path.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=6301,
-                                        gold={"groups": groups, **sections.pop("gold", {})},
-                                        health={"max_lag_seconds": 1}, **sections))
+    path.write_text(
+        mariadb.config_yaml(
+            str(tmp_path / "lakehouse"),
+            [f"{database}.*"],
+            server_id=6301,
+            gold={"groups": groups, **sections.pop("gold", {})},
+            health={"max_lag_seconds": 1},
+            **sections,
+        )
+    )
     return path
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless browser: make setup installs chromium")
-def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_them(spark, mariadb, database, tmp_path,
-                                                                                   capsys):
-    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)",
-                    "CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))",
-                    "INSERT INTO orders SELECT seq, seq * 10 FROM seq_1_to_40",
-                    "INSERT INTO people SELECT seq, CONCAT('p', seq) FROM seq_1_to_7", database=database)
+def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_them(
+    spark, mariadb, database, tmp_path, capsys
+):
+    mariadb.execute(
+        "CREATE TABLE orders (id INT PRIMARY KEY, amount INT)",
+        "CREATE TABLE people (id INT PRIMARY KEY, name VARCHAR(20))",
+        "INSERT INTO orders SELECT seq, seq * 10 FROM seq_1_to_40",
+        "INSERT INTO people SELECT seq, CONCAT('p', seq) FROM seq_1_to_7",
+        database=database,
+    )
     path = _write_config(mariadb, tmp_path, database, "binlake.yml")
     config = load_config(path)
 
@@ -72,18 +95,26 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     assert snap == {f"{database}.orders": 40, f"{database}.people": 7}
     gold = {r["table"]: r for r in run if r["step"] == "gold" and r["table"]}
     assert {t: (r["publish_group"], r["rows_out"], r["status"]) for t, r in gold.items()} == {
-        f"{database}.orders": ("orders", 40, "ok"), f"{database}.people": ("people", 7, "ok")}
+        f"{database}.orders": ("orders", 40, "ok"),
+        f"{database}.people": ("people", 7, "ok"),
+    }
     # Nothing committed since: every layer is at the source's end.
     assert all(r["lag_bytes"] == 0 and r["lag_seconds"] == 0 for r in gold.values())
     assert cli.main(["--config", str(path), "status", "--check"]) == 0, "caught up: lag 0"
     assert steps["capture"]["lag_bytes"] == 0 and steps["silver"]["lag_bytes"] == 0
 
     # Capture counts per table; silver is then behind by what committed after it.
-    mariadb.execute("INSERT INTO orders VALUES (41, 410), (42, 420), (43, 430)", "UPDATE people SET name = 'x' WHERE id = 1",
-                    database=database)
+    mariadb.execute(
+        "INSERT INTO orders VALUES (41, 410), (42, 420), (43, 430)",
+        "UPDATE people SET name = 'x' WHERE id = 1",
+        database=database,
+    )
     assert cli.main(["--config", str(path), "capture"]) == 0
     capture = _last_run(spark, config, "capture")
-    assert {r["table"]: r["rows_in"] for r in capture if r["table"]} == {f"{database}.orders": 3, f"{database}.people": 1}
+    assert {r["table"]: r["rows_in"] for r in capture if r["table"]} == {
+        f"{database}.orders": 3,
+        f"{database}.people": 1,
+    }
     assert [r["rows_in"] for r in capture if r["table"] is None] == [4]
     mariadb.execute("INSERT INTO orders VALUES (44, 440)", database=database)
     assert cli.main(["--config", str(path), "silver"]) == 0
@@ -92,8 +123,13 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     assert silver[None]["lag_bytes"] > 0, "the insert after capture is not in silver"
 
     # A failing check blocks its group only: recorded as blocked, the other group publishes.
-    failing = _write_config(mariadb, tmp_path, database, "failing.yml",
-                            gold={"checks": {f"{database}.people": [{"column": "name", "regex": "^p", "severity": "fail"}]}})
+    failing = _write_config(
+        mariadb,
+        tmp_path,
+        database,
+        "failing.yml",
+        gold={"checks": {f"{database}.people": [{"column": "name", "regex": "^p", "severity": "fail"}]}},
+    )
     assert cli.main(["--config", str(failing), "gold"]) == 7
     gold_run = {r["table"]: r for r in _last_run(spark, config, "gold")}
     assert gold_run[None]["status"] == "blocked" and "group people" in gold_run[None]["detail"]
@@ -105,10 +141,20 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     assert orders["lag_bytes"] > 0 and orders["lag_seconds"] is not None and orders["lag_seconds"] >= 0
 
     # A job task records the Databricks job run it belongs to.
-    job = parse_job_args([f"--lakehouse-path={tmp_path / 'lakehouse'}", f"--mysql-port={mariadb.port}",
-                          "--mysql-host=127.0.0.1", "--mysql-user=cdc", "--mysql-server-id=6301",
-                          "--mysql-password-env=MYSQL_PASSWORD", f"--tables={database}.*",
-                          f"--settings={path}", "--job-run-id=987654", "gold"])
+    job = parse_job_args(
+        [
+            f"--lakehouse-path={tmp_path / 'lakehouse'}",
+            f"--mysql-port={mariadb.port}",
+            "--mysql-host=127.0.0.1",
+            "--mysql-user=cdc",
+            "--mysql-server-id=6301",
+            "--mysql-password-env=MYSQL_PASSWORD",
+            f"--tables={database}.*",
+            f"--settings={path}",
+            "--job-run-id=987654",
+            "gold",
+        ]
+    )
     assert run_job(job) == 0
     assert {r["job_run_id"] for r in _last_run(spark, config, "gold")} == {"987654"}
     capsys.readouterr()
@@ -130,8 +176,9 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     assert "gold group" in err and err.count("\n") == 1
 
     text = page.read_text()
-    assert "<script" not in text and "<link" not in text and not re.search(r'(src|href)="https?:', text), \
+    assert "<script" not in text and "<link" not in text and not re.search(r'(src|href)="https?:', text), (
         "the page loads something from elsewhere"
+    )
     dom = _browser("--dump-dom", page.as_uri()).stdout
     for title in ("Capture lag", "Gold lag per publish group", "Row changes captured", "Seconds per step per run"):
         assert title in dom, f"chart {title!r} missing from the rendered page"
@@ -149,8 +196,9 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
 
 
 def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark, mariadb, database, tmp_path, caplog):
-    mariadb.execute("CREATE TABLE orders (id INT PRIMARY KEY, amount INT)", "INSERT INTO orders VALUES (1, 1)",
-                    database=database)
+    mariadb.execute(
+        "CREATE TABLE orders (id INT PRIMARY KEY, amount INT)", "INSERT INTO orders VALUES (1, 1)", database=database
+    )
     path = _write_config(mariadb, tmp_path, database, "binlake.yml")
     blocker = tmp_path / "lakehouse" / "gold" / "_metrics"
     blocker.parent.mkdir(parents=True)

@@ -21,8 +21,15 @@ BINLAKE_JOB = str(ROOT / ".venv" / "bin" / "binlake-job")
 
 
 def _job_args(mariadb, lakehouse: Path, tables: str) -> list[str]:
-    return [f"--lakehouse-path={lakehouse}", "--mysql-host=127.0.0.1", f"--mysql-port={mariadb.port}",
-            "--mysql-user=cdc", "--mysql-server-id=6300", "--mysql-password-env=MYSQL_PASSWORD", f"--tables={tables}"]
+    return [
+        f"--lakehouse-path={lakehouse}",
+        "--mysql-host=127.0.0.1",
+        f"--mysql-port={mariadb.port}",
+        "--mysql-user=cdc",
+        "--mysql-server-id=6300",
+        "--mysql-password-env=MYSQL_PASSWORD",
+        f"--tables={tables}",
+    ]
 
 
 def _pipeline_job(args: list[str]) -> list[int]:
@@ -35,12 +42,17 @@ def _pipeline_job(args: list[str]) -> list[int]:
     return codes
 
 
-def test_the_scheduled_pipeline_snapshots_a_newly_included_table_before_capturing_it(spark, mariadb, database,
-                                                                                      tmp_path):
+def test_the_scheduled_pipeline_snapshots_a_newly_included_table_before_capturing_it(
+    spark, mariadb, database, tmp_path
+):
     db = database
-    mariadb.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)", "INSERT INTO a VALUES (1, 1), (2, 2)",
-                    "CREATE TABLE b (id INT PRIMARY KEY, v INT)",
-                    "INSERT INTO b SELECT seq, seq FROM seq_1_to_40", database=db)
+    mariadb.execute(
+        "CREATE TABLE a (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO a VALUES (1, 1), (2, 2)",
+        "CREATE TABLE b (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO b SELECT seq, seq FROM seq_1_to_40",
+        database=db,
+    )
     lakehouse = tmp_path / "lakehouse"
     only_a = _job_args(mariadb, lakehouse, f"{db}.a")
     assert run_job(parse_job_args([*only_a, "snapshot"])) == 0
@@ -53,8 +65,9 @@ def test_the_scheduled_pipeline_snapshots_a_newly_included_table_before_capturin
 
     # kill -9 inside the snapshot capture takes first: gold must not publish b partially.
     env = {**os.environ, "BINLAKE_KILL_AT": "snapshot.before_manifest", "BINLAKE_SPARK_MASTER": "local[2]"}
-    killed = subprocess.run([BINLAKE_JOB, *both, "capture", "--until-now"], env=env, capture_output=True, text=True,
-                            timeout=600)
+    killed = subprocess.run(
+        [BINLAKE_JOB, *both, "capture", "--until-now"], env=env, capture_output=True, text=True, timeout=600
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert run_job(parse_job_args([*both, "silver"])) == 0
     assert run_job(parse_job_args([*both, "gold"])) != 0  # not ready: b's snapshot is not complete

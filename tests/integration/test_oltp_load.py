@@ -50,8 +50,9 @@ _IGNORED = re.compile(r"ignored errors:\s+(\d+)")
 def sysbench_binary() -> str:
     path = shutil.which("sysbench")
     if path is None:
-        pytest.fail("sysbench is not installed: run `make setup` (it installs Debian's sysbench package)",
-                    pytrace=False)
+        pytest.fail(
+            "sysbench is not installed: run `make setup` (it installs Debian's sysbench package)", pytrace=False
+        )
     return path
 
 
@@ -96,9 +97,18 @@ class Load(threading.Thread):
                     log = self.logs / f"sysbench-{n}-{workload}.log"
                     with log.open("w") as out:
                         proc = subprocess.Popen(
-                            [*self.base, workload, *options, f"--time={ROUND_SECONDS}", "--report-interval=1",
-                             "--mysql-ignore-errors=all", "run"],
-                            stdout=out, stderr=subprocess.STDOUT)
+                            [
+                                *self.base,
+                                workload,
+                                *options,
+                                f"--time={ROUND_SECONDS}",
+                                "--report-interval=1",
+                                "--mysql-ignore-errors=all",
+                                "run",
+                            ],
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                        )
                     runs.append((workload, log, proc))
                 self.procs = [p for _, _, p in runs]
                 while n == 0 and not self.started.is_set() and all(p.poll() is None for p in self.procs):
@@ -192,18 +202,29 @@ def cli(config_path: Path, *args: str) -> None:
 
 def test_oltp_load_during_snapshot_and_capture_is_mirrored_value_for_value(spark, mariadb, database, tmp_path):
     db = database
-    base = [sysbench_binary(), "--db-driver=mysql", f"--mysql-socket={mariadb.socket_path}", "--mysql-user=root",
-            f"--mysql-db={db}", f"--tables={TABLES}", f"--table-size={TABLE_SIZE}"]
+    base = [
+        sysbench_binary(),
+        "--db-driver=mysql",
+        f"--mysql-socket={mariadb.socket_path}",
+        "--mysql-user=root",
+        f"--mysql-db={db}",
+        f"--tables={TABLES}",
+        f"--table-size={TABLE_SIZE}",
+    ]
     prepared = subprocess.run([*base, "oltp_write_only", "prepare"], capture_output=True, text=True, timeout=300)
     assert prepared.returncode == 0, prepared.stdout + prepared.stderr
     tables = [f"sbtest{i}" for i in range(1, TABLES + 1)]
 
     config_path = tmp_path / "binlake.yml"
-    config_path.write_text(mariadb.config_yaml(
-        str(tmp_path / "lake"), [f"{db}.*"], server_id=5711,
-        snapshot={"chunk_size": CHUNK_SIZE, "parallelism": 2, "chunks_per_commit": 16},
-        capture={"max_batch_rows": 3000},  # several batches (each ends on a transaction boundary) per run
-    ))
+    config_path.write_text(
+        mariadb.config_yaml(
+            str(tmp_path / "lake"),
+            [f"{db}.*"],
+            server_id=5711,
+            snapshot={"chunk_size": CHUNK_SIZE, "parallelism": 2, "chunks_per_commit": 16},
+            capture={"max_batch_rows": 3000},  # several batches (each ends on a transaction boundary) per run
+        )
+    )
     config = load_config(config_path)
     lh = Lakehouse(config)
 
@@ -237,8 +258,12 @@ def test_oltp_load_during_snapshot_and_capture_is_mirrored_value_for_value(spark
     by_workload = {w: sum(r.transactions for r in load.rounds if r.workload == w) for w, _ in WORKLOADS}
     first_start = min(r.started for r in load.rounds)
     chunks = lh.snapshot_chunks.read(spark).where(f"db = '{db}'").collect()
-    changes = (lh.changelog.read(spark).where(f"db = '{db}' AND op IN ('insert', 'update', 'delete')")
-               .select("table", "file_index", "pos", "gtid").collect())
+    changes = (
+        lh.changelog.read(spark)
+        .where(f"db = '{db}' AND op IN ('insert', 'update', 'delete')")
+        .select("table", "file_index", "pos", "gtid")
+        .collect()
+    )
     lw = min((c["lw_file_index"], c["lw_pos"]) for c in chunks)
     hw = max((c["hw_file_index"], c["hw_pos"]) for c in chunks)
     during = {c["gtid"] for c in changes if lw <= (c["file_index"], c["pos"]) <= hw}
@@ -248,20 +273,26 @@ def test_oltp_load_during_snapshot_and_capture_is_mirrored_value_for_value(spark
     for positions in by_table.values():
         positions.sort()
     windows_hit = sum(
-        1 for ch in chunks
+        1
+        for ch in chunks
         if bisect_right(by_table.get(ch["table"], []), hw)
-        > bisect_right(by_table.get(ch["table"], []), (ch["lw_file_index"], ch["lw_pos"])))
+        > bisect_right(by_table.get(ch["table"], []), (ch["lw_file_index"], ch["lw_pos"]))
+    )
     total, seconds = sum(by_workload.values()), load_end - first_start
-    print(f"oltp load: {total} sysbench transactions in {seconds:.1f}s ({total / seconds:.0f}/s; {by_workload}; "
-          f"ignored errors {sum(r.ignored_errors for r in load.rounds)}); snapshot {snap_end - snap_start:.1f}s, "
-          f"{len(chunks)} chunks, {windows_hit} with a change of their table after their watermark; {len(during)} "
-          f"transactions between the first lw and the last hw; {len(capture.runs)} background captures")
+    print(
+        f"oltp load: {total} sysbench transactions in {seconds:.1f}s ({total / seconds:.0f}/s; {by_workload}; "
+        f"ignored errors {sum(r.ignored_errors for r in load.rounds)}); snapshot {snap_end - snap_start:.1f}s, "
+        f"{len(chunks)} chunks, {windows_hit} with a change of their table after their watermark; {len(during)} "
+        f"transactions between the first lw and the last hw; {len(capture.runs)} background captures"
+    )
 
     for t in tables:
         names, expected = source_rows(mariadb, db, t)
         silver = lh.silver(db, t).read(spark)
         live = lake_rows(silver.where("NOT _cdc_deleted"), names)
-        assert not differences(expected, live), f"silver {db}.{t} differs from the source:\n{differences(expected, live)}"
+        assert not differences(expected, live), (
+            f"silver {db}.{t} differs from the source:\n{differences(expected, live)}"
+        )
         gold = lh.gold(db, t).read(spark)
         assert "_cdc_deleted" not in gold.columns
         got = lake_rows(gold, names)
@@ -273,7 +304,9 @@ def test_oltp_load_during_snapshot_and_capture_is_mirrored_value_for_value(spark
     assert all(n > 0 for n in by_workload.values()), by_workload
     assert first_start < snap_start and load.running_at(snap_start) and load.running_at(snap_end)
     assert len(capture.runs) >= 2
-    assert any(begun < snap_end and end > snap_start for begun, end, _ in capture.runs), "no capture ran during the snapshot"
+    assert any(begun < snap_end and end > snap_start for begun, end, _ in capture.runs), (
+        "no capture ran during the snapshot"
+    )
     assert len(chunks) > TABLES * TABLE_SIZE // CHUNK_SIZE
     assert len(during) > 0 and windows_hit > 0, (len(during), windows_hit)
     assert all((c["lw_file_index"], c["lw_pos"]) == (c["hw_file_index"], c["hw_pos"]) for c in chunks)  # exact

@@ -23,11 +23,19 @@ ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = str(ROOT / ".venv/bin/binlake")
 
 
-def config_for(server: LocalMariaDB, tables, user="cdc", password=None, server_id=5401, port=None,
-               host="127.0.0.1", **source):
+def config_for(
+    server: LocalMariaDB, tables, user="cdc", password=None, server_id=5401, port=None, host="127.0.0.1", **source
+):
     doc = {
-        "source": {"host": host, "port": port or server.port, "user": user,
-                   "password": password or server.cdc_password, "server_id": server_id, "tables": tables, **source},
+        "source": {
+            "host": host,
+            "port": port or server.port,
+            "user": user,
+            "password": password or server.cdc_password,
+            "server_id": server_id,
+            "tables": tables,
+            **source,
+        },
         "lakehouse": {"path": "/nonexistent/lakehouse"},
     }
     return load_config_text(yaml.safe_dump(doc), environ={})
@@ -56,8 +64,12 @@ def broken_server(tmp_path_factory):
     db = LocalMariaDB(
         tmp_path_factory.mktemp("broken"),
         server_id=5401,
-        extra_args=["--skip-log-bin", "--binlog-format=MIXED", "--binlog-row-image=MINIMAL",
-                    "--binlog-row-metadata=MINIMAL"],
+        extra_args=[
+            "--skip-log-bin",
+            "--binlog-format=MIXED",
+            "--binlog-row-image=MINIMAL",
+            "--binlog-row-metadata=MINIMAL",
+        ],
     )
     db.start()
     db.execute(
@@ -76,8 +88,10 @@ def user(mariadb):
 
     def make(*grants: str) -> tuple[str, str]:
         name, pw = f"u{uuid.uuid4().hex[:8]}", f"pw-{uuid.uuid4().hex[:8]}"
-        mariadb.execute(f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY '{pw}'",
-                        *(f"GRANT {g} TO '{name}'@'127.0.0.1'" for g in grants))
+        mariadb.execute(
+            f"CREATE USER '{name}'@'127.0.0.1' IDENTIFIED BY '{pw}'",
+            *(f"GRANT {g} TO '{name}'@'127.0.0.1'" for g in grants),
+        )
         made.append(name)
         return name, pw
 
@@ -101,11 +115,16 @@ def test_a_source_set_up_right_passes_with_an_ok_line_per_check(mariadb, databas
     assert report.ok and report.problems == []
     assert report.tables == [f"{database}.customers", f"{database}.orders"]
     text = report.text()
-    for line in ("OK    log_bin: ON", "OK    binlog_format: ROW", "OK    binlog_row_image: FULL",
-                 "OK    binlog_row_metadata: FULL",
-                 "OK    privileges: 'cdc'@'127.0.0.1' has SELECT, REPLICATION CLIENT, REPLICATION SLAVE",
-                 "OK    server_id: 5401..5433 differ from the server's 1",
-                 "OK    keys: all 2 table(s) have a primary key", "OK    types: every column type"):
+    for line in (
+        "OK    log_bin: ON",
+        "OK    binlog_format: ROW",
+        "OK    binlog_row_image: FULL",
+        "OK    binlog_row_metadata: FULL",
+        "OK    privileges: 'cdc'@'127.0.0.1' has SELECT, REPLICATION CLIENT, REPLICATION SLAVE",
+        "OK    server_id: 5401..5433 differ from the server's 1",
+        "OK    keys: all 2 table(s) have a primary key",
+        "OK    types: every column type",
+    ):
         assert line in text, f"missing {line!r} in:\n{text}"
     assert text.splitlines()[-1].startswith("all ") and "checks passed" in text.splitlines()[-1]
 
@@ -175,8 +194,9 @@ def test_a_user_without_select_gets_the_grant_for_the_database(mariadb, database
     config = config_for(mariadb, [f"{database}.*"], user=name, password=pw)
     problems = problems_of(config)
     grant = f"GRANT SELECT ON `{database}`.* TO '{name}'@'127.0.0.1'"
-    assert problems[0] == (f"user '{name}'@'127.0.0.1' cannot SELECT from database(s) {database} "
-                           f"(the snapshot reads them): run {grant}")
+    assert problems[0] == (
+        f"user '{name}'@'127.0.0.1' cannot SELECT from database(s) {database} (the snapshot reads them): run {grant}"
+    )
     # Without SELECT the tables are invisible, so "no table matches" follows from the same cause.
     assert problems[1:] == [
         f'no table matches source.tables ["{database}.*"]: check the database and table names (patterns are '
@@ -187,8 +207,9 @@ def test_a_user_without_select_gets_the_grant_for_the_database(mariadb, database
 
 
 def test_a_table_without_primary_key_is_named_with_its_fix(mariadb, database):
-    mariadb.execute(f"CREATE TABLE `{database}`.ok (id INT PRIMARY KEY)",
-                    f"CREATE TABLE `{database}`.log (at DATETIME, msg TEXT)")
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.ok (id INT PRIMARY KEY)", f"CREATE TABLE `{database}`.log (at DATETIME, msg TEXT)"
+    )
     assert problems_of(config_for(mariadb, [f"{database}.*"])) == [
         f"table {database}.log has no primary key, so its rows cannot be chunked or merged by key: add one "
         f"(ALTER TABLE `{database}`.`log` ADD PRIMARY KEY (...)), or add a unique NOT NULL key and name it in "
@@ -197,10 +218,12 @@ def test_a_table_without_primary_key_is_named_with_its_fix(mariadb, database):
 
 
 def test_a_table_with_a_unique_not_null_key_is_pointed_at_chunk_keys_and_accepted_with_it(mariadb, database):
-    mariadb.execute(f"CREATE TABLE `{database}`.audit (event_uuid CHAR(36) NOT NULL, msg TEXT, UNIQUE KEY u (event_uuid))")
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.audit (event_uuid CHAR(36) NOT NULL, msg TEXT, UNIQUE KEY u (event_uuid))"
+    )
     table = f"{database}.audit"
     assert problems_of(config_for(mariadb, [table])) == [
-        f'table {table} has no primary key, so its rows cannot be chunked or merged by key: '
+        f"table {table} has no primary key, so its rows cannot be chunked or merged by key: "
         f'set source.chunk_keys: {{"{table}": ["event_uuid"]}} (its unique NOT NULL key), or add a primary key'
     ]
     report = run_preflight(config_for(mariadb, [table], chunk_keys={table: ["event_uuid"]}))
@@ -208,8 +231,10 @@ def test_a_table_with_a_unique_not_null_key_is_pointed_at_chunk_keys_and_accepte
 
 
 def test_a_chunk_key_must_be_unique_and_not_null(mariadb, database):
-    mariadb.execute(f"CREATE TABLE `{database}`.a (k INT NOT NULL, v INT)",
-                    f"CREATE TABLE `{database}`.b (k INT NULL, UNIQUE KEY u (k))")
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.a (k INT NOT NULL, v INT)",
+        f"CREATE TABLE `{database}`.b (k INT NULL, UNIQUE KEY u (k))",
+    )
     a, b = f"{database}.a", f"{database}.b"
     problems = problems_of(config_for(mariadb, [a, b], chunk_keys={a: ["k"], b: ["k"], f"{database}.c": ["x"]}))
     assert problems == [
@@ -224,7 +249,7 @@ def test_unsupported_column_types_are_listed_per_table(broken_server):
     report = check_source(config_for(broken_server, ["shop.devices"], server_id=100).source)
     types = [c.detail for c in report.checks if c.name == "types"]
     assert types == [
-        'table shop.devices has column type(s) binlake does not map: device_uuid (uuid), addr (inet6): '
+        "table shop.devices has column type(s) binlake does not map: device_uuid (uuid), addr (inet6): "
         'exclude the table (source.exclude: ["shop.devices"]) or change the column type'
     ]
 
@@ -247,7 +272,10 @@ def test_the_server_id_range_must_not_hit_a_connected_binlog_reader(mariadb, dat
     name, pw = user("SELECT, REPLICATION CLIENT, REPLICATION SLAVE, REPLICATION MASTER ADMIN ON *.*")
     reader = BinLogStreamReader(
         connection_settings={"host": "127.0.0.1", "port": mariadb.port, "user": name, "passwd": pw},
-        server_id=6003, blocking=True, report_slave=("other-reader", name, pw, 0), is_mariadb=True,
+        server_id=6003,
+        blocking=True,
+        report_slave=("other-reader", name, pw, 0),
+        is_mariadb=True,
     )
     try:
         reader.fetchone()  # registers and starts the dump; returns the first event of the stream
@@ -262,8 +290,10 @@ def test_the_server_id_range_must_not_hit_a_connected_binlog_reader(mariadb, dat
 def test_without_replica_listing_rights_preflight_says_what_it_could_not_check(mariadb, database):
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
     report = run_preflight(config_for(mariadb, [f"{database}.*"]))
-    assert ("INFO  server_id: could not list registered replicas (SHOW SLAVE HOSTS needs REPLICATION MASTER ADMIN): "
-            "make sure no replica or other binlog reader of this server uses a server id in 5401..5433") in report.text()
+    assert (
+        "INFO  server_id: could not list registered replicas (SHOW SLAVE HOSTS needs REPLICATION MASTER ADMIN): "
+        "make sure no replica or other binlog reader of this server uses a server id in 5401..5433"
+    ) in report.text()
 
 
 def test_no_matching_table_names_the_patterns(mariadb, database):
@@ -322,15 +352,17 @@ def test_a_wrong_port_is_one_line_naming_host_and_port(mariadb):
     port = free_port()
     with pytest.raises(SourceConnectionError) as info:
         run_preflight(config_for(mariadb, ["x.*"], port=port))
-    assert str(info.value) == (f"cannot reach MySQL at 127.0.0.1:{port}: check source.host and source.port, "
-                               "and that the server is running")
+    assert str(info.value) == (
+        f"cannot reach MySQL at 127.0.0.1:{port}: check source.host and source.port, and that the server is running"
+    )
 
 
 def test_a_wrong_password_is_one_line_naming_the_user(mariadb):
     with pytest.raises(SourceConnectionError) as info:
         run_preflight(config_for(mariadb, ["x.*"], password="not-the-password"))
-    assert str(info.value) == (f"MySQL at 127.0.0.1:{mariadb.port} refused user 'cdc': "
-                               "check source.user and source.password")
+    assert str(info.value) == (
+        f"MySQL at 127.0.0.1:{mariadb.port} refused user 'cdc': check source.user and source.password"
+    )
     assert "not-the-password" not in str(info.value)
 
 
@@ -346,14 +378,24 @@ def test_an_unreachable_host_is_one_line(mariadb):
 
 
 def _cli(tmp_path, server: LocalMariaDB, tables, **source):
-    doc = {"source": {"host": "127.0.0.1", "port": server.port, "user": "cdc", "password": "${PF_PASSWORD}",
-                      "server_id": 5401, "tables": tables, **source},
-           "lakehouse": {"path": str(tmp_path / "lakehouse")}}
+    doc = {
+        "source": {
+            "host": "127.0.0.1",
+            "port": server.port,
+            "user": "cdc",
+            "password": "${PF_PASSWORD}",
+            "server_id": 5401,
+            "tables": tables,
+            **source,
+        },
+        "lakehouse": {"path": str(tmp_path / "lakehouse")},
+    }
     path = tmp_path / f"binlake-{uuid.uuid4().hex[:6]}.yml"
     path.write_text(yaml.safe_dump(doc))
     env = {**os.environ, "PF_PASSWORD": server.cdc_password, "CI": "1"}
-    return subprocess.run([BINLAKE, "--config", str(path), "preflight"], capture_output=True, text=True, env=env,
-                          timeout=120)
+    return subprocess.run(
+        [BINLAKE, "--config", str(path), "preflight"], capture_output=True, text=True, env=env, timeout=120
+    )
 
 
 def test_cli_exits_0_and_prints_the_checks(mariadb, database, tmp_path):
@@ -405,14 +447,30 @@ def test_privileges_held_through_the_default_role_count(mariadb, database, user)
 def test_column_rules_are_checked_against_the_tables_they_match(mariadb, database):
     mariadb.execute(f"CREATE TABLE `{database}`.people (id INT PRIMARY KEY, email VARCHAR(60), ssn CHAR(11))")
     people = f"{database}.people"
-    problems = problems_of(config_for(mariadb, [f"{database}.*"], columns={
-        people: {"exclude": ["ssn", "phone"], "mask": {"id": "hash"}}, f"{database}.gone": {"exclude": ["x"]}},
-        mask_salt="s"))
-    assert problems == [f"source.columns[{people!r}] names phone, which {people} does not have: its columns are id, email, ssn"]
+    problems = problems_of(
+        config_for(
+            mariadb,
+            [f"{database}.*"],
+            columns={
+                people: {"exclude": ["ssn", "phone"], "mask": {"id": "hash"}},
+                f"{database}.gone": {"exclude": ["x"]},
+            },
+            mask_salt="s",
+        )
+    )
+    assert problems == [
+        f"source.columns[{people!r}] names phone, which {people} does not have: its columns are id, email, ssn"
+    ]
     problems = problems_of(config_for(mariadb, [people], columns={people: {"mask": {"id": "hash"}}}, mask_salt="s"))
-    assert problems == [f"source.columns[{people!r}] masks key column id of {people}: that changes what rows join on; "
-                        "add mask_key: true to the rule if that is intended"]
-    report = run_preflight(config_for(mariadb, [people], columns={people: {"exclude": ["ssn"]},
-                                                                  f"{database}.gone": {"exclude": ["x"]}}))
+    assert problems == [
+        f"source.columns[{people!r}] masks key column id of {people}: that changes what rows join on; "
+        "add mask_key: true to the rule if that is intended"
+    ]
+    report = run_preflight(
+        config_for(mariadb, [people], columns={people: {"exclude": ["ssn"]}, f"{database}.gone": {"exclude": ["x"]}})
+    )
     assert f"{people}: column rule {people!r} fits" in report.text()
-    assert f"source.columns entry '{database}.gone' matches no captured table: remove it or fix the pattern" in report.text()
+    assert (
+        f"source.columns entry '{database}.gone' matches no captured table: remove it or fix the pattern"
+        in report.text()
+    )

@@ -44,9 +44,15 @@ def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_u
     (conf_dir / "spark-defaults.conf").write_text(f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n")
     config = tmp_path / "binlake.yml"
     config.write_text(
-        mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.*"], server_id=7300,
-                            source={"columns": {f"{database}.t": {"exclude": ["ssn"], "mask": {"v": "hash"}}},
-                                    "mask_salt": "${CANARY_SALT}"})
+        mariadb.config_yaml(
+            str(tmp_path / "lakehouse"),
+            [f"{database}.*"],
+            server_id=7300,
+            source={
+                "columns": {f"{database}.t": {"exclude": ["ssn"], "mask": {"v": "hash"}}},
+                "mask_salt": "${CANARY_SALT}",
+            },
+        )
         .replace("user: cdc", f"user: {canary_user}")
         .replace("${MYSQL_PASSWORD}", "${CANARY_PASSWORD}")
     )
@@ -55,15 +61,25 @@ def test_the_password_appears_nowhere_binlake_writes(mariadb, database, canary_u
     page = tmp_path / "health.html"
     # One status process prints the JSON and writes the page, which holds the text form too.
     for args in (["run"], ["status", "--json", "--html", str(page)], ["preflight"]):
-        res = subprocess.run([str(ROOT / ".venv/bin/binlake"), "--config", str(config), *args],
-                             capture_output=True, text=True, env=env, timeout=900)
+        res = subprocess.run(
+            [str(ROOT / ".venv/bin/binlake"), "--config", str(config), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=900,
+        )
         assert res.returncode == 0, f"binlake {' '.join(args)} failed: {res.stderr.strip().splitlines()[-1:]}"
         outputs.append(res.stdout + res.stderr)
     # A failing run must not leak it either (wrong port -> connection error message).
     bad = tmp_path / "bad.yml"
     bad.write_text(config.read_text().replace(f"port: {mariadb.port}", "port: 1"))
-    res = subprocess.run([str(ROOT / ".venv/bin/binlake"), "--config", str(bad), "preflight"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    res = subprocess.run(
+        [str(ROOT / ".venv/bin/binlake"), "--config", str(bad), "preflight"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode != 0
     outputs.append(res.stdout + res.stderr)
 
@@ -83,4 +99,6 @@ def test_job_definitions_hold_no_secret_values():
             lowered = line.lower()
             if "password" in lowered and ":" in line:
                 value = line.split(":", 1)[1].strip().strip("\"'")
-                assert value == "" or value.startswith(("${", "{{")), f"{path.name}: a literal password value: {line.strip()}"
+                assert value == "" or value.startswith(("${", "{{")), (
+                    f"{path.name}: a literal password value: {line.strip()}"
+                )

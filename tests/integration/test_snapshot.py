@@ -73,8 +73,12 @@ def trusted_rows(spark, lh, snapshot_id: str) -> list:
 
 
 def latest_snapshot_id(spark, lh, db: str, table: str) -> str:
-    r = (lh.snapshot_plan.read(spark).where(f"db = '{db}' AND `table` = '{table}'")
-         .orderBy("planned_at", ascending=False).first())
+    r = (
+        lh.snapshot_plan.read(spark)
+        .where(f"db = '{db}' AND `table` = '{table}'")
+        .orderBy("planned_at", ascending=False)
+        .first()
+    )
     return r["snapshot_id"]
 
 
@@ -131,17 +135,57 @@ def shop(mariadb, database):
     )
     stmts = []
     for i in range(1, 41):
-        stmts.append(f"INSERT INTO items (name, price, made, seen) VALUES ('item{i}', {i}.25, "
-                     f"'2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}', '2026-03-01 12:00:00.{i % 1000:03d}')")
-    big = [0, 1, 2**32, 2**63 - 1, 2**63, 2**63 + 1] + [TOP - i for i in range(20)] + [10**15 + 7 * i for i in range(10)]
+        stmts.append(
+            f"INSERT INTO items (name, price, made, seen) VALUES ('item{i}', {i}.25, "
+            f"'2026-01-{1 + i % 28:02d} 10:00:00.{i:06d}', '2026-03-01 12:00:00.{i % 1000:03d}')"
+        )
+    big = (
+        [0, 1, 2**32, 2**63 - 1, 2**63, 2**63 + 1] + [TOP - i for i in range(20)] + [10**15 + 7 * i for i in range(10)]
+    )
     stmts.append("INSERT INTO bigu VALUES " + ",".join(f"({k}, 'v{j}')" for j, k in enumerate(big)))
-    stmts.append("INSERT INTO pairs VALUES " + ",".join(f"({a}, '{b}', {a * 10})" for a in range(6) for b in ("x", "Y", "z", "ä", "aa", "B")))
-    words = ["apple", "Banana", "cherry", "Dates", "éclair", "fig", "Grape", "hazel", "Ice", "jam", "Kiwi", "lime",
-             "Mango", "nut", "Olive", "pear", "Quince", "rye", "Sage", "thyme", "Ugli", "vanilla", "Walnut", "yam",
-             "Zucchini", "ärger", "Öl", "zz", "ZZZ", "a b", "a"]
+    stmts.append(
+        "INSERT INTO pairs VALUES "
+        + ",".join(f"({a}, '{b}', {a * 10})" for a in range(6) for b in ("x", "Y", "z", "ä", "aa", "B"))
+    )
+    words = [
+        "apple",
+        "Banana",
+        "cherry",
+        "Dates",
+        "éclair",
+        "fig",
+        "Grape",
+        "hazel",
+        "Ice",
+        "jam",
+        "Kiwi",
+        "lime",
+        "Mango",
+        "nut",
+        "Olive",
+        "pear",
+        "Quince",
+        "rye",
+        "Sage",
+        "thyme",
+        "Ugli",
+        "vanilla",
+        "Walnut",
+        "yam",
+        "Zucchini",
+        "ärger",
+        "Öl",
+        "zz",
+        "ZZZ",
+        "a b",
+        "a",
+    ]
     stmts.append("INSERT INTO words VALUES " + ",".join(f"('{w}', {i})" for i, w in enumerate(words)))
     stmts.append("INSERT INTO nokey VALUES " + ",".join(f"('c{i * 37 % 1000:07d}', {i})" for i in range(30)))
-    stmts.append("INSERT INTO moments VALUES " + ",".join(f"('2026-02-{1 + i % 27:02d} {i % 24:02d}:00:00.{i:06d}', {i})" for i in range(35)))
+    stmts.append(
+        "INSERT INTO moments VALUES "
+        + ",".join(f"('2026-02-{1 + i % 27:02d} {i % 24:02d}:00:00.{i:06d}', {i})" for i in range(35))
+    )
     mariadb.execute(*stmts, database=db)
     return db
 
@@ -151,17 +195,24 @@ def shop(mariadb, database):
 
 def test_snapshot_of_every_key_shape_equals_the_source(spark, shop, make_config):
     db = shop
-    config = make_config([f"{db}.*"], snapshot={"chunk_size": 6, "parallelism": 2, "chunks_per_commit": 10},
-                         source={"chunk_keys": {f"{db}.nokey": ["code"]}})
+    config = make_config(
+        [f"{db}.*"],
+        snapshot={"chunk_size": 6, "parallelism": 2, "chunks_per_commit": 10},
+        source={"chunk_keys": {f"{db}.nokey": ["code"]}},
+    )
     result = run_snapshot(spark, config)
     lh = Lakehouse(config)
-    assert {t.name for t in result.tables} == {f"{db}.{t}" for t in ("items", "bigu", "pairs", "words", "nokey", "moments")}
+    assert {t.name for t in result.tables} == {
+        f"{db}.{t}" for t in ("items", "bigu", "pairs", "words", "nokey", "moments")
+    }
     assert result.rows == 40 + 36 + 36 + 31 + 30 + 35
     for t in ("items", "bigu", "pairs", "words", "nokey", "moments"):
         assert_snapshot_matches_source(spark, config, db, t, chunk_size=6)
 
-    plan = {t: lh.snapshot_plan.read(spark).where(f"db = '{db}' AND `table` = '{t}'").orderBy("chunk_id").collect()
-            for t in ("items", "bigu", "words")}
+    plan = {
+        t: lh.snapshot_plan.read(spark).where(f"db = '{db}' AND `table` = '{t}'").orderBy("chunk_id").collect()
+        for t in ("items", "bigu", "words")
+    }
     # Dense integers are cut by arithmetic: every 6 values from the minimum (1).
     assert [key_from_json(p["start_key"]) for p in plan["items"]] == [None] + [(str(1 + 6 * i),) for i in range(1, 7)]
     # Sparse BIGINT UNSIGNED up to 2**64-1 walks the index: 36 rows -> 6 chunks, not 2**64/6.
@@ -177,13 +228,17 @@ def test_snapshot_of_every_key_shape_equals_the_source(spark, shop, make_config)
 
 
 def test_snapshot_rows_is_partitioned_by_the_per_chunk_columns_so_its_files_hold_only_the_rows(
-        spark, mariadb, database, make_config):
+    spark, mariadb, database, make_config
+):
     import pyarrow.parquet as pq
 
     from binlake.contract.lakehouse import SNAPSHOT_ROWS_PARTITIONS
 
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
-                    "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 13)), database=database)
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 13)),
+        database=database,
+    )
     config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
     run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
@@ -200,11 +255,15 @@ def test_snapshot_rows_is_partitioned_by_the_per_chunk_columns_so_its_files_hold
 
 
 def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapshot_rows(
-        spark, mariadb, database, make_config):
+    spark, mariadb, database, make_config
+):
     from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
 
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
-                    "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 9)), database=database)
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 9)),
+        database=database,
+    )
     config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
     lh = Lakehouse(config)
     lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)  # as binlake created it until 2026-11-25
@@ -218,29 +277,45 @@ def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapsh
 
     # The README's one statement that moves it to the partitioned layout, then a new snapshot.
     table = lh.snapshot_rows.sql
-    spark.sql(f"CREATE OR REPLACE TABLE {table} USING DELTA PARTITIONED BY (snapshot_id, db, `table`, chunk_id, "
-              "attempt_id, lw_file_index, lw_pos, schema_version) "
-              f"TBLPROPERTIES ('binlake.layout' = 'per-chunk-partitions') AS SELECT * FROM {table}")
+    spark.sql(
+        f"CREATE OR REPLACE TABLE {table} USING DELTA PARTITIONED BY (snapshot_id, db, `table`, chunk_id, "
+        "attempt_id, lw_file_index, lw_pos, schema_version) "
+        f"TBLPROPERTIES ('binlake.layout' = 'per-chunk-partitions') AS SELECT * FROM {table}"
+    )
     run_snapshot(spark, config, tables=[f"{database}.t"])
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
     detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
-    assert list(detail["partitionColumns"]) == ["snapshot_id", "db", "table", "chunk_id", "attempt_id",
-                                                "lw_file_index", "lw_pos", "schema_version"]
+    assert list(detail["partitionColumns"]) == [
+        "snapshot_id",
+        "db",
+        "table",
+        "chunk_id",
+        "attempt_id",
+        "lw_file_index",
+        "lw_pos",
+        "schema_version",
+    ]
     assert detail["properties"]["delta.dataSkippingNumIndexedCols"] == "0"
     assert lh.snapshot_rows.read(spark).where("`row` IS NOT NULL").count() == 16  # both snapshots' rows kept
 
 
-def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(spark, mariadb, database, make_config,
-                                                                          monkeypatch):
+def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(
+    spark, mariadb, database, make_config, monkeypatch
+):
     import binlake.bronze.snapshot as snapshot
 
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
-                    "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 11)), database=database)
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 11)),
+        database=database,
+    )
     config = make_config([f"{database}.t"], snapshot={"chunk_size": 2, "parallelism": 1, "chunks_per_commit": 3})
     observed, read_back = [], []
     real_observed, real_read_back = snapshot._observed_markers, snapshot._read_back_markers
     monkeypatch.setattr(snapshot, "_observed_markers", lambda *a: observed.append(real_observed(*a)) or observed[-1])
-    monkeypatch.setattr(snapshot, "_read_back_markers", lambda *a: read_back.append(real_read_back(*a)) or read_back[-1])
+    monkeypatch.setattr(
+        snapshot, "_read_back_markers", lambda *a: read_back.append(real_read_back(*a)) or read_back[-1]
+    )
 
     run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=2)
@@ -256,8 +331,13 @@ def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(spark,
 
 def test_rerun_skips_complete_tables_and_table_option_starts_a_new_snapshot(spark, mariadb, database, make_config):
     db = database
-    mariadb.execute("CREATE TABLE a (id INT PRIMARY KEY, v INT)", "CREATE TABLE b (id INT PRIMARY KEY, v INT)",
-                    "INSERT INTO a VALUES (1,1),(2,2),(3,3)", "INSERT INTO b VALUES (1,1)", database=db)
+    mariadb.execute(
+        "CREATE TABLE a (id INT PRIMARY KEY, v INT)",
+        "CREATE TABLE b (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO a VALUES (1,1),(2,2),(3,3)",
+        "INSERT INTO b VALUES (1,1)",
+        database=db,
+    )
     config = make_config([f"{db}.*"], snapshot={"chunk_size": 2})
     first = run_snapshot(spark, config)
     assert first.chunks_read == 3
@@ -271,7 +351,9 @@ def test_rerun_skips_complete_tables_and_table_option_starts_a_new_snapshot(spar
     sid = assert_snapshot_matches_source(spark, config, db, "a")
     assert sid != first.tables[0].snapshot_id
 
-    with pytest.raises(ConfigError, match=rf"--table {db}\.nope is not a captured table: it must exist and match source\.tables"):
+    with pytest.raises(
+        ConfigError, match=rf"--table {db}\.nope is not a captured table: it must exist and match source\.tables"
+    ):
         run_snapshot(spark, config, tables=[f"{db}.nope"])
     with pytest.raises(ConfigError, match=r"--table 'nodot' is not db\.table: write it like shop\.orders"):
         run_snapshot(spark, config, tables=["nodot"])
@@ -284,7 +366,9 @@ def test_keyless_table_without_chunk_keys_is_refused_with_the_fix(spark, mariadb
 
     mariadb.execute("CREATE TABLE heap (v INT)", database=database)
     config = make_config([f"{database}.*"])
-    with pytest.raises(PreflightError, match=rf"{database}\.heap has no primary key: add one, or set source\.chunk_keys"):
+    with pytest.raises(
+        PreflightError, match=rf"{database}\.heap has no primary key: add one, or set source\.chunk_keys"
+    ):
         run_snapshot(spark, config)
 
 
@@ -295,15 +379,25 @@ def test_password_never_appears_in_the_spark_plan_or_bronze(spark, mariadb, data
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, database, "p")
     spark.dataSource.register(SnapshotDataSource)
-    chunk = {"snapshot_id": "s", "db": database, "table": "p", "chunk_id": 0, "start_key": None, "end_key": None,
-             "schema_version": schema.version()}
+    chunk = {
+        "snapshot_id": "s",
+        "db": database,
+        "table": "p",
+        "chunk_id": 0,
+        "start_key": None,
+        "end_key": None,
+        "schema_version": schema.version(),
+    }
     opts = reader_options(config.source, [chunk], {schema.name: schema.to_json()}, "a1")
     df = spark.read.format(FORMAT).options(**opts).load()
     plan = str(df._jdf.queryExecution().toString())
     assert "binlake-snapshot" in plan or "PythonDataSource" in plan or "BatchEvalPython" in plan or plan
     assert password not in plan
-    assert password not in str(df._jdf.queryExecution().explainString(
-        spark._jvm.org.apache.spark.sql.execution.ExplainMode.fromString("extended")))
+    assert password not in str(
+        df._jdf.queryExecution().explainString(
+            spark._jvm.org.apache.spark.sql.execution.ExplainMode.fromString("extended")
+        )
+    )
     assert [r["row"] for r in df.collect() if r["row"] is not None] == [{"id": "1"}]
 
     run_snapshot(spark, config)
@@ -315,8 +409,11 @@ def test_password_never_appears_in_the_spark_plan_or_bronze(spark, mariadb, data
 
 def test_resnapshot_chunks_rereads_only_the_given_ranges(spark, mariadb, database, make_config):
     db = database
-    mariadb.execute("CREATE TABLE r (id INT PRIMARY KEY, v INT)",
-                    "INSERT INTO r VALUES " + ",".join(f"({i},{i})" for i in range(1, 21)), database=db)
+    mariadb.execute(
+        "CREATE TABLE r (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO r VALUES " + ",".join(f"({i},{i})" for i in range(1, 21)),
+        database=db,
+    )
     config = make_config([f"{db}.*"], snapshot={"chunk_size": 5})
     run_snapshot(spark, config)
     lh = Lakehouse(config)
@@ -330,7 +427,9 @@ def test_resnapshot_chunks_rereads_only_the_given_ranges(spark, mariadb, databas
     assert got == {"6": "6", "7": "-7", "8": "8", "9": "9", "10": "10"}
     # A complete repair snapshot is the latest: a plain run has nothing to do.
     assert run_snapshot(spark, config).tables == []
-    with pytest.raises(ValueError, match=r"chunks\[0\] bound \['1', '2'\] has 2 values but .*has 1 key columns \['id'\]"):
+    with pytest.raises(
+        ValueError, match=r"chunks\[0\] bound \['1', '2'\] has 2 values but .*has 1 key columns \['id'\]"
+    ):
         resnapshot_chunks(spark, config, db, "r", [('["1","2"]', None)])
     with pytest.raises(ValueError, match=r"chunks is empty: pass at least one \(start_key, end_key\) pair"):
         resnapshot_chunks(spark, config, db, "r", [])
@@ -378,15 +477,18 @@ class BarrierController(threading.Thread):
             raise self.error
 
 
-def test_changes_made_while_a_chunk_is_read_sort_after_its_exact_watermark_and_win(spark, mariadb, database,
-                                                                                  make_config, tmp_path, monkeypatch):
+def test_changes_made_while_a_chunk_is_read_sort_after_its_exact_watermark_and_win(
+    spark, mariadb, database, make_config, tmp_path, monkeypatch
+):
     """On MariaDB a chunk's SELECT runs in a consistent snapshot whose binlog position is
     both its low and high watermark: whatever commits once the read has begun, before or
     during the SELECT, is not in the chunk's rows and sorts after its watermark."""
     db = database
-    mariadb.execute("CREATE TABLE ww (id INT PRIMARY KEY, v VARCHAR(20))",
-                    "INSERT INTO ww VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31) if i not in (15, 16)),
-                    database=db)
+    mariadb.execute(
+        "CREATE TABLE ww (id INT PRIMARY KEY, v VARCHAR(20))",
+        "INSERT INTO ww VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31) if i not in (15, 16)),
+        database=db,
+    )
     config = make_config([f"{db}.*"], snapshot={"chunk_size": 10, "parallelism": 2})
     changes = []  # (position before, position after, key, encoded after image or None)
 
@@ -455,8 +557,14 @@ def _cli(config_path: Path, env_extra: dict[str, str] | None = None, controller=
     env = {**os.environ, **(env_extra or {})}
     if barrier is not None:
         env[BARRIER_ENV] = str(barrier)
-    proc = subprocess.Popen([BINLAKE, "--config", str(config_path), "snapshot"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [BINLAKE, "--config", str(config_path), "snapshot"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     if controller is not None:
         controller.pgid = proc.pid
         controller.start()
@@ -470,11 +578,20 @@ def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(sp
     from binlake.config import load_config
 
     db = database
-    mariadb.execute("CREATE TABLE k (id INT PRIMARY KEY, v VARCHAR(10))",
-                    "INSERT INTO k VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31)), database=db)
+    mariadb.execute(
+        "CREATE TABLE k (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO k VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 31)),
+        database=db,
+    )
     config_path = tmp_path / "binlake.yml"
-    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lake"), [f"{db}.*"], server_id=5301,
-                                               snapshot={"chunk_size": 3, "parallelism": 1, "chunks_per_commit": 2}))
+    config_path.write_text(
+        mariadb.config_yaml(
+            str(tmp_path / "lake"),
+            [f"{db}.*"],
+            server_id=5301,
+            snapshot={"chunk_size": 3, "parallelism": 1, "chunks_per_commit": 2},
+        )
+    )
     config = load_config(config_path)
     lh = Lakehouse(config)
 
@@ -512,13 +629,17 @@ def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(sp
 
 
 def test_a_truncate_that_commits_after_a_chunks_read_began_is_read_again_in_a_new_snapshot(
-        spark, mariadb, database, make_config, tmp_path, monkeypatch):
+    spark, mariadb, database, make_config, tmp_path, monkeypatch
+):
     """A TRUNCATE recreates the table, so a read whose snapshot began before it fails at its
     first access (MariaDB error 1412, "please retry transaction"): the chunk is read again in
     a new snapshot, whose watermark sorts after the TRUNCATE, instead of failing the run."""
     db = database
-    mariadb.execute("CREATE TABLE tt (id INT PRIMARY KEY, v VARCHAR(10))",
-                    "INSERT INTO tt VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 21)), database=db)
+    mariadb.execute(
+        "CREATE TABLE tt (id INT PRIMARY KEY, v VARCHAR(10))",
+        "INSERT INTO tt VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 21)),
+        database=db,
+    )
     config = make_config([f"{db}.*"], snapshot={"chunk_size": 10, "parallelism": 1})
     after: list = []
 

@@ -74,8 +74,9 @@ def _committed_values(config, start: BinlogPosition, db: str) -> list[tuple[tupl
 
     from binlake.source.binlog import open_stream
 
-    stream = open_stream(config.source, config.source.server_id + 77, start,
-                         only_events=[UpdateRowsEvent, XidEvent], only_schemas=[db])
+    stream = open_stream(
+        config.source, config.source.server_id + 77, start, only_events=[UpdateRowsEvent, XidEvent], only_schemas=[db]
+    )
     out, pending = [], []
     try:
         for event in stream:
@@ -92,8 +93,11 @@ def _committed_values(config, start: BinlogPosition, db: str) -> list[tuple[tupl
 
 def test_every_read_holds_exactly_what_was_committed_at_its_watermark(mariadb, database, make_config):
     db = database
-    mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)",
-                    "INSERT INTO t VALUES " + ",".join(f"({i}, 0)" for i in range(1, KEYS + 1)), database=db)
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT NOT NULL)",
+        "INSERT INTO t VALUES " + ",".join(f"({i}, 0)" for i in range(1, KEYS + 1)),
+        database=db,
+    )
     config = make_config([f"{db}.t"])
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, "t")

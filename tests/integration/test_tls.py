@@ -34,8 +34,9 @@ def _key():
 
 
 def _pem_key(key) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
-                             serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    )
 
 
 def make_ca(name: str):
@@ -43,13 +44,28 @@ def make_ca(name: str):
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.timezone.utc)
     cert = (
-        x509.CertificateBuilder().subject_name(subject).issuer_name(subject).public_key(key.public_key())
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -63,8 +79,11 @@ def make_server_cert(ca_key, ca_cert, names: list[str]):
     cert = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, names[0])]))
-        .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
-        .not_valid_before(now - dt.timedelta(days=1)).not_valid_after(now + dt.timedelta(days=30))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=30))
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -104,8 +123,10 @@ def tls_server(tmp_path_factory, pki):
     # The server reads its certificate from these paths; a test may swap them and FLUSH SSL.
     shutil.copy(pki["cert"], d / "live-cert.pem")
     shutil.copy(pki["key"], d / "live-key.pem")
-    db = LocalMariaDB(tmp_path_factory.mktemp("tls"), extra_args=[
-        f"--ssl-ca={pki['ca']}", f"--ssl-cert={d / 'live-cert.pem'}", f"--ssl-key={d / 'live-key.pem'}"])
+    db = LocalMariaDB(
+        tmp_path_factory.mktemp("tls"),
+        extra_args=[f"--ssl-ca={pki['ca']}", f"--ssl-cert={d / 'live-cert.pem'}", f"--ssl-key={d / 'live-key.pem'}"],
+    )
     db.start()
     db.execute(
         f"CREATE USER '{USER}'@'127.0.0.1' IDENTIFIED BY '{PASSWORD}' REQUIRE SSL",
@@ -119,8 +140,14 @@ def tls_server(tmp_path_factory, pki):
 
 
 def config(server, tls: dict | None = None, user=USER, password=PASSWORD):
-    source = {"host": "127.0.0.1", "port": server.port, "user": user, "password": password, "server_id": 5401,
-              "tables": ["shop.*"]}
+    source = {
+        "host": "127.0.0.1",
+        "port": server.port,
+        "user": user,
+        "password": password,
+        "server_id": 5401,
+        "tables": ["shop.*"],
+    }
     if tls is not None:
         source["tls"] = tls
     return load_config_text(yaml.safe_dump({"source": source, "lakehouse": {"path": "/nonexistent"}}), environ={})
@@ -147,8 +174,9 @@ def test_an_account_that_requires_tls_without_tls_configured_says_to_set_the_ca(
 def test_a_wrong_password_is_still_a_wrong_password_when_the_server_offers_tls(tls_server):
     with pytest.raises(SourceConnectionError) as info:
         connect(config(tls_server, password="wrong").source)
-    assert str(info.value) == (f"MySQL at 127.0.0.1:{tls_server.port} refused user '{USER}': "
-                               "check source.user and source.password")
+    assert str(info.value) == (
+        f"MySQL at 127.0.0.1:{tls_server.port} refused user '{USER}': check source.user and source.password"
+    )
 
 
 def test_a_server_certificate_from_another_ca_fails_the_handshake(tls_server, pki):
@@ -190,10 +218,15 @@ def test_the_binlog_reader_connects_over_tls_with_connection_kwargs(tls_server, 
     settings = connection_kwargs(cfg.source)
     settings.pop("database")
     reader = BinLogStreamReader(
-        connection_settings=settings, server_id=cfg.source.server_id, log_file=start.file, log_pos=start.pos,
+        connection_settings=settings,
+        server_id=cfg.source.server_id,
+        log_file=start.file,
+        log_pos=start.pos,
         # is_mariadb=True would ignore log_file/log_pos (it dumps from the first binlog unless
         # given a GTID); the file/pos dump works on MariaDB as on MySQL.
-        resume_stream=True, blocking=False, only_events=[WriteRowsEvent],
+        resume_stream=True,
+        blocking=False,
+        only_events=[WriteRowsEvent],
     )
     try:
         # The account REQUIREs SSL: reading the binlog at all proves the stream went over TLS.
@@ -211,5 +244,7 @@ def test_a_server_requiring_secure_transport_for_everyone_says_to_set_the_ca(tls
     finally:
         tls_server.execute("SET GLOBAL require_secure_transport = OFF")
     # MariaDB answers this with "access denied" too; the TLS probe tells the two apart.
-    assert str(info.value) == (f"MySQL at 127.0.0.1:{tls_server.port} requires TLS for user 'cdc': "
-                               "set source.tls.ca to the server's CA certificate")
+    assert str(info.value) == (
+        f"MySQL at 127.0.0.1:{tls_server.port} requires TLS for user 'cdc': "
+        "set source.tls.ca to the server's CA certificate"
+    )

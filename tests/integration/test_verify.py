@@ -52,8 +52,11 @@ def shared_mirror(mariadb, spark, tmp_path_factory):
     database = f"verify_{uuid.uuid4().hex[:8]}"
     mariadb.execute(f"CREATE DATABASE `{database}`")
     path = tmp_path_factory.mktemp("verify") / "binlake.yml"
-    path.write_text(mariadb.config_yaml(str(path.parent / "lakehouse"), [f"{database}.*"], server_id=5990,
-                                        snapshot={"chunk_size": CHUNK}))
+    path.write_text(
+        mariadb.config_yaml(
+            str(path.parent / "lakehouse"), [f"{database}.*"], server_id=5990, snapshot={"chunk_size": CHUNK}
+        )
+    )
     yield (*_mirror(mariadb, spark, database, load_config(path)), database)
     mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
 
@@ -79,11 +82,14 @@ def test_a_faithful_mirror_verifies_clean_and_only_the_named_tables_are_verified
     assert result.summary().splitlines()[0].endswith("source and silver agree")
 
     assert [t.name for t in run_verify(spark, config, tables=[f"{database}.accounts"]).tables] == [
-        f"{database}.accounts"]
+        f"{database}.accounts"
+    ]
     with pytest.raises(ConfigError) as info:
         run_verify(spark, config, tables=[f"{database}.nope"])
-    assert str(info.value) == (f"--table {database}.nope is not a captured table: it must exist and match "
-                               "source.tables (and no source.exclude pattern)")
+    assert str(info.value) == (
+        f"--table {database}.nope is not a captured table: it must exist and match "
+        "source.tables (and no source.exclude pattern)"
+    )
 
 
 def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirror, spark):
@@ -116,8 +122,10 @@ def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mi
     # row 1000 exists only in silver (a missed delete).
     spark.sql(f"DELETE FROM {ref.sql} WHERE id = 3")
     spark.sql(f"UPDATE {ref.sql} SET _cdc_deleted = true WHERE id = 25")
-    spark.sql(f"INSERT INTO {ref.sql} SELECT 1000, owner, balance, opened, note, _cdc_seq, _cdc_op, _cdc_deleted, "
-              f"_cdc_commit_ts FROM {ref.sql} WHERE id = 4")
+    spark.sql(
+        f"INSERT INTO {ref.sql} SELECT 1000, owner, balance, opened, note, _cdc_seq, _cdc_op, _cdc_deleted, "
+        f"_cdc_commit_ts FROM {ref.sql} WHERE id = 4"
+    )
 
     with pytest.raises(VerifyMismatch) as info:
         run_verify(spark, config)
@@ -132,9 +140,11 @@ def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mi
 def test_verify_catches_silver_up_before_comparing(mirrored, mariadb, spark, database):
     config, ref = mirrored
     # Changes silver has not seen yet are not a mismatch: verify captures and applies first.
-    mariadb.execute(f"UPDATE `{database}`.accounts SET owner = 'new owner' WHERE id = 7",
-                    f"DELETE FROM `{database}`.accounts WHERE id = 29",
-                    f"INSERT INTO `{database}`.accounts (id, owner) VALUES (31, 'late')")
+    mariadb.execute(
+        f"UPDATE `{database}`.accounts SET owner = 'new owner' WHERE id = 7",
+        f"DELETE FROM `{database}`.accounts WHERE id = 29",
+        f"INSERT INTO `{database}`.accounts (id, owner) VALUES (31, 'late')",
+    )
     assert run_verify(spark, config).ok
     assert ref.read(spark).where("id = 7").collect()[0]["owner"] == "new owner"
 
@@ -146,13 +156,16 @@ def test_the_command_exits_8_on_a_mismatch_with_one_line(mirror, spark, capsys):
     capsys.readouterr()
     assert cli.main(["--config", str(cfg_file), "verify"]) == 8
     errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
-    assert errors == [f'error: verify: 1 chunk(s) differ between source and silver: {database}.accounts chunk 0 '
-                      '[-inf, ["11"]): 10 row(s) on both sides, checksums differ: run binlake verify --repair to '
-                      "re-read only these chunks"]
+    assert errors == [
+        f"error: verify: 1 chunk(s) differ between source and silver: {database}.accounts chunk 0 "
+        '[-inf, ["11"]): 10 row(s) on both sides, checksums differ: run binlake verify --repair to '
+        "re-read only these chunks"
+    ]
 
 
-def test_a_differing_chunk_that_keeps_changing_is_checked_twice_and_reported_as_changing(mirrored, mariadb, spark,
-                                                                                       database):
+def test_a_differing_chunk_that_keeps_changing_is_checked_twice_and_reported_as_changing(
+    mirrored, mariadb, spark, database
+):
     import threading
 
     config, ref = mirrored
@@ -223,8 +236,9 @@ def _chunk_holding(chunks, key: int):
     return chunk.chunk_id
 
 
-def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mariadb, database, make_config,
-                                                                         spark_with_code_generation):
+def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(
+    mariadb, database, make_config, spark_with_code_generation
+):
     spark = spark_with_code_generation
     from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW, TYPES
 
@@ -234,13 +248,16 @@ def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mar
 
     names = ", ".join(f"`{name}`" for name, _, _ in TYPES)
     # Zero dates need a permissive sql_mode; a non-UTC session writes the TIMESTAMPs.
-    mariadb.execute(f"CREATE TABLE `{database}`.types ({COLUMNS})", "SET SESSION sql_mode = ''",
-                    "SET SESSION time_zone = '+05:30'",
-                    f"INSERT INTO `{database}`.types VALUES {EDGE_ROW}, {NULL_ROW}, {ODD_ROW}",
-                    # Copies of the edge and odd rows, so every corruption below gets a row of its own.
-                    f"INSERT INTO `{database}`.types SELECT id + 10 * seq, {names} FROM `{database}`.types "
-                    f"JOIN seq_1_to_16 WHERE id IN (1, 3)",
-                    database=database)
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.types ({COLUMNS})",
+        "SET SESSION sql_mode = ''",
+        "SET SESSION time_zone = '+05:30'",
+        f"INSERT INTO `{database}`.types VALUES {EDGE_ROW}, {NULL_ROW}, {ODD_ROW}",
+        # Copies of the edge and odd rows, so every corruption below gets a row of its own.
+        f"INSERT INTO `{database}`.types SELECT id + 10 * seq, {names} FROM `{database}`.types "
+        f"JOIN seq_1_to_16 WHERE id IN (1, 3)",
+        database=database,
+    )
     config = make_config([f"{database}.*"], snapshot={"chunk_size": 1})
     run_snapshot(spark, config)
     run_capture(spark, config)
@@ -252,8 +269,9 @@ def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mar
     assert table.source_rows == 35
 
     ref = Lakehouse(config).silver(database, "types")
-    sets = ", ".join(f"`{col}` = CASE WHEN id = {key} THEN {value} ELSE `{col}` END"
-                     for col, (key, value) in CORRUPTIONS.items())
+    sets = ", ".join(
+        f"`{col}` = CASE WHEN id = {key} THEN {value} ELSE `{col}` END" for col, (key, value) in CORRUPTIONS.items()
+    )
     spark.sql(f"UPDATE {ref.sql} SET {sets}")
 
     with pytest.raises(VerifyMismatch) as info:
@@ -267,17 +285,20 @@ def test_every_type_verifies_clean_and_a_changed_value_of_each_type_is_found(mar
 
 
 @pytest.mark.parametrize("chunk_size", [1, 2])
-def test_a_case_insensitive_string_key_is_chunked_by_bytes_on_both_sides(mariadb, database, make_config, spark,
-                                                                        chunk_size):
+def test_a_case_insensitive_string_key_is_chunked_by_bytes_on_both_sides(
+    mariadb, database, make_config, spark, chunk_size
+):
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
     from binlake.silver.run import run_silver
 
     # Collation order a < B < c < É; byte order B < a < c < É: the snapshot's chunk bounds
     # follow the collation, verify must put each key in the same chunk on both sides.
-    mariadb.execute(f"CREATE TABLE `{database}`.words (word VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, "
-                    "n INT) DEFAULT CHARSET = utf8mb4",
-                    f"INSERT INTO `{database}`.words VALUES ('a', 1), ('B', 2), ('c', 3), ('É', 4)")
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.words (word VARCHAR(10) COLLATE utf8mb4_general_ci PRIMARY KEY, "
+        "n INT) DEFAULT CHARSET = utf8mb4",
+        f"INSERT INTO `{database}`.words VALUES ('a', 1), ('B', 2), ('c', 3), ('É', 4)",
+    )
     config = make_config([f"{database}.*"], snapshot={"chunk_size": chunk_size})
     run_snapshot(spark, config)
     run_capture(spark, config)

@@ -51,8 +51,9 @@ def col(name, kind=Kind.INT, **kw) -> Column:
 
 def table(name: str, columns, key=("id",), comment="", fks=()) -> TableSchema:
     db, tbl = name.split(".")
-    return TableSchema(database=db, table=tbl, columns=tuple(columns), key=tuple(key), comment=comment,
-                       foreign_keys=tuple(fks))
+    return TableSchema(
+        database=db, table=tbl, columns=tuple(columns), key=tuple(key), comment=comment, foreign_keys=tuple(fks)
+    )
 
 
 class Bronze:
@@ -72,7 +73,8 @@ class Bronze:
         self._current[schema.name] = schema
         row = (schema.database, schema.table, schema.version(), at[0], at[1], ddl, schema.to_json(), T0)
         self.lh.schema_history.save(
-            self.spark.createDataFrame([row], SCHEMA_HISTORY_SCHEMA).write.format("delta").mode("append"))
+            self.spark.createDataFrame([row], SCHEMA_HISTORY_SCHEMA).write.format("delta").mode("append")
+        )
         return schema
 
     def version(self, name: str) -> str:
@@ -81,9 +83,23 @@ class Bronze:
     # changelog --------------------------------------------------------------------------
     def _rec(self, schema, op, seq, before=None, after=None, ddl=None, version=None):
         fi, pos, row = seq
-        return ChangeRow(db=schema.database, table=schema.table, op=op, file_index=fi, pos=pos, row=row,
-                         binlog_file=f"mysql-bin.{fi:06d}", before=before, after=after, commit_ts=T0, gtid=None,
-                         server_id=1, schema_version=version or self.version(schema.name), ddl=ddl, captured_at=T0)
+        return ChangeRow(
+            db=schema.database,
+            table=schema.table,
+            op=op,
+            file_index=fi,
+            pos=pos,
+            row=row,
+            binlog_file=f"mysql-bin.{fi:06d}",
+            before=before,
+            after=after,
+            commit_ts=T0,
+            gtid=None,
+            server_id=1,
+            schema_version=version or self.version(schema.name),
+            ddl=ddl,
+            captured_at=T0,
+        )
 
     def insert(self, schema, seq, **after):
         return self._rec(schema, "insert", seq, after=_texts(after))
@@ -115,8 +131,13 @@ class Bronze:
     # sharing one lakehouse between tests (tests/delta_rollback.py) ---------------------------
     def checkpoint(self) -> tuple:
         """Every Delta table's version and this writer's own state, for :meth:`rollback`."""
-        return (delta_versions(Path(self.config.lakehouse_root)), dict(self._current), copy.copy(self._chunk_ids),
-                self.heartbeat_pos, self.config)
+        return (
+            delta_versions(Path(self.config.lakehouse_root)),
+            dict(self._current),
+            copy.copy(self._chunk_ids),
+            self.heartbeat_pos,
+            self.config,
+        )
 
     def rollback(self, checkpoint: tuple) -> None:
         """Undo what a test did, in the lakehouse and in this writer."""
@@ -126,32 +147,76 @@ class Bronze:
         roll_back(self.spark, Path(self.config.lakehouse_root), versions)
 
     # snapshot -----------------------------------------------------------------------------
-    def chunk(self, schema, rows, lw, hw=None, start=None, end=None, snapshot_id="snap1", manifest=True,
-              chunk_id=None, attempt_id="a1", version=None):
+    def chunk(
+        self,
+        schema,
+        rows,
+        lw,
+        hw=None,
+        start=None,
+        end=None,
+        snapshot_id="snap1",
+        manifest=True,
+        chunk_id=None,
+        attempt_id="a1",
+        version=None,
+    ):
         """Rows read by one chunk [start, end) plus its marker; the manifest row last."""
         chunk_id = next(self._chunk_ids) if chunk_id is None else chunk_id
         hw = hw or (lw[0], lw[1] + 10)
         version = version or self.version(schema.name)
-        data = [(snapshot_id, schema.database, schema.table, chunk_id, attempt_id, lw[0], lw[1], version,
-                 _texts(r), None) for r in rows]
-        data.append((snapshot_id, schema.database, schema.table, chunk_id, attempt_id, lw[0], lw[1], version, None,
-                     {"hw_file": f"mysql-bin.{hw[0]:06d}", "hw_pos": str(hw[1]), "row_count": str(len(rows))}))
+        data = [
+            (snapshot_id, schema.database, schema.table, chunk_id, attempt_id, lw[0], lw[1], version, _texts(r), None)
+            for r in rows
+        ]
+        data.append(
+            (
+                snapshot_id,
+                schema.database,
+                schema.table,
+                chunk_id,
+                attempt_id,
+                lw[0],
+                lw[1],
+                version,
+                None,
+                {"hw_file": f"mysql-bin.{hw[0]:06d}", "hw_pos": str(hw[1]), "row_count": str(len(rows))},
+            )
+        )
         self.lh.snapshot_rows.save(
-            self.spark.createDataFrame(data, SNAPSHOT_ROWS_SCHEMA).write.format("delta").mode("append"))
+            self.spark.createDataFrame(data, SNAPSHOT_ROWS_SCHEMA).write.format("delta").mode("append")
+        )
         if manifest:
             self.manifest(schema, chunk_id, lw, hw, start, end, len(rows), snapshot_id, attempt_id, version)
         return chunk_id
 
-    def manifest(self, schema, chunk_id, lw, hw, start, end, row_count, snapshot_id="snap1", attempt_id="a1",
-                 version=None):
+    def manifest(
+        self, schema, chunk_id, lw, hw, start, end, row_count, snapshot_id="snap1", attempt_id="a1", version=None
+    ):
         enc = lambda b: None if b is None else json.dumps([str(x) for x in b])  # noqa: E731
-        row = ManifestRow(snapshot_id=snapshot_id, db=schema.database, table=schema.table, chunk_id=chunk_id,
-                          attempt_id=attempt_id, key_columns=list(schema.key), start_key=enc(start), end_key=enc(end),
-                          lw_file=f"mysql-bin.{lw[0]:06d}", lw_file_index=lw[0], lw_pos=lw[1],
-                          hw_file=f"mysql-bin.{hw[0]:06d}", hw_file_index=hw[0], hw_pos=hw[1], row_count=row_count,
-                          checksum="x", schema_version=version or self.version(schema.name), committed_at=T0)
+        row = ManifestRow(
+            snapshot_id=snapshot_id,
+            db=schema.database,
+            table=schema.table,
+            chunk_id=chunk_id,
+            attempt_id=attempt_id,
+            key_columns=list(schema.key),
+            start_key=enc(start),
+            end_key=enc(end),
+            lw_file=f"mysql-bin.{lw[0]:06d}",
+            lw_file_index=lw[0],
+            lw_pos=lw[1],
+            hw_file=f"mysql-bin.{hw[0]:06d}",
+            hw_file_index=hw[0],
+            hw_pos=hw[1],
+            row_count=row_count,
+            checksum="x",
+            schema_version=version or self.version(schema.name),
+            committed_at=T0,
+        )
         self.lh.snapshot_chunks.save(
-            self.spark.createDataFrame([row], SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append"))
+            self.spark.createDataFrame([row], SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
+        )
 
 
 def _texts(values: dict) -> dict:

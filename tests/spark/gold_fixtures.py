@@ -53,12 +53,24 @@ def ts(text: str) -> dt.datetime:
 class Lake:
     """One lakehouse directory with its config."""
 
-    def __init__(self, spark, tmp_path: Path, tables: Sequence[str] = ("shop.*",), checks: dict | None = None,
-                 groups: dict | None = None):
+    def __init__(
+        self,
+        spark,
+        tmp_path: Path,
+        tables: Sequence[str] = ("shop.*",),
+        checks: dict | None = None,
+        groups: dict | None = None,
+    ):
         self.spark = spark
         doc = {
-            "source": {"host": "127.0.0.1", "port": 3306, "user": "cdc", "password": "pw", "server_id": 77,
-                       "tables": list(tables)},
+            "source": {
+                "host": "127.0.0.1",
+                "port": 3306,
+                "user": "cdc",
+                "password": "pw",
+                "server_id": 77,
+                "tables": list(tables),
+            },
             "lakehouse": {"path": str(tmp_path / "lakehouse")},
         }
         if checks:
@@ -76,8 +88,14 @@ class Lake:
         other = object.__new__(Lake)
         other.__dict__.update(self.__dict__)
         doc = {
-            "source": {"host": "127.0.0.1", "port": 3306, "user": "cdc", "password": "pw", "server_id": 77,
-                       "tables": list(self.config.source.tables)},
+            "source": {
+                "host": "127.0.0.1",
+                "port": 3306,
+                "user": "cdc",
+                "password": "pw",
+                "server_id": 77,
+                "tables": list(self.config.source.tables),
+            },
             "lakehouse": {"path": self.config.lakehouse.path},
             "gold": {"checks": checks},
         }
@@ -97,13 +115,36 @@ class Lake:
         """Capture-batch heartbeats (file_index, pos, gtid, commit_ts), in one change-log commit."""
         from binlake.contract.lakehouse import CHANGELOG_SCHEMA
 
-        rows = [(None, None, "heartbeat", fi, pos, 0, BINLOG.format(fi), None, None, ts(commit) if commit else None,
-                 gtid, 1, None, None, dt.datetime(2026, 11, 1)) for fi, pos, gtid, commit in beats]
+        rows = [
+            (
+                None,
+                None,
+                "heartbeat",
+                fi,
+                pos,
+                0,
+                BINLOG.format(fi),
+                None,
+                None,
+                ts(commit) if commit else None,
+                gtid,
+                1,
+                None,
+                None,
+                dt.datetime(2026, 11, 1),
+            )
+            for fi, pos, gtid, commit in beats
+        ]
         self.lh.changelog.save(self.spark.createDataFrame(rows, CHANGELOG_SCHEMA).write.format("delta").mode("append"))
 
-    def snapshot(self, db: str, table: str, snapshot_id: str = "snap1",
-                 chunks: Sequence[tuple[tuple[int, int], tuple[int, int]] | None] = (((1, 10), (1, 20)),),
-                 planned_at: str = "2026-11-01 07:00:00") -> None:
+    def snapshot(
+        self,
+        db: str,
+        table: str,
+        snapshot_id: str = "snap1",
+        chunks: Sequence[tuple[tuple[int, int], tuple[int, int]] | None] = (((1, 10), (1, 20)),),
+        planned_at: str = "2026-11-01 07:00:00",
+    ) -> None:
         """Plan len(chunks) chunks; a chunk given as (lw, hw) is complete, None is not."""
         from binlake.contract.lakehouse import (
             SNAPSHOT_PLAN_SCHEMA,
@@ -111,11 +152,33 @@ class Lake:
 
         key = list(self.schemas[(db, table)].key)
         plan = [(snapshot_id, db, table, i, key, None, None, "v1", ts(planned_at)) for i in range(len(chunks))]
-        self.lh.snapshot_plan.save(self.spark.createDataFrame(plan, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append"))
+        self.lh.snapshot_plan.save(
+            self.spark.createDataFrame(plan, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append")
+        )
         done = [
-            (snapshot_id, db, table, i, "a1", key, None, None,
-             BINLOG.format(lw[0]), lw[0], lw[1], BINLOG.format(hw[0]), hw[0], hw[1], 0, "x", "v1", ts(planned_at))
-            for i, c in enumerate(chunks) if c is not None for lw, hw in [c]
+            (
+                snapshot_id,
+                db,
+                table,
+                i,
+                "a1",
+                key,
+                None,
+                None,
+                BINLOG.format(lw[0]),
+                lw[0],
+                lw[1],
+                BINLOG.format(hw[0]),
+                hw[0],
+                hw[1],
+                0,
+                "x",
+                "v1",
+                ts(planned_at),
+            )
+            for i, c in enumerate(chunks)
+            if c is not None
+            for lw, hw in [c]
         ]
         if done:
             self.complete_chunks(done)
@@ -123,12 +186,38 @@ class Lake:
     def complete_chunks(self, rows: list[tuple]) -> None:
         from binlake.contract.lakehouse import SNAPSHOT_CHUNKS_SCHEMA
 
-        self.lh.snapshot_chunks.save(self.spark.createDataFrame(rows, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append"))
+        self.lh.snapshot_chunks.save(
+            self.spark.createDataFrame(rows, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
+        )
 
-    def finish_chunk(self, db: str, table: str, snapshot_id: str, chunk_id: int, lw: tuple[int, int], hw: tuple[int, int]) -> None:
+    def finish_chunk(
+        self, db: str, table: str, snapshot_id: str, chunk_id: int, lw: tuple[int, int], hw: tuple[int, int]
+    ) -> None:
         key = list(self.schemas[(db, table)].key)
-        self.complete_chunks([(snapshot_id, db, table, chunk_id, "a1", key, None, None, BINLOG.format(lw[0]), lw[0], lw[1],
-                               BINLOG.format(hw[0]), hw[0], hw[1], 0, "x", "v1", ts("2026-11-01 07:30:00"))])
+        self.complete_chunks(
+            [
+                (
+                    snapshot_id,
+                    db,
+                    table,
+                    chunk_id,
+                    "a1",
+                    key,
+                    None,
+                    None,
+                    BINLOG.format(lw[0]),
+                    lw[0],
+                    lw[1],
+                    BINLOG.format(hw[0]),
+                    hw[0],
+                    hw[1],
+                    0,
+                    "x",
+                    "v1",
+                    ts("2026-11-01 07:30:00"),
+                )
+            ]
+        )
 
     def chunks_version(self) -> int:
         return int(self.lh.snapshot_chunks.delta(self.spark).history(1).first()["version"])
@@ -152,15 +241,30 @@ class Lake:
             values = [r.get(c.name) for c in schema.columns]
             fi, pos, rw = r["seq"]
             commit = r.get("commit_ts")
-            data.append((*values, (fi, pos, rw), r.get("op", "delete" if r.get("deleted") else "insert"),
-                         bool(r.get("deleted", False)), ts(commit) if commit else None))
+            data.append(
+                (
+                    *values,
+                    (fi, pos, rw),
+                    r.get("op", "delete" if r.get("deleted") else "insert"),
+                    bool(r.get("deleted", False)),
+                    ts(commit) if commit else None,
+                )
+            )
         df = self.spark.createDataFrame(data, self.silver_ddl(db, table))
         ref = self.lh.silver(db, table)
         ref.save(df.write.format("delta").mode("overwrite"))
         return int(ref.delta(self.spark).history(1).first()["version"])
 
-    def progress(self, db: str, table: str, file_index: int, pos: int, chunks_version: int | None = -1,
-                 also: Sequence[tuple[str, str]] = (), stopped: str | None = None) -> None:
+    def progress(
+        self,
+        db: str,
+        table: str,
+        file_index: int,
+        pos: int,
+        chunks_version: int | None = -1,
+        also: Sequence[tuple[str, str]] = (),
+        stopped: str | None = None,
+    ) -> None:
         """Silver has applied the change log up to (file_index, pos) for db.table (and the
         ``also`` tables); by default also every manifest row committed so far
         (chunks_version = the manifest's current version)."""
@@ -169,8 +273,10 @@ class Lake:
         # Appended rows (silver overwrites, this appends): a later one must win the tie on position.
         self._progress_rows = getattr(self, "_progress_rows", 0) + 1
         at = dt.datetime(2026, 11, 1, 9) + dt.timedelta(milliseconds=self._progress_rows)
-        rows = [(d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, at, None, stopped, None)
-                for d, t in [(db, table), *also]]
+        rows = [
+            (d, t, 0, chunks_version, BINLOG.format(file_index), file_index, pos, 0, at, None, stopped, None)
+            for d, t in [(db, table), *also]
+        ]
         df = self.spark.createDataFrame(rows, PROGRESS_SCHEMA)
         self.lh.silver_progress.save(df.write.format("delta").mode("append"))
 
@@ -192,4 +298,3 @@ class Lake:
 
     def publish_log(self):
         return self.lh.publish_log.read(self.spark)
-

@@ -51,14 +51,27 @@ def _block(marker: str) -> str:
 def lakehouse(spark, tmp_path_factory):
     root = tmp_path_factory.mktemp("analyst-lake")
     local = Lakehouse(_config(path=str(root)))
-    uc = Lakehouse(_config(catalog="main", bronze_schema="binlake_bronze", silver_schema="binlake_silver",
-                           gold_schema="binlake_gold", system_path="/Volumes/main/binlake_bronze/binlake_system"))
-    pairs = [(uc.changelog, local.changelog), (uc.snapshot_rows, local.snapshot_rows),
-             (uc.snapshot_chunks, local.snapshot_chunks), (uc.schema_history, local.schema_history),
-             (uc.silver("shop", "orders"), local.silver("shop", "orders")), (uc.silver_progress, local.silver_progress),
-             (uc.silver_history("shop", "orders"), local.silver_history("shop", "orders")),
-             (uc.gold("shop", "orders"), local.gold("shop", "orders")), (uc.publish_log, local.publish_log),
-             (uc.quarantine("shop", "orders"), local.quarantine("shop", "orders"))]
+    uc = Lakehouse(
+        _config(
+            catalog="main",
+            bronze_schema="binlake_bronze",
+            silver_schema="binlake_silver",
+            gold_schema="binlake_gold",
+            system_path="/Volumes/main/binlake_bronze/binlake_system",
+        )
+    )
+    pairs = [
+        (uc.changelog, local.changelog),
+        (uc.snapshot_rows, local.snapshot_rows),
+        (uc.snapshot_chunks, local.snapshot_chunks),
+        (uc.schema_history, local.schema_history),
+        (uc.silver("shop", "orders"), local.silver("shop", "orders")),
+        (uc.silver_progress, local.silver_progress),
+        (uc.silver_history("shop", "orders"), local.silver_history("shop", "orders")),
+        (uc.gold("shop", "orders"), local.gold("shop", "orders")),
+        (uc.publish_log, local.publish_log),
+        (uc.quarantine("shop", "orders"), local.quarantine("shop", "orders")),
+    ]
     # The UC names the page uses are the ones binlake's Lakehouse gives on Databricks.
     names = {ucref.name.replace("`", ""): localref for ucref, localref in pairs}
     _build(spark, local)
@@ -92,16 +105,30 @@ def _img(id_, status, amount):
 
 
 def _build(spark, lh: Lakehouse) -> None:
-    for ref, schema in ((lh.changelog, CHANGELOG_SCHEMA), (lh.snapshot_rows, SNAPSHOT_ROWS_SCHEMA),
-                        (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA), (lh.schema_history, SCHEMA_HISTORY_SCHEMA),
-                        (lh.silver_progress, PROGRESS_SCHEMA), (lh.publish_log, PUBLISH_LOG_SCHEMA)):
+    for ref, schema in (
+        (lh.changelog, CHANGELOG_SCHEMA),
+        (lh.snapshot_rows, SNAPSHOT_ROWS_SCHEMA),
+        (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA),
+        (lh.schema_history, SCHEMA_HISTORY_SCHEMA),
+        (lh.silver_progress, PROGRESS_SCHEMA),
+        (lh.publish_log, PUBLISH_LOG_SCHEMA),
+    ):
         ref.create_if_missing(spark, schema)
 
     def change(op, fi, pos, row, before, after, ts, ddl=None, db="shop", table="orders"):
         return (db, table, op, fi, pos, row, f"mysql-bin.{fi:06d}", before, after, _ts(ts), None, 1, "v1", ddl, _ts(ts))
 
     changes = [
-        change("ddl", 41, 50, 0, None, None, "2026-11-20 09:00:00", ddl="ALTER TABLE orders ADD COLUMN amount DECIMAL(10,2)"),
+        change(
+            "ddl",
+            41,
+            50,
+            0,
+            None,
+            None,
+            "2026-11-20 09:00:00",
+            ddl="ALTER TABLE orders ADD COLUMN amount DECIMAL(10,2)",
+        ),
         change("update", 41, 500, 0, _img(1, "new", "10.00"), _img(1, "paid", "10.00"), "2026-11-20 09:30:00"),
         change("update", 41, 500, 1, _img(2, "new", "20.00"), _img(2, "paid", "20.00"), "2026-11-20 09:30:00"),
         change("heartbeat", 41, 600, 0, None, None, "2026-11-20 09:31:00", db=None, table=None),
@@ -121,33 +148,66 @@ def _build(spark, lh: Lakehouse) -> None:
     snapshot_rows.append(snap("a1", None, {"hw_file": "mysql-bin.000041", "hw_pos": "120", "row_count": "3"}))
     # A killed attempt's row: no manifest row for attempt a0, so it must never count.
     snapshot_rows.append(snap("a0", _img(9, "ghost", "99.00")))
-    spark.createDataFrame(snapshot_rows, SNAPSHOT_ROWS_SCHEMA).write.format("delta").mode("append").save(lh.snapshot_rows.path)
+    spark.createDataFrame(snapshot_rows, SNAPSHOT_ROWS_SCHEMA).write.format("delta").mode("append").save(
+        lh.snapshot_rows.path
+    )
     spark.createDataFrame(
-        [("s1", "shop", "orders", 0, "a1", ["id"], None, None, "mysql-bin.000041", 41, 100, "mysql-bin.000041", 41, 120,
-          3, "c0ffee", "v1", _ts("2026-11-20 09:20:00"))], SNAPSHOT_CHUNKS_SCHEMA,
+        [
+            (
+                "s1",
+                "shop",
+                "orders",
+                0,
+                "a1",
+                ["id"],
+                None,
+                None,
+                "mysql-bin.000041",
+                41,
+                100,
+                "mysql-bin.000041",
+                41,
+                120,
+                3,
+                "c0ffee",
+                "v1",
+                _ts("2026-11-20 09:20:00"),
+            )
+        ],
+        SNAPSHOT_CHUNKS_SCHEMA,
     ).write.format("delta").mode("append").save(lh.snapshot_chunks.path)
     spark.createDataFrame(
-        [("shop", "orders", 3, 0, "mysql-bin.000043", 43, 250, 0, _ts("2026-11-22 09:06:00"), 3, None, None)], PROGRESS_SCHEMA,
+        [("shop", "orders", 3, 0, "mysql-bin.000043", 43, 250, 0, _ts("2026-11-22 09:06:00"), 3, None, None)],
+        PROGRESS_SCHEMA,
     ).write.format("delta").mode("append").save(lh.silver_progress.path)
 
     # silver: v0 create, v1 snapshot rows, v2 the 41/42 changes, v3 the 43 changes (MERGE, as silver does)
     meta = ", ".join(f"{name} {type_}" for name, type_, _ in SILVER_METADATA_COLUMNS)
     silver = lh.silver("shop", "orders")
-    silver.create_if_missing(spark, f"id INT, status STRING, amount DECIMAL(10,2), {meta}",
-                             properties={"delta.enableChangeDataFeed": "true"})
+    silver.create_if_missing(
+        spark, f"id INT, status STRING, amount DECIMAL(10,2), {meta}", properties={"delta.enableChangeDataFeed": "true"}
+    )
     seq = "named_struct('file_index', CAST({} AS BIGINT), 'pos', CAST({} AS BIGINT), 'row', {})"
     batches = [
-        [(1, "new", "10.00", seq.format(41, 100, -1), "snapshot", "false", "NULL"),
-         (2, "new", "20.00", seq.format(41, 100, -1), "snapshot", "false", "NULL"),
-         (3, "new", "30.00", seq.format(41, 100, -1), "snapshot", "false", "NULL")],
-        [(1, "shipped", "10.00", seq.format(42, 1337, 0), "update", "false", "TIMESTAMP'2026-11-21 09:10:00'"),
-         (2, "paid", "20.00", seq.format(41, 500, 1), "update", "false", "TIMESTAMP'2026-11-20 09:30:00'"),
-         (3, "new", "30.00", seq.format(42, 900, 0), "delete", "true", "TIMESTAMP'2026-11-21 09:00:00'")],
-        [(4, "new", "40.00", seq.format(43, 200, 0), "insert", "false", "TIMESTAMP'2026-11-22 09:00:00'"),
-         (2, "refunded", "20.00", seq.format(43, 250, 0), "update", "false", "TIMESTAMP'2026-11-22 09:05:00'")],
+        [
+            (1, "new", "10.00", seq.format(41, 100, -1), "snapshot", "false", "NULL"),
+            (2, "new", "20.00", seq.format(41, 100, -1), "snapshot", "false", "NULL"),
+            (3, "new", "30.00", seq.format(41, 100, -1), "snapshot", "false", "NULL"),
+        ],
+        [
+            (1, "shipped", "10.00", seq.format(42, 1337, 0), "update", "false", "TIMESTAMP'2026-11-21 09:10:00'"),
+            (2, "paid", "20.00", seq.format(41, 500, 1), "update", "false", "TIMESTAMP'2026-11-20 09:30:00'"),
+            (3, "new", "30.00", seq.format(42, 900, 0), "delete", "true", "TIMESTAMP'2026-11-21 09:00:00'"),
+        ],
+        [
+            (4, "new", "40.00", seq.format(43, 200, 0), "insert", "false", "TIMESTAMP'2026-11-22 09:00:00'"),
+            (2, "refunded", "20.00", seq.format(43, 250, 0), "update", "false", "TIMESTAMP'2026-11-22 09:05:00'"),
+        ],
     ]
     for batch in batches:
-        values = ", ".join(f"({i}, '{s}', CAST({a} AS DECIMAL(10,2)), {q}, '{o}', {d}, {t})" for i, s, a, q, o, d, t in batch)
+        values = ", ".join(
+            f"({i}, '{s}', CAST({a} AS DECIMAL(10,2)), {q}, '{o}', {d}, {t})" for i, s, a, q, o, d, t in batch
+        )
         spark.sql(f"""
             MERGE INTO {silver.sql} AS t
             USING (SELECT * FROM VALUES {values} AS v(id, status, amount, _cdc_seq, _cdc_op, _cdc_deleted, _cdc_commit_ts)) AS s
@@ -157,47 +217,94 @@ def _build(spark, lh: Lakehouse) -> None:
 
     # silver history: every version of each order, as silver/history.py derives it from the records above
     history = lh.silver_history("shop", "orders")
-    history.create_if_missing(spark, "id INT, status STRING, amount DECIMAL(10,2), " + ", ".join(
-        f"{name} {type_}" for name, type_, _ in HISTORY_METADATA_COLUMNS))
+    history.create_if_missing(
+        spark,
+        "id INT, status STRING, amount DECIMAL(10,2), "
+        + ", ".join(f"{name} {type_}" for name, type_, _ in HISTORY_METADATA_COLUMNS),
+    )
     snap, to = seq.format(41, 100, -1), "TIMESTAMP'2026-11-{}'"
     versions = [  # id, status, amount, valid_from, valid_to, from_ts, to_ts, current, ended by delete
         (1, "new", "10.00", snap, seq.format(41, 500, 0), "NULL", to.format("20 09:30:00"), "false", "false"),
-        (1, "paid", "10.00", seq.format(41, 500, 0), seq.format(42, 1337, 0), to.format("20 09:30:00"),
-         to.format("21 09:10:00"), "false", "false"),
+        (
+            1,
+            "paid",
+            "10.00",
+            seq.format(41, 500, 0),
+            seq.format(42, 1337, 0),
+            to.format("20 09:30:00"),
+            to.format("21 09:10:00"),
+            "false",
+            "false",
+        ),
         (1, "shipped", "10.00", seq.format(42, 1337, 0), "NULL", to.format("21 09:10:00"), "NULL", "true", "false"),
         (2, "new", "20.00", snap, seq.format(41, 500, 1), "NULL", to.format("20 09:30:00"), "false", "false"),
-        (2, "paid", "20.00", seq.format(41, 500, 1), seq.format(43, 250, 0), to.format("20 09:30:00"),
-         to.format("22 09:05:00"), "false", "false"),
+        (
+            2,
+            "paid",
+            "20.00",
+            seq.format(41, 500, 1),
+            seq.format(43, 250, 0),
+            to.format("20 09:30:00"),
+            to.format("22 09:05:00"),
+            "false",
+            "false",
+        ),
         (2, "refunded", "20.00", seq.format(43, 250, 0), "NULL", to.format("22 09:05:00"), "NULL", "true", "false"),
         (3, "new", "30.00", snap, seq.format(42, 900, 0), "NULL", to.format("21 09:00:00"), "false", "true"),
         (4, "new", "40.00", seq.format(43, 200, 0), "NULL", to.format("22 09:00:00"), "NULL", "true", "false"),
     ]
-    values = ", ".join(f"({i}, '{s}', CAST({a} AS DECIMAL(10,2)), {f}, {t}, {fts}, {tts}, {c}, {d})"
-                       for i, s, a, f, t, fts, tts, c, d in versions)
+    values = ", ".join(
+        f"({i}, '{s}', CAST({a} AS DECIMAL(10,2)), {f}, {t}, {fts}, {tts}, {c}, {d})"
+        for i, s, a, f, t, fts, tts, c, d in versions
+    )
     spark.sql(f"INSERT INTO {history.sql} SELECT * FROM VALUES {values}")
 
     # gold: v1, v2, v3 are the three successful publishes
     gold = lh.gold("shop", "orders")
-    gold.create_if_missing(spark, "id INT, status STRING, amount DECIMAL(10,2), _cdc_seq STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>, _cdc_commit_ts TIMESTAMP")
+    gold.create_if_missing(
+        spark,
+        "id INT, status STRING, amount DECIMAL(10,2), _cdc_seq STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>, _cdc_commit_ts TIMESTAMP",
+    )
     publishes = [
         [(1, "paid", 41, 500, 0), (2, "paid", 41, 500, 1), (3, "new", 41, 100, -1)],
         [(1, "shipped", 42, 1337, 0), (2, "paid", 41, 500, 1)],
         [(1, "shipped", 42, 1337, 0), (2, "refunded", 43, 250, 0), (4, "new", 43, 200, 0)],
     ]
     for rows in publishes:
-        values = ", ".join(f"({i}, '{s}', CAST({i}0 AS DECIMAL(10,2)), {seq.format(f, p, r)}, NULL)" for i, s, f, p, r in rows)
+        values = ", ".join(
+            f"({i}, '{s}', CAST({i}0 AS DECIMAL(10,2)), {seq.format(f, p, r)}, NULL)" for i, s, f, p, r in rows
+        )
         spark.sql(f"INSERT OVERWRITE {gold.sql} SELECT * FROM VALUES {values}")
 
     def publish(pid, version, fi, pos, src, at, rows, status="published"):
-        return (pid, "shop", "orders", version, version, f"mysql-bin.{fi:06d}", fi, pos, None, _ts(src), _ts(at), rows, "[]", status,
-                rows, "shop")
+        return (
+            pid,
+            "shop",
+            "orders",
+            version,
+            version,
+            f"mysql-bin.{fi:06d}",
+            fi,
+            pos,
+            None,
+            _ts(src),
+            _ts(at),
+            rows,
+            "[]",
+            status,
+            rows,
+            "shop",
+        )
 
-    spark.createDataFrame([
-        publish("p1", 1, 41, 600, "2026-11-20 09:31:00", "2026-11-20 10:00:00", 3),
-        publish("p2", 2, 42, 1337, "2026-11-21 09:10:00", "2026-11-21 10:00:00", 2),
-        publish("p3", 3, 43, 250, "2026-11-22 09:05:00", "2026-11-22 10:00:00", 3),
-        publish("p4", 3, 43, 300, "2026-11-22 10:20:00", "2026-11-22 10:30:00", 3, status="failed"),
-    ], PUBLISH_LOG_SCHEMA).write.format("delta").mode("append").save(lh.publish_log.path)
+    spark.createDataFrame(
+        [
+            publish("p1", 1, 41, 600, "2026-11-20 09:31:00", "2026-11-20 10:00:00", 3),
+            publish("p2", 2, 42, 1337, "2026-11-21 09:10:00", "2026-11-21 10:00:00", 2),
+            publish("p3", 3, 43, 250, "2026-11-22 09:05:00", "2026-11-22 10:00:00", 3),
+            publish("p4", 3, 43, 300, "2026-11-22 10:20:00", "2026-11-22 10:30:00", 3, status="failed"),
+        ],
+        PUBLISH_LOG_SCHEMA,
+    ).write.format("delta").mode("append").save(lh.publish_log.path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,8 +312,14 @@ def _build(spark, lh: Lakehouse) -> None:
 
 def test_the_page_has_sql_for_every_question_it_promises():
     text = "\n".join(_blocks())
-    for needle in ("WHERE NOT _cdc_deleted", "ROW_NUMBER() OVER (PARTITION BY id ORDER BY _cdc_seq DESC)",
-                   "table_changes(", "VERSION AS OF", "main.binlake_bronze.changelog", "main.binlake_gold._publish_log"):
+    for needle in (
+        "WHERE NOT _cdc_deleted",
+        "ROW_NUMBER() OVER (PARTITION BY id ORDER BY _cdc_seq DESC)",
+        "table_changes(",
+        "VERSION AS OF",
+        "main.binlake_bronze.changelog",
+        "main.binlake_gold._publish_log",
+    ):
         assert needle in text
     assert len(_blocks()) >= 10
 
@@ -231,14 +344,21 @@ def test_the_dedup_query_returns_silvers_live_rows(spark, lakehouse):
 
 def test_the_history_query_shows_every_change_of_the_row_in_binlog_order(spark, lakehouse):
     rows = _sql(spark, _block("every change of order 1"), lakehouse).collect()
-    assert [(r.op, r.status_before, r.status_after) for r in rows] == [("update", "new", "paid"), ("update", "paid", "shipped")]
+    assert [(r.op, r.status_before, r.status_after) for r in rows] == [
+        ("update", "new", "paid"),
+        ("update", "paid", "shipped"),
+    ]
 
 
 def test_the_change_feed_query_shows_deletes_as_tombstones(spark, lakehouse):
     rows = _sql(spark, _block("table_changes("), lakehouse).collect()
     assert [(r.id, r.change, r._commit_version) for r in rows] == [
-        (1, "update_postimage", 2), (2, "update_postimage", 2), (3, "deleted", 2),
-        (2, "update_postimage", 3), (4, "insert", 3)]
+        (1, "update_postimage", 2),
+        (2, "update_postimage", 2),
+        (3, "deleted", 2),
+        (2, "update_postimage", 3),
+        (4, "insert", 3),
+    ]
 
 
 def test_gold_as_of_a_position_and_as_of_a_time_find_the_publish_then_time_travel(spark, lakehouse):
@@ -281,7 +401,10 @@ def test_the_operator_browse_helpers_read_bronze_newest_first(spark, lakehouse):
 def test_all_versions_of_a_key_in_sequence_order(spark, lakehouse):
     rows = _sql(spark, _block("every version of order 2"), lakehouse).collect()
     assert [(r.status, tuple(r._cdc_valid_from), r._cdc_is_current) for r in rows] == [
-        ("new", (41, 100, -1), False), ("paid", (41, 500, 1), False), ("refunded", (43, 250, 0), True)]
+        ("new", (41, 100, -1), False),
+        ("paid", (41, 500, 1), False),
+        ("refunded", (43, 250, 0), True),
+    ]
 
 
 def test_the_row_as_of_a_time_is_the_version_open_at_the_last_change_before_it(spark, lakehouse):

@@ -12,7 +12,9 @@ from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.p
 from binlake.gold.publish import run_gold
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "gold.md"
-ORDERS = table_schema("shop", "orders", [col("id", "int", False), col("item_id", "int"), col("qty", "int", False)], key=["id"])
+ORDERS = table_schema(
+    "shop", "orders", [col("id", "int", False), col("item_id", "int"), col("qty", "int", False)], key=["id"]
+)
 
 
 def sql_blocks() -> list[str]:
@@ -23,16 +25,25 @@ def sql_blocks() -> list[str]:
 def lake(spark, tmp_path_factory) -> Lake:
     """Published at mysql-bin.000003:900 (qty 3, source time 08:00) and at mysql-bin.000004:50
     (qty 5 and 1, one order of 500 dropped by a check, source time 09:00)."""
-    lake = Lake(spark, tmp_path_factory.mktemp("gold_docs"),
-                checks={"shop.orders": [{"column": "qty", "between": [0, 100], "severity": "drop"}]})
+    lake = Lake(
+        spark,
+        tmp_path_factory.mktemp("gold_docs"),
+        checks={"shop.orders": [{"column": "qty", "between": [0, 100], "severity": "drop"}]},
+    )
     lake.add_table(ORDERS)
     lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 3, "seq": (3, 700, 0)}])
     lake.heartbeats([(3, 900, "0-1-41", "2026-11-01 08:00:00"), (4, 50, "0-1-42", "2026-11-01 09:00:00")])
     lake.progress("shop", "orders", 3, 900)
     run_gold(spark, lake.config)
-    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)},
-                                   {"id": 11, "item_id": 2, "qty": 1, "seq": (4, 45, 0)},
-                                   {"id": 12, "item_id": 2, "qty": 500, "seq": (4, 46, 0)}])
+    lake.silver(
+        "shop",
+        "orders",
+        [
+            {"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)},
+            {"id": 11, "item_id": 2, "qty": 1, "seq": (4, 45, 0)},
+            {"id": 12, "item_id": 2, "qty": 500, "seq": (4, 46, 0)},
+        ],
+    )
     lake.progress("shop", "orders", 4, 50)
     run_gold(spark, lake.config)
     return lake
@@ -65,7 +76,12 @@ def test_the_consistent_cut_and_the_quarantine_summary(spark, lake):
     _, _, step_two, cut, quarantine = sql_blocks()
 
     [latest] = run(spark, lake, cut)
-    assert (latest["table"], latest["binlog_file"], latest["pos"], latest["row_count"]) == ("orders", "mysql-bin.000004", 50, 2)
+    assert (latest["table"], latest["binlog_file"], latest["pos"], latest["row_count"]) == (
+        "orders",
+        "mysql-bin.000004",
+        50,
+        2,
+    )
     assert [r["qty"] for r in run(spark, lake, step_two, gold_version=latest["gold_version"])] == [5, 1]
     [dropped] = run(spark, lake, quarantine)
     assert (dropped["_quarantine_check"], dropped["rows_dropped"]) == ("between(qty, 0, 100)", 1)

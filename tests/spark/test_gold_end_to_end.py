@@ -19,7 +19,9 @@ def gold_rows(df):
     return sorted((r["id"], r["name"], float(r["price"])) for r in df.collect())
 
 
-def test_the_scheduled_job_publishes_gold_equal_to_the_source(spark_with_code_generation, mariadb, database, make_config):
+def test_the_scheduled_job_publishes_gold_equal_to_the_source(
+    spark_with_code_generation, mariadb, database, make_config
+):
     spark = spark_with_code_generation  # the compiled paths production runs
     mariadb.execute(
         "CREATE TABLE items (id INT PRIMARY KEY COMMENT 'item number', name VARCHAR(20) NOT NULL, "
@@ -27,23 +29,39 @@ def test_the_scheduled_job_publishes_gold_equal_to_the_source(spark_with_code_ge
         "INSERT INTO items VALUES (1, 'pen', 2.50), (2, 'ink', 7.00), (3, 'cap', 1.00), (4, 'bad', 9999.00)",
         database=database,
     )
-    config = make_config([f"{database}.*"], snapshot={"chunk_size": 2},
-                         gold={"checks": {f"{database}.items": [{"column": "price", "between": [0, 1000], "severity": "drop"}]}})
+    config = make_config(
+        [f"{database}.*"],
+        snapshot={"chunk_size": 2},
+        gold={"checks": {f"{database}.items": [{"column": "price", "between": [0, 1000], "severity": "drop"}]}},
+    )
 
     first = run_pipeline(spark, config)
 
     assert [s.name for s in first.steps] == ["snapshot", "capture", "silver", "gold"] and first.ok
     gold = first.steps[-1].result
-    assert gold_rows(gold_as_of(spark, config, database, "items")) == [r for r in source_rows(mariadb, database) if r[0] != 4]
+    assert gold_rows(gold_as_of(spark, config, database, "items")) == [
+        r for r in source_rows(mariadb, database) if r[0] != 4
+    ]
 
-    mariadb.execute("UPDATE items SET price = 3.00 WHERE id = 1", "DELETE FROM items WHERE id = 2",
-                    "INSERT INTO items VALUES (5, 'nib', 0.50)", database=database)
+    mariadb.execute(
+        "UPDATE items SET price = 3.00 WHERE id = 1",
+        "DELETE FROM items WHERE id = 2",
+        "INSERT INTO items VALUES (5, 'nib', 0.50)",
+        database=database,
+    )
     second = run_pipeline(spark, config)
 
     assert second.ok
     now = [r for r in source_rows(mariadb, database) if r[0] != 4]
-    assert gold_rows(gold_as_of(spark, config, database, "items")) == now == [(1, "pen", 3.0), (3, "cap", 1.0), (5, "nib", 0.5)]
+    assert (
+        gold_rows(gold_as_of(spark, config, database, "items"))
+        == now
+        == [(1, "pen", 3.0), (3, "cap", 1.0), (5, "nib", 0.5)]
+    )
     assert gold_rows(gold_as_of(spark, config, database, "items", position=gold.position)) == [
-        (1, "pen", 2.5), (2, "ink", 7.0), (3, "cap", 1.0)]
+        (1, "pen", 2.5),
+        (2, "ink", 7.0),
+        (3, "cap", 1.0),
+    ]
     text = format_status(collect_status(spark, config))
     assert f"{database}.items" in text and "last publish: " in text

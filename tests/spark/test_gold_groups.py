@@ -30,7 +30,9 @@ def two_databases(spark, tmp_path, crm_snapshot_done=True, **lake_args) -> Lake:
     lake.silver("crm", "customers", [{"id": 7, "email": "a@example.com", "seq": (3, 800, 0)}])
     lake.snapshot("shop", "items", chunks=[((2, 100), (2, 150))])
     lake.snapshot("shop", "orders", chunks=[((2, 160), (2, 170))])
-    lake.snapshot("crm", "customers", chunks=[((2, 180), (2, 190)), ((2, 200), (2, 210)) if crm_snapshot_done else None])
+    lake.snapshot(
+        "crm", "customers", chunks=[((2, 180), (2, 190)), ((2, 200), (2, 210)) if crm_snapshot_done else None]
+    )
     lake.heartbeats([(*P, "0-1-41", "2026-11-01 08:00:00"), (*LATER, "0-1-42", "2026-11-01 09:00:00")])
     lake.progress("shop", "items", *P, also=[("shop", "orders"), ("crm", "customers")])
     return lake
@@ -41,7 +43,9 @@ def test_a_database_whose_snapshot_is_unfinished_blocks_only_its_own_group(spark
     with pytest.raises(NotReadyError) as err:
         run_gold(spark, lake.config)
     message = str(err.value)
-    assert message.startswith("1 of 2 publish groups blocked (the others published: shop published at mysql-bin.000003:900)")
+    assert message.startswith(
+        "1 of 2 publish groups blocked (the others published: shop published at mysql-bin.000003:900)"
+    )
     assert "group crm: gold not published at mysql-bin.000003:900" in message
     assert "crm.customers blocks: snapshot snap1 has 1 of 2 chunks complete" in message
     assert err.value.exit_code == 10
@@ -60,11 +64,15 @@ def test_a_database_whose_snapshot_is_unfinished_blocks_only_its_own_group(spark
 
 
 def test_a_failing_check_in_one_group_lets_the_other_publish_and_fails_the_run(spark, tmp_path):
-    lake = two_databases(spark, tmp_path, checks={"crm.customers": [{"column": "email", "regex": "^z", "severity": "fail"}]})
+    lake = two_databases(
+        spark, tmp_path, checks={"crm.customers": [{"column": "email", "regex": "^z", "severity": "fail"}]}
+    )
     with pytest.raises(QualityCheckFailed) as err:
         run_gold(spark, lake.config)
     assert err.value.exit_code == 7
-    assert "group crm: gold not published at mysql-bin.000003:900, the last good gold versions are kept" in str(err.value)
+    assert "group crm: gold not published at mysql-bin.000003:900, the last good gold versions are kept" in str(
+        err.value
+    )
     assert [g.group for g in err.value.result.groups] == ["shop"]
     attempts = {(r["publish_group"], r["status"]) for r in lake.publish_log().collect()}
     assert attempts == {("shop", "published"), ("crm", "failed")}
@@ -100,8 +108,10 @@ def test_a_table_silver_stopped_is_named_with_its_recovery_by_gold_and_status(sp
     from binlake.ops.status import collect_status, format_status
 
     lake = two_databases(spark, tmp_path)
-    reason = ("shop.x: ALTER TABLE customers MODIFY id SMALLINT narrows id: re-snapshot it with "
-              "binlake snapshot --table crm.customers")
+    reason = (
+        "shop.x: ALTER TABLE customers MODIFY id SMALLINT narrows id: re-snapshot it with "
+        "binlake snapshot --table crm.customers"
+    )
     lake.progress("crm", "customers", *P, stopped=reason)
     with pytest.raises(NotReadyError) as err:
         run_gold(spark, lake.config)

@@ -18,7 +18,11 @@ class Done:
 
 
 def test_the_scheduled_job_runs_the_four_layers_in_order():
-    assert [name for name, _ in pipeline_steps(None, None, None)] == list(STEPS) == ["snapshot", "capture", "silver", "gold"]
+    assert (
+        [name for name, _ in pipeline_steps(None, None, None)]
+        == list(STEPS)
+        == ["snapshot", "capture", "silver", "gold"]
+    )
 
 
 def test_every_step_runs_and_the_summary_has_one_entry_per_step():
@@ -45,8 +49,12 @@ def test_the_first_failure_stops_the_run_and_propagates_unchanged():
         ran.append("silver")
         raise blocked
 
-    steps = [("snapshot", lambda: ran.append("snapshot") or Done("ok")), ("capture", lambda: ran.append("capture") or Done("ok")),
-             ("silver", fail), ("gold", lambda: ran.append("gold") or Done("ok"))]
+    steps = [
+        ("snapshot", lambda: ran.append("snapshot") or Done("ok")),
+        ("capture", lambda: ran.append("capture") or Done("ok")),
+        ("silver", fail),
+        ("gold", lambda: ran.append("gold") or Done("ok")),
+    ]
 
     with pytest.raises(NotReadyError) as err:
         run_steps(steps)

@@ -19,12 +19,20 @@ pytestmark = pytest.mark.slow
 from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
 ITEMS = table_schema(
-    "shop", "items",
-    [col("id", "int", False, "item number"), col("name", "string", False, "what the customer sees"),
-     col("price", "double", True, "unit price in EUR"), col("added", "date")],
-    key=["id"], comment="things we sell",
+    "shop",
+    "items",
+    [
+        col("id", "int", False, "item number"),
+        col("name", "string", False, "what the customer sees"),
+        col("price", "double", True, "unit price in EUR"),
+        col("added", "date"),
+    ],
+    key=["id"],
+    comment="things we sell",
 )
-ORDERS = table_schema("shop", "orders", [col("id", "int", False), col("item_id", "int"), col("qty", "int", False)], key=["id"])
+ORDERS = table_schema(
+    "shop", "orders", [col("id", "int", False), col("item_id", "int"), col("qty", "int", False)], key=["id"]
+)
 
 P = (3, 900)
 
@@ -38,16 +46,25 @@ def ready_lake(spark, tmp_path, checks=None, at=P) -> Lake:
     lake = Lake(spark, tmp_path, checks=checks)
     lake.add_table(ITEMS)
     lake.add_table(ORDERS)
-    lake.silver("shop", "items", [
-        item(1, "pen", 2.5, (2, 100, -1)),
-        item(2, "ink", 7.0, (3, 500, 0)),
-        item(3, "gone", 1.0, (3, 600, 0), deleted=True),
-    ])
+    lake.silver(
+        "shop",
+        "items",
+        [
+            item(1, "pen", 2.5, (2, 100, -1)),
+            item(2, "ink", 7.0, (3, 500, 0)),
+            item(3, "gone", 1.0, (3, 600, 0), deleted=True),
+        ],
+    )
     lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 3, "seq": (3, 700, 1)}])
     lake.snapshot("shop", "items", "snap1", chunks=[((2, 100), (2, 150)), ((2, 160), (2, 170))])
     lake.snapshot("shop", "orders", "snap1", chunks=[((2, 180), (2, 190))])
-    lake.heartbeats([(3, 400, "0-1-40", "2026-11-01 07:59:00"), (*at, "0-1-41", "2026-11-01 08:00:00"),
-                     (4, 50, "0-1-42", "2026-11-01 09:00:00")])  # the last one is captured, not yet in silver
+    lake.heartbeats(
+        [
+            (3, 400, "0-1-40", "2026-11-01 07:59:00"),
+            (*at, "0-1-41", "2026-11-01 08:00:00"),
+            (4, 50, "0-1-42", "2026-11-01 09:00:00"),
+        ]
+    )  # the last one is captured, not yet in silver
     lake.progress("shop", "items", *at, also=[("shop", "orders")])
     return lake
 
@@ -80,8 +97,11 @@ def history(spark, tmp_path_factory):
     first = run_gold(spark, lake.config)
     versions = {t: lake.gold_version("shop", t) for t in ("items", "orders")}
     again = run_gold(spark, lake.config)
-    lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)},
-                                   {"id": 11, "item_id": 2, "qty": 1, "seq": (4, 45, 0)}])
+    lake.silver(
+        "shop",
+        "orders",
+        [{"id": 10, "item_id": 1, "qty": 5, "seq": (4, 40, 0)}, {"id": 11, "item_id": 2, "qty": 1, "seq": (4, 45, 0)}],
+    )
     lake.progress("shop", "items", 4, 50, also=[("shop", "orders")])
     third = run_gold(spark, lake.config)
     return lake, first, again, third, versions
@@ -98,8 +118,9 @@ def test_gold_holds_the_live_silver_rows_with_documented_metadata_and_comments(s
     )
     gold = lake.gold("shop", "items")
     assert gold.columns == ["id", "name", "price", "added", "_cdc_seq", "_cdc_commit_ts"]
-    assert_df_equality(gold.drop("_cdc_commit_ts"), expected, ignore_row_order=True, ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        gold.drop("_cdc_commit_ts"), expected, ignore_row_order=True, ignore_nullable=True, ignore_metadata=True
+    )
     fields = {f.name: f.metadata.get("comment") for f in gold.schema.fields}
     assert fields["name"] == "what the customer sees"
     assert fields["price"] == "unit price in EUR"
@@ -143,8 +164,11 @@ def test_a_table_with_an_unfinished_snapshot_blocks_the_whole_group(spark, lake)
     lake.snapshot("shop", "orders", "snap2", chunks=[((3, 200), (3, 300)), None], planned_at="2026-11-01 07:50:00")
     lake.progress("shop", "orders", *P)
 
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2 has 1 of 2 chunks complete "
-                                            r"\(first missing chunk 1\): run binlake snapshot to finish it") as err:
+    with pytest.raises(
+        NotReadyError,
+        match=r"shop\.orders blocks: snapshot snap2 has 1 of 2 chunks complete "
+        r"\(first missing chunk 1\): run binlake snapshot to finish it",
+    ) as err:
         run_gold(spark, lake.config)
 
     assert set(err.value.blockers) == {"shop.orders"}
@@ -155,9 +179,12 @@ def test_a_table_with_an_unfinished_snapshot_blocks_the_whole_group(spark, lake)
 def test_tables_at_different_positions_block_the_group(spark, lake):
     lake.progress("shop", "items", 4, 50)
 
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: silver applied the change log up to "
-                                            r"mysql-bin\.000003:900, the rest of the group is at mysql-bin\.000004:50: "
-                                            r"run binlake silver"):
+    with pytest.raises(
+        NotReadyError,
+        match=r"shop\.orders blocks: silver applied the change log up to "
+        r"mysql-bin\.000003:900, the rest of the group is at mysql-bin\.000004:50: "
+        r"run binlake silver",
+    ):
         run_gold(spark, lake.config)
 
     assert not lake.lh.publish_log.exists(spark) or lake.publish_log().count() == 0
@@ -167,8 +194,11 @@ def test_a_chunk_whose_high_watermark_is_beyond_P_blocks(spark, lake):
     lake.snapshot("shop", "orders", "snap2", chunks=[((3, 850), (3, 950))], planned_at="2026-11-01 07:50:00")
     lake.progress("shop", "orders", *P)
 
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2 chunk 0 has high watermark "
-                                            r"mysql-bin\.000003:950 beyond silver's position mysql-bin\.000003:900"):
+    with pytest.raises(
+        NotReadyError,
+        match=r"shop\.orders blocks: snapshot snap2 chunk 0 has high watermark "
+        r"mysql-bin\.000003:950 beyond silver's position mysql-bin\.000003:900",
+    ):
         run_gold(spark, lake.config)
 
 
@@ -177,16 +207,22 @@ def test_a_completed_chunk_silver_has_not_applied_yet_blocks(spark, lake):
     lake.snapshot("shop", "orders", "snap2", chunks=[((3, 800), (3, 850))], planned_at="2026-11-01 07:50:00")
     lake.progress("shop", "orders", *P, chunks_version=applied)
 
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: snapshot snap2: 1 completed chunk is not yet "
-                                            r"applied to silver: run binlake silver"):
+    with pytest.raises(
+        NotReadyError,
+        match=r"shop\.orders blocks: snapshot snap2: 1 completed chunk is not yet "
+        r"applied to silver: run binlake silver",
+    ):
         run_gold(spark, lake.config)
 
 
 def test_silver_rows_beyond_its_recorded_progress_block(spark, lake):
     lake.silver("shop", "orders", [{"id": 10, "item_id": 1, "qty": 4, "seq": (4, 20, 0)}])
 
-    with pytest.raises(NotReadyError, match=r"shop\.orders blocks: silver holds changes up to #4:20 beyond its "
-                                            r"recorded progress mysql-bin\.000003:900"):
+    with pytest.raises(
+        NotReadyError,
+        match=r"shop\.orders blocks: silver holds changes up to #4:20 beyond its "
+        r"recorded progress mysql-bin\.000003:900",
+    ):
         run_gold(spark, lake.config)
 
 
@@ -228,15 +264,21 @@ def test_gold_as_of_explains_bad_arguments_and_missing_publishes(spark, history)
 
     with pytest.raises(ValueError, match="^give position or time, not both$"):
         gold_as_of(spark, lake.config, "shop", "orders", position=(3, 900), time="2026-11-01T08:00:00Z")
-    with pytest.raises(ValueError, match=r'^position must be "FILE:POS" such as "mysql-bin.000003:1234" or a '
-                                         r"\(file_index, pos\) tuple, got 'yesterday'$"):
+    with pytest.raises(
+        ValueError,
+        match=r'^position must be "FILE:POS" such as "mysql-bin.000003:1234" or a '
+        r"\(file_index, pos\) tuple, got 'yesterday'$",
+    ):
         gold_as_of(spark, lake.config, "shop", "orders", position="yesterday")
     with pytest.raises(ValueError, match=r"^time must be a datetime or an ISO-8601 string"):
         gold_as_of(spark, lake.config, "shop", "orders", time="noon")
     with pytest.raises(NotReadyError, match=r"no gold publish of shop\.orders at or before mysql-bin\.000002:5"):
         gold_as_of(spark, lake.config, "shop", "orders", position="mysql-bin.000002:5")
-    with pytest.raises(NotReadyError, match=r"no gold publish of shop\.orders with source time at or before "
-                                            r"2026-10-01 00:00:00\.000000 UTC"):
+    with pytest.raises(
+        NotReadyError,
+        match=r"no gold publish of shop\.orders with source time at or before "
+        r"2026-10-01 00:00:00\.000000 UTC",
+    ):
         gold_as_of(spark, lake.config, "shop", "orders", time="2026-10-01T00:00:00Z")
 
 
@@ -254,8 +296,11 @@ def test_an_unwritable_gold_location_is_one_clear_error_and_publishes_nothing(sp
     blocked.parent.mkdir(parents=True, exist_ok=True)
     blocked.write_text("not a directory")  # as good as a read-only mount, also for root
     try:
-        with pytest.raises(LakehouseError, match=r"^cannot write .*/gold/shop/orders: .*; nothing was published \(the last "
-                                                 r"publish stays current\): fix the location's permissions or space"):
+        with pytest.raises(
+            LakehouseError,
+            match=r"^cannot write .*/gold/shop/orders: .*; nothing was published \(the last "
+            r"publish stays current\): fix the location's permissions or space",
+        ):
             run_gold(spark, lake.config)
     finally:
         blocked.unlink()
@@ -277,14 +322,19 @@ def test_a_refused_write_mid_group_puts_the_tables_already_written_back(spark, t
     if subprocess.run(["chattr", "-R", "+i", orders_dir], capture_output=True).returncode != 0:
         pytest.skip("chattr +i is not permitted on this file system")
     try:
-        with pytest.raises(LakehouseError, match=r"^cannot write .*/gold/shop/orders: .*Operation not permitted; "
-                                                 r"nothing was published"):
+        with pytest.raises(
+            LakehouseError,
+            match=r"^cannot write .*/gold/shop/orders: .*Operation not permitted; "
+            r"nothing was published",
+        ):
             run_gold(spark, lake.config)
     finally:
         subprocess.run(["chattr", "-R", "-i", orders_dir], capture_output=True)
 
     latest = lake.gold("shop", "items")
-    at_publish = spark.read.format("delta").option("versionAsOf", published_items).load(lake.lh.gold("shop", "items").path)
+    at_publish = (
+        spark.read.format("delta").option("versionAsOf", published_items).load(lake.lh.gold("shop", "items").path)
+    )
     assert_df_equality(latest, at_publish, ignore_row_order=True)
     assert {r["publish_id"] for r in lake.publish_log().collect()} == {first.publish_id}
 

@@ -46,11 +46,20 @@ def _unreachable(spark, config):
 
 
 def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, monkeypatch):
-    capture_module(monkeypatch, lambda spark, config: {
-        "resume_file": "mysql-bin.000003", "resume_pos": 990, "server_file": "mysql-bin.000003", "server_pos": 1490,
-        "lag_bytes": 500, "oldest_binlog": "mysql-bin.000002", "binlog_files": 2, "binlog_expire_seconds": 864000,
-        "purge_warning": None,
-    })
+    capture_module(
+        monkeypatch,
+        lambda spark, config: {
+            "resume_file": "mysql-bin.000003",
+            "resume_pos": 990,
+            "server_file": "mysql-bin.000003",
+            "server_pos": 1490,
+            "lag_bytes": 500,
+            "oldest_binlog": "mysql-bin.000002",
+            "binlog_files": 2,
+            "binlog_expire_seconds": 864000,
+            "purge_warning": None,
+        },
+    )
 
     status = collect_status(spark, lake.config)
 
@@ -74,16 +83,34 @@ def test_status_shows_silver_and_the_last_good_publish_per_table(spark, lake, mo
     # Gold is at 900 while the server is at 1490: at most now minus the published source time behind.
     lag = items["gold_lag_seconds"]
     assert lag > 0 and status["tables"][0]["gold_lag_seconds"] is not None
-    assert table_line.split() == ["shop.items", "shop", "mysql-bin.000003:990", "mysql-bin.000003:900",
-                                  "<=", f"{lag:,.0f}", "s", str(items["gold_version"]), "failed"]
+    assert table_line.split() == [
+        "shop.items",
+        "shop",
+        "mysql-bin.000003:990",
+        "mysql-bin.000003:900",
+        "<=",
+        f"{lag:,.0f}",
+        "s",
+        str(items["gold_version"]),
+        "failed",
+    ]
 
 
 def test_a_purge_warning_from_capture_is_shown_first(spark, lake, monkeypatch):
-    capture_module(monkeypatch, lambda spark, config: {
-        "resume_file": "mysql-bin.000003", "resume_pos": 990, "server_file": "mysql-bin.000003", "server_pos": 990,
-        "lag_bytes": 0, "oldest_binlog": "mysql-bin.000003", "binlog_files": 1, "binlog_expire_seconds": 864000,
-        "purge_warning": "resume file mysql-bin.000003 is the oldest on the server",
-    })
+    capture_module(
+        monkeypatch,
+        lambda spark, config: {
+            "resume_file": "mysql-bin.000003",
+            "resume_pos": 990,
+            "server_file": "mysql-bin.000003",
+            "server_pos": 990,
+            "lag_bytes": 0,
+            "oldest_binlog": "mysql-bin.000003",
+            "binlog_files": 1,
+            "binlog_expire_seconds": 864000,
+            "purge_warning": "resume file mysql-bin.000003 is the oldest on the server",
+        },
+    )
 
     status = collect_status(spark, lake.config)
 
@@ -98,8 +125,9 @@ def test_status_degrades_with_a_note_when_the_source_side_is_unavailable(spark, 
     status = collect_status(spark, lake.config)
 
     assert status["capture"] is None
-    assert status["notes"] == ["source position, lag and purge risk unavailable: cannot connect to 127.0.0.1:3306: "
-                               "connection refused"]
+    assert status["notes"] == [
+        "source position, lag and purge risk unavailable: cannot connect to 127.0.0.1:3306: connection refused"
+    ]
     assert status["captured"]["position"] == "mysql-bin.000003:990"
     text = format_status(status)
     assert "capture: last batch ends at mysql-bin.000003:990" in text

@@ -49,7 +49,10 @@ def test_tables_with_nothing_new_cost_silver_and_gold_no_spark_job(spark, tmp_pa
     for name, b in (("one", small), ("six", large)):
         b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}))
         idle_before = versions(b, spark, [f"t{i}" for i in range(1, 6)]) if name == "six" else {}
-        costs[name] = (jobs(spark, lambda b=b: run_silver(spark, b.config)), jobs(spark, lambda b=b: run_gold(spark, b.config)))
+        costs[name] = (
+            jobs(spark, lambda b=b: run_silver(spark, b.config)),
+            jobs(spark, lambda b=b: run_gold(spark, b.config)),
+        )
         if name == "six":
             assert versions(b, spark, [f"t{i}" for i in range(1, 6)]) == idle_before  # not written either
         assert b.lh.gold("shop", "t0").read(spark).where("id = 1").first()["v"] == "changed"
@@ -82,7 +85,9 @@ def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path):
     history = b.lh.silver("shop", "t0").delta(spark).history().select("operation").collect()
     assert "MERGE" not in {r["operation"] for r in history}
     rows = b.lh.silver("shop", "t0").read(spark).orderBy("id").collect()
-    assert [(r["id"], r["_cdc_seq"]["pos"], r["_cdc_seq"]["row"], r["_cdc_op"]) for r in rows][:1] == [(0, 50, -1, "snapshot")]
+    assert [(r["id"], r["_cdc_seq"]["pos"], r["_cdc_seq"]["row"], r["_cdc_op"]) for r in rows][:1] == [
+        (0, 50, -1, "snapshot")
+    ]
     assert len(rows) == 8 and not any(r["_cdc_deleted"] for r in rows)
 
 
@@ -153,9 +158,11 @@ def test_two_runs_that_both_found_the_table_empty_load_its_rows_once(spark, tmp_
 def test_gold_merges_what_changed_in_silver(spark, tmp_path):
     b = lakehouse(spark, tmp_path / "lh", 1)
     first = b.lh.gold("shop", "t0").latest_version(spark)
-    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
-             b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2),
-             b.insert(t(0), (2, 10, 2), id=9, v="new", n=9))
+    b.commit(
+        b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
+        b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2),
+        b.insert(t(0), (2, 10, 2), id=9, v="new", n=9),
+    )
     run_silver(spark, b.config)
 
     result = run_gold(spark, b.config)
@@ -165,7 +172,10 @@ def test_gold_merges_what_changed_in_silver(spark, tmp_path):
     ops = b.lh.gold("shop", "t0").delta(spark).history(t0.gold_version - first).select("operation").collect()
     assert {r["operation"] for r in ops} == {"MERGE"}
     assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [
-        (0, "v0"), (1, "changed"), (9, "new")]
+        (0, "v0"),
+        (1, "changed"),
+        (9, "new"),
+    ]
     logged = b.lh.publish_log.read(spark).where(f"publish_id = '{result.publish_id}'").first()
     assert all(c["success"] for c in json.loads(logged["checks"])["results"])
 
@@ -187,28 +197,48 @@ def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_reb
     run_silver(spark, b.config)
 
     assert [x.mode for x in run_gold(spark, b.config).tables] == ["incremental"]
-    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [(0, "v0"), (1, "changed"), (2, "v2"), (3, "v3")]
+    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [
+        (0, "v0"),
+        (1, "changed"),
+        (2, "v2"),
+        (3, "v3"),
+    ]
 
     spark.sql(f"DELETE FROM {gold.sql} WHERE id = 0")  # someone's write: gold no longer what was published
     b.commit(b.update(t(0), (2, 20, 0), {"id": 1, "v": "changed", "n": 1}, {"id": 1, "v": "again", "n": 1}))
     run_silver(spark, b.config)
 
     assert [x.mode for x in run_gold(spark, b.config).tables] == ["rebuild"]
-    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [(0, "v0"), (1, "again"), (2, "v2"), (3, "v3")]
+    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [
+        (0, "v0"),
+        (1, "again"),
+        (2, "v2"),
+        (3, "v3"),
+    ]
 
 
 def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_incremental_publishes(spark, tmp_path):
     b = lakehouse(spark, tmp_path / "lh", 1)
-    doc = {"source": {"host": "127.0.0.1", "port": 3306, "user": "cdc", "password": "pw", "server_id": 77,
-                      "tables": ["shop.*"]},
-           "lakehouse": {"path": b.config.lakehouse.path},
-           "gold": {"checks": {"shop.t0": [{"column": "n", "between": [0, 10], "severity": "drop"}]}}}
+    doc = {
+        "source": {
+            "host": "127.0.0.1",
+            "port": 3306,
+            "user": "cdc",
+            "password": "pw",
+            "server_id": 77,
+            "tables": ["shop.*"],
+        },
+        "lakehouse": {"path": b.config.lakehouse.path},
+        "gold": {"checks": {"shop.t0": [{"column": "n", "between": [0, 10], "severity": "drop"}]}},
+    }
     checked = load_config_text(yaml.safe_dump(doc))
     rebuilt = run_gold(spark, checked)
     assert [x.mode for x in rebuilt.tables] == ["rebuild"]
 
-    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "v1", "n": 50}),
-             b.insert(t(0), (2, 10, 1), id=7, v="ok", n=7))
+    b.commit(
+        b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "v1", "n": 50}),
+        b.insert(t(0), (2, 10, 1), id=7, v="ok", n=7),
+    )
     run_silver(spark, checked)
     result = run_gold(spark, checked)
 
@@ -223,8 +253,10 @@ def test_a_publish_killed_after_its_gold_merge_converges(spark, tmp_path, monkey
     from binlake import faults
 
     b = lakehouse(spark, tmp_path / "lh", 1)
-    b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
-             b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2))
+    b.commit(
+        b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
+        b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2),
+    )
     run_silver(spark, b.config)
 
     def kill_after_merge(name):
@@ -239,4 +271,7 @@ def test_a_publish_killed_after_its_gold_merge_converges(spark, tmp_path, monkey
     again = run_gold(spark, b.config)  # gold moved by the killed publish: its MERGE runs again
 
     assert [x.mode for x in again.tables] == ["incremental"] and again.tables[0].row_count == 2
-    assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [(0, "v0"), (1, "changed")]
+    assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [
+        (0, "v0"),
+        (1, "changed"),
+    ]

@@ -13,9 +13,11 @@ def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
     assert path is not None and path.is_file(), "make setup (python -m binlake.local.warm) writes the class archive"
     # -Xshare:on turns "the archive does not fit this JVM" from a silent fallback into a
     # failed start, so this run proves the archive is used, not merely present.
-    code = ("from binlake.spark import get_spark; "
-            "s = get_spark('binlake-archive-check', extra_conf={'spark.driver.extraJavaOptions': '-Xshare:on'}); "
-            "print('rows', s.range(3).count()); print('explain', s.conf.get('spark.sql.ui.explainMode'))")
+    code = (
+        "from binlake.spark import get_spark; "
+        "s = get_spark('binlake-archive-check', extra_conf={'spark.driver.extraJavaOptions': '-Xshare:on'}); "
+        "print('rows', s.range(3).count()); print('explain', s.conf.get('spark.sql.ui.explainMode'))"
+    )
     env = {**os.environ, SPARK_CONF_ENV: "spark.sql.ui.explainMode=cost"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0 and "rows 3" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

@@ -16,12 +16,17 @@ from binlake.gold.publish import run_gold
 from binlake.quality.checks import builtin_checks, rule_check, run_checks, table_checks
 
 ITEMS = table_schema(
-    "shop", "items",
+    "shop",
+    "items",
     [col("id", "int", False), col("name", "string", False), col("price", "double"), col("added", "date", False)],
     key=["id"],
 )
-LINES = table_schema("shop", "lines", [col("order_id", "int", False), col("line", "int", False), col("sku", "string")],
-                     key=["order_id", "line"])
+LINES = table_schema(
+    "shop",
+    "lines",
+    [col("order_id", "int", False), col("line", "int", False), col("sku", "string")],
+    key=["order_id", "line"],
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +55,22 @@ def lake_with(base):
 
 
 def item(i, name, price, seq_pos, deleted=False):
-    return {"id": i, "name": name, "price": price, "added": datetime.date(2026, 1, i), "seq": (3, seq_pos, 0),
-            "deleted": deleted}
+    return {
+        "id": i,
+        "name": name,
+        "price": price,
+        "added": datetime.date(2026, 1, i),
+        "seq": (3, seq_pos, 0),
+        "deleted": deleted,
+    }
 
 
-ROWS = [item(1, "pen", 2.5, 100), item(2, "ink", 700.0, 200), item(3, "cap", -1.0, 300), item(4, "old", 9999.0, 400, deleted=True)]
+ROWS = [
+    item(1, "pen", 2.5, 100),
+    item(2, "ink", 700.0, 200),
+    item(3, "cap", -1.0, 300),
+    item(4, "old", 9999.0, 400, deleted=True),
+]
 
 
 def checks_of(lake, table="items"):
@@ -70,30 +86,46 @@ def test_warn_publishes_every_row_and_records_the_failure(spark, lake_with):
     assert sorted(r["id"] for r in lake.gold("shop", "items").collect()) == [1, 2, 3]
     row, checks = checks_of(lake)
     assert row["status"] == "published"
-    assert checks["between(price, 0, 100)"] == {**checks["between(price, 0, 100)"], "success": False,
-                                                "severity": "warn", "unexpected_count": 2}
+    assert checks["between(price, 0, 100)"] == {
+        **checks["between(price, 0, 100)"],
+        "success": False,
+        "severity": "warn",
+        "unexpected_count": 2,
+    }
     assert result.warnings == ["shop.items between(price, 0, 100): 2 unexpected"]
     assert "warning: shop.items between(price, 0, 100): 2 unexpected" in result.summary()
 
 
 def test_drop_quarantines_failing_rows_with_their_sequence_and_publishes_the_rest(spark, lake_with):
-    lake = lake_with(ROWS, {"shop.items": [
-        {"column": "price", "between": [0, 100], "severity": "drop"},
-        {"column": "name", "regex": "^[a-p]", "severity": "drop"},
-    ]})
+    lake = lake_with(
+        ROWS,
+        {
+            "shop.items": [
+                {"column": "price", "between": [0, 100], "severity": "drop"},
+                {"column": "name", "regex": "^[a-p]", "severity": "drop"},
+            ]
+        },
+    )
 
     result = run_gold(spark, lake.config)
 
     assert sorted(r["id"] for r in lake.gold("shop", "items").collect()) == [1]
     quarantine = lake.lh.quarantine("shop", "items").read(spark)
     expected = spark.createDataFrame(
-        [(2, "ink", 700.0, (3, 200, 0), "between(price, 0, 100)", result.publish_id),
-         (3, "cap", -1.0, (3, 300, 0), "between(price, 0, 100)", result.publish_id)],
+        [
+            (2, "ink", 700.0, (3, 200, 0), "between(price, 0, 100)", result.publish_id),
+            (3, "cap", -1.0, (3, 300, 0), "between(price, 0, 100)", result.publish_id),
+        ],
         "id INT, name STRING, price DOUBLE, _cdc_seq STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>, "
         "_quarantine_check STRING, _publish_id STRING",
     )
-    assert_df_equality(quarantine.select(*expected.columns), expected, ignore_row_order=True, ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        quarantine.select(*expected.columns),
+        expected,
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     row, checks = checks_of(lake)
     assert row["row_count"] == 1 and row["status"] == "published"
     assert checks["regex(name, ^[a-p])"]["success"] is True
@@ -123,9 +155,12 @@ def test_fail_publishes_nothing_keeps_the_last_good_gold_and_raises(spark, lake_
     lake.progress("shop", "items", 3, 990, also=[("shop", "lines")])
     strict = lake.with_checks({"shop.items": [{"column": "price", "between": [0, 100], "severity": "fail"}]})
 
-    with pytest.raises(QualityCheckFailed, match=r"gold not published at mysql-bin\.000003:990, the last good gold "
-                                                 r"versions are kept: failed checks: shop\.items between\(price, 0, 100\) "
-                                                 r"\(fail\): 2 unexpected rows") as err:
+    with pytest.raises(
+        QualityCheckFailed,
+        match=r"gold not published at mysql-bin\.000003:990, the last good gold "
+        r"versions are kept: failed checks: shop\.items between\(price, 0, 100\) "
+        r"\(fail\): 2 unexpected rows",
+    ) as err:
         run_gold(spark, strict.config)
 
     assert err.value.exit_code == 7
@@ -167,13 +202,18 @@ def test_built_in_checks_cover_the_key_and_declared_not_null_columns():
 
 
 def test_rules_that_name_an_unknown_column_are_refused():
-    with pytest.raises(ConfigError, match=r"gold\.checks\.shop\.items names column 'cost', which shop\.items does not "
-                                          r"have: use one of id, name, price, added"):
+    with pytest.raises(
+        ConfigError,
+        match=r"gold\.checks\.shop\.items names column 'cost', which shop\.items does not "
+        r"have: use one of id, name, price, added",
+    ):
         table_checks(ITEMS, [CheckRule(Severity.WARN, column="cost", not_null=True)], 0)
 
 
 def test_each_rule_kind_agrees_with_its_quarantine_predicate(spark):
-    df = spark.createDataFrame([(1, "a1", 5), (2, "b2", 50), (3, None, None), (4, "zz", 7)], "id INT, code STRING, n INT")
+    df = spark.createDataFrame(
+        [(1, "a1", 5), (2, "b2", 50), (3, None, None), (4, "zz", 7)], "id INT, code STRING, n INT"
+    )
     rules = [
         CheckRule(Severity.DROP, column="n", between=(0, 10)),
         CheckRule(Severity.DROP, column="code", values=("a1", "zz")),

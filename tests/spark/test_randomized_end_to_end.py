@@ -130,8 +130,15 @@ class Workload:
 
     def orders_key(self) -> str:
         t = self.rng.randint(1, 8)
-        change = self.rng.choice(["code = UPPER(code)", "code = LOWER(code)", "code = REPLACE(code, 'e', 'é')",
-                                  "code = CONCAT(code, ' ')", "tenant = tenant + 1"])
+        change = self.rng.choice(
+            [
+                "code = UPPER(code)",
+                "code = LOWER(code)",
+                "code = REPLACE(code, 'e', 'é')",
+                "code = CONCAT(code, ' ')",
+                "tenant = tenant + 1",
+            ]
+        )
         return f"UPDATE IGNORE orders SET {change} WHERE tenant = {t} AND CHAR_LENGTH(code) < 10"
 
     # -- types: every type --------------------------------------------------------------------
@@ -161,13 +168,17 @@ class Workload:
         """Keys move up by 1 (the new key of one row is the old key of the next, in one event) or jump."""
         r = self.rng
         low = r.randint(1, space)
-        return (f"UPDATE IGNORE {table} SET id = id + {r.choice([1, 1, 7, space])} "
-                f"WHERE id BETWEEN {low} AND {low + r.randint(0, 6)} ORDER BY id DESC")
+        return (
+            f"UPDATE IGNORE {table} SET id = id + {r.choice([1, 1, 7, space])} "
+            f"WHERE id BETWEEN {low} AND {low + r.randint(0, 6)} ORDER BY id DESC"
+        )
 
     def parent_insert(self) -> str:
         r = self.rng
-        rows = [f"({r.randint(1, 60)}, 'p{r.randint(0, 999)}', {r.choice(['NULL', '0.1', '-3.5e100', str(r.random())])})"
-                for _ in range(r.randint(1, 6))]
+        rows = [
+            f"({r.randint(1, 60)}, 'p{r.randint(0, 999)}', {r.choice(['NULL', '0.1', '-3.5e100', str(r.random())])})"
+            for _ in range(r.randint(1, 6))
+        ]
         return "INSERT IGNORE INTO parent VALUES " + ", ".join(rows)
 
     def parent_update(self) -> str:
@@ -184,8 +195,10 @@ class Workload:
     def child_insert(self) -> str:
         # A row whose parent does not exist is skipped (IGNORE turns the FK error into a warning).
         r = self.rng
-        rows = [f"({r.randint(1, 150)}, {r.choice(['NULL', str(r.randint(1, 70))])}, {r.randint(-9, 9)})"
-                for _ in range(r.randint(1, 8))]
+        rows = [
+            f"({r.randint(1, 150)}, {r.choice(['NULL', str(r.randint(1, 70))])}, {r.randint(-9, 9)})"
+            for _ in range(r.randint(1, 8))
+        ]
         return "INSERT IGNORE INTO child VALUES " + ", ".join(rows)
 
     def child_update(self) -> str:
@@ -203,8 +216,10 @@ class Workload:
     def link_insert(self) -> str:
         r = self.rng
         low = r.randint(1, 60)
-        return (f"INSERT IGNORE INTO link SELECT id, {r.randint(1, 4)}, 'l{r.randint(0, 99)}' FROM parent "
-                f"WHERE id BETWEEN {low} AND {low + 4}")
+        return (
+            f"INSERT IGNORE INTO link SELECT id, {r.randint(1, 4)}, 'l{r.randint(0, 99)}' FROM parent "
+            f"WHERE id BETWEEN {low} AND {low + 4}"
+        )
 
     def link_update(self) -> str:
         low = self.rng.randint(1, 70)
@@ -218,8 +233,10 @@ class Workload:
 
     def sub_insert(self) -> str:
         r = self.rng
-        return (f"INSERT IGNORE INTO sub SELECT {r.randint(1, 80)}, parent_id, n, {r.randint(-9, 9)} FROM link "
-                f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT {r.randint(1, 4)}")
+        return (
+            f"INSERT IGNORE INTO sub SELECT {r.randint(1, 80)}, parent_id, n, {r.randint(-9, 9)} FROM link "
+            f"ORDER BY RAND({r.randint(0, 10**6)}) LIMIT {r.randint(1, 4)}"
+        )
 
     def sub_update(self) -> str:
         low = self.rng.randint(1, 80)
@@ -270,7 +287,8 @@ class WindowWriter(threading.Thread):
 
 
 def test_random_changes_between_runs_and_inside_snapshot_windows_end_with_gold_equal_to_the_source(
-        spark, mariadb, database, make_config, tmp_path, monkeypatch):
+    spark, mariadb, database, make_config, tmp_path, monkeypatch
+):
     print(f"BINLAKE_TEST_SEED={SEED}")
     rng = random.Random(SEED)
     log: list[str] = []
@@ -298,9 +316,12 @@ def test_random_changes_between_runs_and_inside_snapshot_windows_end_with_gold_e
         assert {d.name for d in diffs} == {f"{database}.{t}" for t in TABLES}
         if not all(d.ok for d in diffs):
             (tmp_path / "workload.sql").write_text("\n".join(log) + "\n")
-            pytest.fail(f"gold differs from the source {when} (BINLAKE_TEST_SEED={SEED} reproduces; "
-                        f"re-snapshot of {resnapshot}; workload in {tmp_path / 'workload.sql'}):\n"
-                        + "\n".join(d.describe() for d in diffs if not d.ok), pytrace=False)
+            pytest.fail(
+                f"gold differs from the source {when} (BINLAKE_TEST_SEED={SEED} reproduces; "
+                f"re-snapshot of {resnapshot}; workload in {tmp_path / 'workload.sql'}):\n"
+                + "\n".join(d.describe() for d in diffs if not d.ok),
+                pytrace=False,
+            )
 
     try:
         for n in range(1, ROUNDS + 1):

@@ -11,17 +11,30 @@ from binlake.silver.run import run_silver
 
 
 def fk(name, columns, parent, parent_columns, on_delete="RESTRICT", on_update="RESTRICT"):
-    return {"name": name, "columns": list(columns), "parent": parent, "parent_columns": list(parent_columns),
-            "on_delete": on_delete, "on_update": on_update}
+    return {
+        "name": name,
+        "columns": list(columns),
+        "parent": parent,
+        "parent_columns": list(parent_columns),
+        "on_delete": on_delete,
+        "on_update": on_update,
+    }
 
 
 CUSTOMERS = table("shop.customers", [col("id"), col("name", Kind.STRING)])
-ORDERS = table("shop.orders", [col("id"), col("customer_id"), col("note", Kind.STRING)],
-               fks=[fk("fk_cust", ["customer_id"], "shop.customers", ["id"], "CASCADE", "CASCADE")])
-LINES = table("shop.lines", [col("id"), col("order_id")],
-              fks=[fk("fk_order", ["order_id"], "shop.orders", ["id"], "CASCADE")])
-NOTES = table("shop.notes", [col("id"), col("customer_id")],
-              fks=[fk("fk_note", ["customer_id"], "shop.customers", ["id"], "SET NULL", "SET NULL")])
+ORDERS = table(
+    "shop.orders",
+    [col("id"), col("customer_id"), col("note", Kind.STRING)],
+    fks=[fk("fk_cust", ["customer_id"], "shop.customers", ["id"], "CASCADE", "CASCADE")],
+)
+LINES = table(
+    "shop.lines", [col("id"), col("order_id")], fks=[fk("fk_order", ["order_id"], "shop.orders", ["id"], "CASCADE")]
+)
+NOTES = table(
+    "shop.notes",
+    [col("id"), col("customer_id")],
+    fks=[fk("fk_note", ["customer_id"], "shop.customers", ["id"], "SET NULL", "SET NULL")],
+)
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +44,12 @@ def b_base(spark, tmp_path_factory):
     for s in (CUSTOMERS, ORDERS, LINES, NOTES):
         bronze.schema(s)
     bronze.commit(
-        bronze.insert(CUSTOMERS, (1, 10, 0), id=1, name="ann"), bronze.insert(CUSTOMERS, (1, 10, 1), id=2, name="bob"),
+        bronze.insert(CUSTOMERS, (1, 10, 0), id=1, name="ann"),
+        bronze.insert(CUSTOMERS, (1, 10, 1), id=2, name="bob"),
         bronze.insert(ORDERS, (1, 20, 0), id=10, customer_id=1, note="a"),
         bronze.insert(ORDERS, (1, 20, 1), id=11, customer_id=2, note="b"),
-        bronze.insert(LINES, (1, 30, 0), id=100, order_id=10), bronze.insert(LINES, (1, 30, 1), id=101, order_id=11),
+        bronze.insert(LINES, (1, 30, 0), id=100, order_id=10),
+        bronze.insert(LINES, (1, 30, 1), id=101, order_id=11),
         bronze.insert(NOTES, (1, 40, 0), id=7, customer_id=1),
     )
     run_silver(spark, bronze.config)
@@ -53,8 +68,9 @@ def live(spark, b, name, cols):
 
 
 def same(actual, spark, rows, schema):
-    assert_df_equality(actual, spark.createDataFrame(rows, schema), ignore_row_order=True, ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        actual, spark.createDataFrame(rows, schema), ignore_row_order=True, ignore_nullable=True, ignore_metadata=True
+    )
 
 
 def test_delete_cascades_to_children_and_grandchildren_and_sets_null(spark, b):
@@ -72,8 +88,12 @@ def test_delete_cascades_to_children_and_grandchildren_and_sets_null(spark, b):
 def test_cascade_ignores_child_rows_newer_than_the_parent_delete_and_replays(spark, b):
     # A child change newer than the parent's delete keeps its own state; a full replay
     # (progress lost) leaves every child row exactly as it was.
-    b.commit(b.delete(CUSTOMERS, (1, 500, 0), id=1, name="ann"),
-             b.update(ORDERS, (1, 600, 0), {"id": 11, "customer_id": 2, "note": "b"}, {"id": 11, "customer_id": 2, "note": "b2"}))
+    b.commit(
+        b.delete(CUSTOMERS, (1, 500, 0), id=1, name="ann"),
+        b.update(
+            ORDERS, (1, 600, 0), {"id": 11, "customer_id": 2, "note": "b"}, {"id": 11, "customer_id": 2, "note": "b2"}
+        ),
+    )
     run_silver(spark, b.config)
     before = sorted(map(tuple, b.lh.silver("shop", "orders").read(spark).collect()))
     b.lh.silver_progress.delta(spark).delete()  # replay everything
@@ -82,8 +102,10 @@ def test_cascade_ignores_child_rows_newer_than_the_parent_delete_and_replays(spa
 
 
 def test_parent_key_update_cascades_to_children(spark, b):
-    b.commit(b.update(CUSTOMERS, (1, 500, 0), {"id": 2, "name": "bob"}, {"id": 20, "name": "bob"}),
-             b.update(CUSTOMERS, (1, 510, 0), {"id": 20, "name": "bob"}, {"id": 21, "name": "bob"}))
+    b.commit(
+        b.update(CUSTOMERS, (1, 500, 0), {"id": 2, "name": "bob"}, {"id": 20, "name": "bob"}),
+        b.update(CUSTOMERS, (1, 510, 0), {"id": 20, "name": "bob"}, {"id": 21, "name": "bob"}),
+    )
     run_silver(spark, b.config)
     same(live(spark, b, "orders", ["id", "customer_id"]), spark, [(10, 1), (11, 21)], "id INT, customer_id INT")
     same(live(spark, b, "customers", ["id"]), spark, [(1,), (21,)], "id INT")
@@ -93,13 +115,23 @@ def test_parent_key_update_cascades_to_children(spark, b):
 # Cascades in sequence order with the child's own changes (issue 29)
 
 A = table("shop.a", [col("id")])
-FA = table("shop.fa", [col("a_id"), col("f_id"), col("note", Kind.STRING)], key=("a_id", "f_id"),
-           fks=[fk("fk_a", ["a_id"], "shop.a", ["id"], on_delete="CASCADE", on_update="CASCADE")])
+FA = table(
+    "shop.fa",
+    [col("a_id"), col("f_id"), col("note", Kind.STRING)],
+    key=("a_id", "f_id"),
+    fks=[fk("fk_a", ["a_id"], "shop.a", ["id"], on_delete="CASCADE", on_update="CASCADE")],
+)
 # A grandchild that references the child's whole key, and a SET NULL child beside it.
-FB = table("shop.fb", [col("id"), col("a_id"), col("f_id")],
-           fks=[fk("fk_fa", ["a_id", "f_id"], "shop.fa", ["a_id", "f_id"], on_delete="CASCADE", on_update="CASCADE")])
-FN = table("shop.fn", [col("id"), col("a_id"), col("v", Kind.STRING)],
-           fks=[fk("fk_n", ["a_id"], "shop.a", ["id"], on_delete="SET NULL", on_update="SET NULL")])
+FB = table(
+    "shop.fb",
+    [col("id"), col("a_id"), col("f_id")],
+    fks=[fk("fk_fa", ["a_id", "f_id"], "shop.fa", ["a_id", "f_id"], on_delete="CASCADE", on_update="CASCADE")],
+)
+FN = table(
+    "shop.fn",
+    [col("id"), col("a_id"), col("v", Kind.STRING)],
+    fks=[fk("fk_n", ["a_id"], "shop.a", ["id"], on_delete="SET NULL", on_update="SET NULL")],
+)
 
 
 @pytest.fixture(scope="module")
@@ -108,10 +140,13 @@ def fa_base(spark, tmp_path_factory):
     for s in (A, FA, FB, FN):
         bronze.schema(s)
     bronze.commit(
-        bronze.insert(A, (1, 10, 0), id=68), bronze.insert(A, (1, 10, 1), id=69),
-        bronze.insert(FA, (1, 20, 0), a_id=68, f_id=671, note="x"), bronze.insert(FA, (1, 20, 1), a_id=68, f_id=497, note="y"),
+        bronze.insert(A, (1, 10, 0), id=68),
+        bronze.insert(A, (1, 10, 1), id=69),
+        bronze.insert(FA, (1, 20, 0), a_id=68, f_id=671, note="x"),
+        bronze.insert(FA, (1, 20, 1), a_id=68, f_id=497, note="y"),
         bronze.insert(FA, (1, 20, 2), a_id=69, f_id=1, note="z"),
-        bronze.insert(FB, (1, 30, 0), id=1, a_id=68, f_id=497), bronze.insert(FB, (1, 30, 1), id=2, a_id=69, f_id=1),
+        bronze.insert(FB, (1, 30, 0), id=1, a_id=68, f_id=497),
+        bronze.insert(FB, (1, 30, 1), id=2, a_id=69, f_id=1),
         bronze.insert(FN, (1, 40, 0), id=5, a_id=68, v="n"),
     )
     run_silver(spark, bronze.config)
@@ -130,15 +165,18 @@ def rows(spark, b, name, cols):
 
 
 def test_a_child_row_deleted_after_the_parent_key_update_in_the_same_batch_stays_deleted(spark, fa):
-    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
-              fa.delete(FA, (1, 510, 0), a_id=220, f_id=671, note="x"))
+    fa.commit(
+        fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}), fa.delete(FA, (1, 510, 0), a_id=220, f_id=671, note="x")
+    )
     run_silver(spark, fa.config)
     assert rows(spark, fa, "fa", ["a_id", "f_id"]) == [(69, 1), (220, 497)]
 
 
 def test_a_child_row_updated_after_the_parent_key_update_in_the_same_batch_is_one_row_with_the_new_value(spark, fa):
-    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
-              fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 671, "note": "x"}, {"a_id": 220, "f_id": 671, "note": "new"}))
+    fa.commit(
+        fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+        fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 671, "note": "x"}, {"a_id": 220, "f_id": 671, "note": "new"}),
+    )
     run_silver(spark, fa.config)
     assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (220, 497, "y"), (220, 671, "new")]
     # The old keys are tombstones at the parent's change.
@@ -147,9 +185,11 @@ def test_a_child_row_updated_after_the_parent_key_update_in_the_same_batch_is_on
 
 
 def test_the_moved_row_carries_what_the_child_changed_before_the_parent_change(spark, fa):
-    fa.commit(fa.update(FA, (1, 490, 0), {"a_id": 68, "f_id": 671, "note": "x"}, {"a_id": 68, "f_id": 671, "note": "mid"}),
-              fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
-              fa.update(FN, (1, 505, 0), {"id": 5, "a_id": None, "v": "n"}, {"id": 5, "a_id": None, "v": "later"}))
+    fa.commit(
+        fa.update(FA, (1, 490, 0), {"a_id": 68, "f_id": 671, "note": "x"}, {"a_id": 68, "f_id": 671, "note": "mid"}),
+        fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+        fa.update(FN, (1, 505, 0), {"id": 5, "a_id": None, "v": "n"}, {"id": 5, "a_id": None, "v": "later"}),
+    )
     run_silver(spark, fa.config)
     assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (220, 497, "y"), (220, 671, "mid")]
     assert rows(spark, fa, "fn", ["id", "a_id", "v"]) == [(5, None, "later")]
@@ -158,12 +198,19 @@ def test_the_moved_row_carries_what_the_child_changed_before_the_parent_change(s
 def test_chained_cascades_follow_the_same_order(spark, fa):
     # a 68 -> 220 moves fa (68, 497) to (220, 497), which moves fb 1 along; fb 1 then points
     # at a new fa row, and a 220 -> 300 in the same batch moves all of them once more.
-    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
-              fa.insert(FA, (1, 505, 0), a_id=220, f_id=9, note="w"),
-              fa.update(FB, (1, 510, 0), {"id": 1, "a_id": 220, "f_id": 497}, {"id": 1, "a_id": 220, "f_id": 9}),
-              fa.update(A, (1, 530, 0), {"id": 220}, {"id": 300}))
+    fa.commit(
+        fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+        fa.insert(FA, (1, 505, 0), a_id=220, f_id=9, note="w"),
+        fa.update(FB, (1, 510, 0), {"id": 1, "a_id": 220, "f_id": 497}, {"id": 1, "a_id": 220, "f_id": 9}),
+        fa.update(A, (1, 530, 0), {"id": 220}, {"id": 300}),
+    )
     result = run_silver(spark, fa.config)
-    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(69, 1, "z"), (300, 9, "w"), (300, 497, "y"), (300, 671, "x")]
+    assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [
+        (69, 1, "z"),
+        (300, 9, "w"),
+        (300, 497, "y"),
+        (300, 671, "x"),
+    ]
     assert rows(spark, fa, "fb", ["id", "a_id", "f_id"]) == [(1, 300, 9), (2, 69, 1)]
     assert rows(spark, fa, "fn", ["id", "a_id"]) == [(5, None)]
     fb1 = fa.lh.silver("shop", "fb").read(spark).where("id = 1").select("_cdc_seq.pos").first()[0]
@@ -172,9 +219,11 @@ def test_chained_cascades_follow_the_same_order(spark, fa):
 
 
 def test_a_child_inserted_again_after_a_cascaded_delete_is_live(spark, fa):
-    fa.commit(fa.delete(A, (1, 500, 0), id=69),
-              fa.insert(A, (1, 510, 0), id=69),
-              fa.insert(FA, (1, 520, 0), a_id=69, f_id=1, note="again"))
+    fa.commit(
+        fa.delete(A, (1, 500, 0), id=69),
+        fa.insert(A, (1, 510, 0), id=69),
+        fa.insert(FA, (1, 520, 0), a_id=69, f_id=1, note="again"),
+    )
     run_silver(spark, fa.config)
     assert rows(spark, fa, "fa", ["a_id", "f_id", "note"]) == [(68, 497, "y"), (68, 671, "x"), (69, 1, "again")]
     assert rows(spark, fa, "fb", ["id"]) == [(1,)]  # fb 2 went with fa (69, 1)
@@ -183,8 +232,10 @@ def test_a_child_inserted_again_after_a_cascaded_delete_is_live(spark, fa):
 def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
     from binlake.silver import merge, run
 
-    fa.commit(fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
-              fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 497, "note": "y"}, {"a_id": 220, "f_id": 497, "note": "y2"}))
+    fa.commit(
+        fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
+        fa.update(FA, (1, 510, 0), {"a_id": 220, "f_id": 497, "note": "y"}, {"a_id": 220, "f_id": 497, "note": "y2"}),
+    )
     real = merge.merge_into_silver
     merged = []
 

@@ -37,7 +37,9 @@ def changes(ops, truncate_at: int):
         if op[0] == "write":
             _, k, status, note = op
             old = state.get(k)
-            records.append(("update", seq, (k, *old), (k, status, note)) if old else ("insert", seq, None, (k, status, note)))
+            records.append(
+                ("update", seq, (k, *old), (k, status, note)) if old else ("insert", seq, None, (k, status, note))
+            )
             state[k] = (status, note)
         elif op[0] == "delete" and op[1] in state:
             records.append(("delete", seq, (op[1], *state.pop(op[1])), None))
@@ -86,22 +88,42 @@ def model(records):
 def apply_in(spark, root, batches):
     """Commit ``batches`` in the given order, running silver after every second commit."""
     b = Bronze(spark, root)
-    b.config = dataclasses.replace(b.config, history=HistoryConfig((HistoryTable("shop.t", track_columns=("status",)),)))
+    b.config = dataclasses.replace(
+        b.config, history=HistoryConfig((HistoryTable("shop.t", track_columns=("status",)),))
+    )
     b.schema(T)
     attempts = itertools.count()
     for i, batch in enumerate(batches):
         if batch[0] == "chunk":
             _, rows, lw = batch
-            b.chunk(T, [{"id": k, "status": s, "note": n} for k, (s, n) in sorted(rows.items())], lw=lw, chunk_id=0,
-                    attempt_id=f"a{next(attempts)}")
+            b.chunk(
+                T,
+                [{"id": k, "status": s, "note": n} for k, (s, n) in sorted(rows.items())],
+                lw=lw,
+                chunk_id=0,
+                attempt_id=f"a{next(attempts)}",
+            )
         else:
             b.commit(*[record(b, *r) for r in batch])
         if i % 2 == 1:
             run_silver(spark, b.config)
     run_silver(spark, b.config)
     rows = b.lh.silver_history("shop", "t").read(spark).collect()
-    return sorted(((r.id, r.status, r.note, tuple(r._cdc_valid_from), r._cdc_valid_to and tuple(r._cdc_valid_to),
-                    r._cdc_is_current, r._cdc_ended_by_delete) for r in rows), key=lambda r: (r[0], r[3]))
+    return sorted(
+        (
+            (
+                r.id,
+                r.status,
+                r.note,
+                tuple(r._cdc_valid_from),
+                r._cdc_valid_to and tuple(r._cdc_valid_to),
+                r._cdc_is_current,
+                r._cdc_ended_by_delete,
+            )
+            for r in rows
+        ),
+        key=lambda r: (r[0], r[3]),
+    )
 
 
 def record(b, op, seq, before, after):
@@ -117,8 +139,12 @@ def record(b, op, seq, before, after):
 
 # An example costs about a minute of Spark: one per run, and no shrinking (the failure
 # message names the batches' order, the example is printed as drawn).
-@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck),
-          phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(
+    max_examples=1,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+)
 @given(ops=steps, data=st.data())
 def test_history_is_the_in_order_history_under_any_order_and_duplication_of_batches(spark, tmp_path_factory, ops, data):
     truncate_at = data.draw(st.integers(0, len(ops)))
@@ -129,7 +155,9 @@ def test_history_is_the_in_order_history_under_any_order_and_duplication_of_batc
     # A snapshot read between two steps, committed with the batches: mostly after newer events.
     at = data.draw(st.integers(1, len(states) - 2))  # just before step `at`
     batches.append(("chunk", states[at], (1, 100 + 10 * at - 5)))
-    shuffled = data.draw(st.permutations(batches)) + data.draw(st.lists(st.sampled_from(batches), min_size=1, max_size=2))
+    shuffled = data.draw(st.permutations(batches)) + data.draw(
+        st.lists(st.sampled_from(batches), min_size=1, max_size=2)
+    )
     # (A replay in order is the kill-and-rerun specification test's, test_silver_history.py.)
     for order in (shuffled, batches[::-1]):
         got = apply_in(spark, tmp_path_factory.mktemp(f"history{next(_runs)}") / "lh", order)

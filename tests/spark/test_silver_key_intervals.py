@@ -27,8 +27,7 @@ def test_updates_of_recent_rows_and_inserts_far_above_them_give_two_intervals(sp
 
 def test_every_value_lies_inside_an_interval_even_at_the_ends_of_bigint_and_unsigned_bigint(spark):
     rng = random.Random(7)
-    for ddl, low, high, cast in (("k BIGINT", -2**63, 2**63 - 1, int),
-                                 ("k DECIMAL(20,0)", 0, 2**64 - 1, Decimal)):
+    for ddl, low, high, cast in (("k BIGINT", -(2**63), 2**63 - 1, int), ("k DECIMAL(20,0)", 0, 2**64 - 1, Decimal)):
         values = {cast(low), cast(high)} | {cast(rng.randint(low, high)) for _ in range(200)}
         values |= {cast(v) for v in range(5)}
         got = intervals(spark, sorted(values), ddl=ddl, most=6)
@@ -46,7 +45,11 @@ def test_non_numeric_keys_and_single_values_keep_one_min_max_interval(spark):
 def test_a_small_batch_finds_its_gaps_on_the_driver_with_the_same_result(spark):
     values = [1, 2, 3, 1000, 1001, 1_000_000]
     df = spark.createDataFrame([(v,) for v in values], "k BIGINT")
-    assert key_intervals(df, "k", numeric=True, most=3, rows=len(values)) == [(1, 3), (1000, 1001), (1_000_000, 1_000_000)]
+    assert key_intervals(df, "k", numeric=True, most=3, rows=len(values)) == [
+        (1, 3),
+        (1000, 1001),
+        (1_000_000, 1_000_000),
+    ]
     rng = random.Random(11)
     for ddl, cast in (("k BIGINT", int), ("k DECIMAL(20,0)", Decimal)):
         values = sorted({cast(rng.randint(0, 10**12)) for _ in range(300)})

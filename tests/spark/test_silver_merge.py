@@ -9,8 +9,9 @@ from chispa import assert_df_equality
 from binlake.contract.types import Kind
 from binlake.silver.run import run_silver
 
-ORDERS = table("shop.orders", [col("id", comment="order id"), col("v", Kind.STRING), col("d", Kind.DATE)],
-               comment="all orders")
+ORDERS = table(
+    "shop.orders", [col("id", comment="order id"), col("v", Kind.STRING), col("d", Kind.DATE)], comment="all orders"
+)
 CODES = table("shop.codes", [col("code", Kind.STRING), col("v", Kind.STRING)], key=("code",))
 
 
@@ -37,19 +38,36 @@ def expect(spark, rows, schema="id INT, v STRING"):
 
 def test_several_changes_for_one_key_in_one_batch_keep_the_latest(spark, bronze):
     b = bronze
-    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, v="a"), b.update(ORDERS, (1, 200, 0), {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
-             b.update(ORDERS, (1, 200, 1), {"id": 1, "v": "b"}, {"id": 1, "v": "c"}), b.insert(ORDERS, (1, 300, 0), id=2, v="x"))
+    b.commit(
+        b.insert(ORDERS, (1, 100, 0), id=1, v="a"),
+        b.update(ORDERS, (1, 200, 0), {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+        b.update(ORDERS, (1, 200, 1), {"id": 1, "v": "b"}, {"id": 1, "v": "c"}),
+        b.insert(ORDERS, (1, 300, 0), id=2, v="x"),
+    )
     result = run_silver(spark, b.config)
-    assert_df_equality(current(spark, b), expect(spark, [(1, "c"), (2, "x")]), ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        current(spark, b),
+        expect(spark, [(1, "c"), (2, "x")]),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     assert result.table("shop.orders").changes == 4
     assert "shop.orders" in result.summary()
 
 
 def test_sequence_is_exposed_and_the_op_recorded(spark, bronze):
     b = bronze
-    b.commit(b.insert(ORDERS, (3, 100, 0), id=1, v="a"), b.update(ORDERS, (3, 150, 2), {"id": 1, "v": "a"}, {"id": 1, "v": "b"}))
+    b.commit(
+        b.insert(ORDERS, (3, 100, 0), id=1, v="a"),
+        b.update(ORDERS, (3, 150, 2), {"id": 1, "v": "a"}, {"id": 1, "v": "b"}),
+    )
     run_silver(spark, b.config)
-    row = silver(spark, b).select("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row", "_cdc_op", "_cdc_deleted").first()
+    row = (
+        silver(spark, b)
+        .select("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row", "_cdc_op", "_cdc_deleted")
+        .first()
+    )
     assert tuple(row) == (3, 150, 2, "update", False)
 
 
@@ -86,8 +104,11 @@ def test_silver_reads_only_what_is_new_since_its_progress(spark, bronze):
 
 def test_a_batch_replayed_after_a_crash_before_progress_changes_nothing(spark, bronze):
     b = bronze
-    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, v="a"), b.delete(ORDERS, (1, 110, 0), id=1, v="a"),
-             b.insert(ORDERS, (1, 120, 0), id=2, v="b"))
+    b.commit(
+        b.insert(ORDERS, (1, 100, 0), id=1, v="a"),
+        b.delete(ORDERS, (1, 110, 0), id=1, v="a"),
+        b.insert(ORDERS, (1, 120, 0), id=2, v="b"),
+    )
     run_silver(spark, b.config)
     before = silver(spark, b).collect()
     # Simulate kill -9 after the MERGE, before the progress write: forget progress.
@@ -102,10 +123,20 @@ def test_snapshot_applied_after_newer_events_changes_nothing(spark, bronze):
     run_silver(spark, b.config)
     b.chunk(ORDERS, [{"id": 1, "v": "old"}, {"id": 2, "v": "snap"}], lw=(2, 100))
     result = run_silver(spark, b.config)
-    assert_df_equality(current(spark, b), expect(spark, [(1, "new"), (2, "snap")]), ignore_row_order=True,
-                       ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        current(spark, b),
+        expect(spark, [(1, "new"), (2, "snap")]),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     assert result.table("shop.orders").snapshot_rows == 2
-    snap = silver(spark, b).where("id = 2").select("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row", "_cdc_op").first()
+    snap = (
+        silver(spark, b)
+        .where("id = 2")
+        .select("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row", "_cdc_op")
+        .first()
+    )
     assert tuple(snap) == (2, 100, -1, "snapshot")
 
 
@@ -118,16 +149,25 @@ def test_a_chunk_without_manifest_is_invisible(spark, bronze):
 
 def test_chunk_reconciliation_tombstones_a_missed_delete_but_not_a_key_changed_after_lw(spark, bronze):
     b = bronze
-    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, v="kept"), b.insert(ORDERS, (1, 100, 1), id=2, v="missed-delete"),
-             b.insert(ORDERS, (1, 100, 2), id=3, v="after-lw"), b.insert(ORDERS, (1, 100, 3), id=50, v="other chunk"))
+    b.commit(
+        b.insert(ORDERS, (1, 100, 0), id=1, v="kept"),
+        b.insert(ORDERS, (1, 100, 1), id=2, v="missed-delete"),
+        b.insert(ORDERS, (1, 100, 2), id=3, v="after-lw"),
+        b.insert(ORDERS, (1, 100, 3), id=50, v="other chunk"),
+    )
     b.commit(b.update(ORDERS, (2, 300, 0), {"id": 3, "v": "after-lw"}, {"id": 3, "v": "changed"}))
     run_silver(spark, b.config)
     # Chunk [1, 10) at lw (2, 200) returned only id 1: id 2 was deleted without a binlog
     # event (drift); id 3 changed after lw so its absence proves nothing; id 50 is outside.
     b.chunk(ORDERS, [{"id": 1, "v": "kept"}], lw=(2, 200), start=[1], end=[10])
     result = run_silver(spark, b.config)
-    assert_df_equality(current(spark, b), expect(spark, [(1, "kept"), (3, "changed"), (50, "other chunk")]),
-                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        current(spark, b),
+        expect(spark, [(1, "kept"), (3, "changed"), (50, "other chunk")]),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     assert result.table("shop.orders").reconciled == 1
     tomb = silver(spark, b).where("id = 2").select("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row").first()
     assert tuple(tomb) == (2, 200, -2)  # just below the snapshot's own rows
@@ -145,8 +185,11 @@ def test_primary_key_update_tombstones_the_old_key(spark, bronze):
 
 def test_primary_key_swap_back_in_one_batch(spark, bronze):
     b = bronze
-    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, v="a"), b.update(ORDERS, (1, 200, 0), {"id": 1, "v": "a"}, {"id": 7, "v": "a"}),
-             b.update(ORDERS, (1, 300, 0), {"id": 7, "v": "a"}, {"id": 1, "v": "z"}))
+    b.commit(
+        b.insert(ORDERS, (1, 100, 0), id=1, v="a"),
+        b.update(ORDERS, (1, 200, 0), {"id": 1, "v": "a"}, {"id": 7, "v": "a"}),
+        b.update(ORDERS, (1, 300, 0), {"id": 7, "v": "a"}, {"id": 1, "v": "z"}),
+    )
     run_silver(spark, b.config)
     assert_df_equality(current(spark, b), expect(spark, [(1, "z")]), ignore_nullable=True, ignore_metadata=True)
 
@@ -167,7 +210,10 @@ def test_truncate_tombstones_every_older_row_even_from_a_late_snapshot(spark, br
 
 def test_zero_dates_become_null_and_are_counted(spark, bronze):
     b = bronze
-    b.commit(b.insert(ORDERS, (1, 100, 0), id=1, v="a", d="0000-00-00"), b.insert(ORDERS, (1, 100, 1), id=2, v="b", d="2026-01-31"))
+    b.commit(
+        b.insert(ORDERS, (1, 100, 0), id=1, v="a", d="0000-00-00"),
+        b.insert(ORDERS, (1, 100, 1), id=2, v="b", d="2026-01-31"),
+    )
     b.chunk(ORDERS, [{"id": 3, "v": "c", "d": "0000-00-00"}], lw=(1, 50))
     result = run_silver(spark, b.config)
     assert result.table("shop.orders").zero_dates == 2
@@ -209,13 +255,23 @@ def test_a_snapshot_read_right_after_a_truncate_keeps_its_rows(spark, bronze):
     b.commit(b.truncate(ORDERS, (1, 200, 0)))
     b.chunk(ORDERS, [{"id": 1, "v": "new"}, {"id": 5, "v": "new"}], lw=(1, 200), start=[1], end=[9])
     run_silver(spark, b.config)
-    assert_df_equality(current(spark, b), expect(spark, [(1, "new"), (5, "new")]), ignore_nullable=True,
-                       ignore_metadata=True, ignore_row_order=True)
+    assert_df_equality(
+        current(spark, b),
+        expect(spark, [(1, "new"), (5, "new")]),
+        ignore_nullable=True,
+        ignore_metadata=True,
+        ignore_row_order=True,
+    )
     # and a later chunk read before the TRUNCATE still brings nothing back
     b.chunk(ORDERS, [{"id": 2, "v": "old"}], lw=(1, 150), start=[2], end=[3])
     run_silver(spark, b.config)
-    assert_df_equality(current(spark, b), expect(spark, [(1, "new"), (5, "new")]), ignore_nullable=True,
-                       ignore_metadata=True, ignore_row_order=True)
+    assert_df_equality(
+        current(spark, b),
+        expect(spark, [(1, "new"), (5, "new")]),
+        ignore_nullable=True,
+        ignore_metadata=True,
+        ignore_row_order=True,
+    )
 
 
 def test_a_key_returned_by_its_own_chunk_survives_a_neighbour_it_only_sorts_into_in_spark(spark, bronze):
@@ -226,9 +282,13 @@ def test_a_key_returned_by_its_own_chunk_survives_a_neighbour_it_only_sorts_into
     b.chunk(CODES, [{"code": "a", "v": "s"}, {"code": "é", "v": "s"}], lw=(1, 100), end=["f"])
     b.chunk(CODES, [{"code": "g", "v": "s"}], lw=(1, 200), start=["f"])
     result = run_silver(spark, b.config)
-    assert_df_equality(current(spark, b, "shop.codes", ("code", "v")),
-                       expect(spark, [("a", "s"), ("g", "s"), ("é", "s")], "code STRING, v STRING"),
-                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        current(spark, b, "shop.codes", ("code", "v")),
+        expect(spark, [("a", "s"), ("g", "s"), ("é", "s")], "code STRING, v STRING"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )
     assert result.table("shop.codes").reconciled == 0
 
 
@@ -241,12 +301,20 @@ def test_a_neighbour_committed_first_tombstones_only_until_the_key_s_own_chunk_a
     b.chunk(CODES, [{"code": "g", "v": "s"}], lw=(1, 200), start=["f"])
     run_silver(spark, b.config)
     assert current(spark, b, "shop.codes", ("code",)).where("code = 'h'").count() == 0
-    tomb = silver(spark, b, "shop.codes").where("code = 'h'").select("_cdc_seq.file_index", "_cdc_seq.pos",
-                                                                       "_cdc_seq.row").first()
+    tomb = (
+        silver(spark, b, "shop.codes")
+        .where("code = 'h'")
+        .select("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row")
+        .first()
+    )
     assert tuple(tomb) == (1, 200, -2)
     # The next wave's chunk [-inf, 'f') returns 'é': its row outranks the provisional tombstone.
     b.chunk(CODES, [{"code": "é", "v": "s"}], lw=(1, 300), end=["f"])
     run_silver(spark, b.config)
-    assert_df_equality(current(spark, b, "shop.codes", ("code", "v")),
-                       expect(spark, [("g", "s"), ("é", "s")], "code STRING, v STRING"),
-                       ignore_row_order=True, ignore_nullable=True, ignore_metadata=True)
+    assert_df_equality(
+        current(spark, b, "shop.codes", ("code", "v")),
+        expect(spark, [("g", "s"), ("é", "s")], "code STRING, v STRING"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+        ignore_metadata=True,
+    )

@@ -17,39 +17,59 @@ from binlake.silver.schema_evolution import widening
 V1 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty")])
 OTHER = table("shop.other", [col("id"), col("x", Kind.STRING)])
 
+
 @pytest.fixture
 def b(spark, tmp_path):
     bronze = Bronze(spark, tmp_path / "lh")
     bronze.schema(V1)
     return bronze
 
+
 def silver_df(spark, b, name="items"):
     return b.lh.silver("shop", name).read(spark)
+
 
 def live(spark, b, cols, name="items"):
     return silver_df(spark, b, name).where("NOT _cdc_deleted").select(*cols)
 
+
 def same(actual, spark, rows, schema):
-    assert_df_equality(actual, spark.createDataFrame(rows, schema), ignore_row_order=True, ignore_nullable=True,
-                       ignore_metadata=True)
+    assert_df_equality(
+        actual, spark.createDataFrame(rows, schema), ignore_row_order=True, ignore_nullable=True, ignore_metadata=True
+    )
+
 
 def data_columns(spark, b, name="items"):
     return [f.name for f in silver_df(spark, b, name).schema.fields if not f.name.startswith("_cdc_")]
 
+
 def test_add_column_after_mid_batch(spark, b):
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
     run_silver(spark, b.config)
-    v2 = table("shop.items", [col("id"), col("note", Kind.STRING, comment="added"), col("name", Kind.STRING), col("qty")])
+    v2 = table(
+        "shop.items", [col("id"), col("note", Kind.STRING, comment="added"), col("name", Kind.STRING), col("qty")]
+    )
     b.commit(b.insert(V1, (1, 150, 0), id=2, name="b", qty=2))
     b.schema(v2, at=(1, 200), ddl="ALTER TABLE items ADD COLUMN note VARCHAR(20) COMMENT 'added' AFTER id")
-    b.commit(b.insert(v2, (1, 300, 0), id=3, note="n", name="c", qty=3),
-             b.update(v2, (1, 300, 1), {"id": 1, "note": None, "name": "a", "qty": "1"},
-                      {"id": 1, "note": "hello", "name": "a", "qty": "1"}))
+    b.commit(
+        b.insert(v2, (1, 300, 0), id=3, note="n", name="c", qty=3),
+        b.update(
+            v2,
+            (1, 300, 1),
+            {"id": 1, "note": None, "name": "a", "qty": "1"},
+            {"id": 1, "note": "hello", "name": "a", "qty": "1"},
+        ),
+    )
     result = run_silver(spark, b.config)
     assert data_columns(spark, b) == ["id", "note", "name", "qty"]
     assert result.table("shop.items").schema_changes
-    same(live(spark, b, ["id", "note", "name"]), spark, [(1, "hello", "a"), (2, None, "b"), (3, "n", "c")],
-         "id INT, note STRING, name STRING")
+    same(
+        live(spark, b, ["id", "note", "name"]),
+        spark,
+        [(1, "hello", "a"), (2, None, "b"), (3, "n", "c")],
+        "id INT, note STRING, name STRING",
+    )
+
 
 def test_add_column_first(spark, b):
     v2 = table("shop.items", [col("tenant"), col("id"), col("name", Kind.STRING), col("qty")])
@@ -61,6 +81,7 @@ def test_add_column_first(spark, b):
     assert data_columns(spark, b) == ["tenant", "id", "name", "qty"]
     same(live(spark, b, ["tenant", "id"]), spark, [(None, 1), (9, 2)], "tenant INT, id INT")
 
+
 def test_drop_column(spark, b):
     v2 = table("shop.items", [col("id"), col("name", Kind.STRING)])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -70,6 +91,7 @@ def test_drop_column(spark, b):
     run_silver(spark, b.config)
     assert data_columns(spark, b) == ["id", "name"]
     same(live(spark, b, ["id", "name"]), spark, [(1, "a"), (2, "b")], "id INT, name STRING")
+
 
 def test_rename_column_with_old_images_in_the_same_batch(spark, b):
     v2 = table("shop.items", [col("id"), col("title", Kind.STRING), col("qty")])
@@ -83,6 +105,7 @@ def test_rename_column_with_old_images_in_the_same_batch(spark, b):
     assert data_columns(spark, b) == ["id", "title", "qty"]
     same(live(spark, b, ["id", "title"]), spark, [(1, "a"), (2, "b"), (3, "c")], "id INT, title STRING")
 
+
 def test_widening_modify_keeps_values(spark, b):
     v2 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty", bits=64)])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=7))
@@ -92,6 +115,7 @@ def test_widening_modify_keeps_values(spark, b):
     run_silver(spark, b.config)
     assert silver_df(spark, b).schema["qty"].dataType.simpleString() == "bigint"
     same(live(spark, b, ["id", "qty"]), spark, [(1, 7), (2, 2**40)], "id INT, qty BIGINT")
+
 
 def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b):
     b.schema(OTHER)
@@ -117,13 +141,15 @@ def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b)
     with pytest.raises(SchemaChangeError):
         run_silver(spark, b.config)
     # ... until the table is re-snapshotted with the new schema: silver is rebuilt.
-    b.chunk(narrow, [{"id": 1, "name": "a", "qty": 1}, {"id": 2, "name": "b", "qty": 2}], lw=(1, 400),
-            snapshot_id="resnap")
+    b.chunk(
+        narrow, [{"id": 1, "name": "a", "qty": 1}, {"id": 2, "name": "b", "qty": 2}], lw=(1, 400), snapshot_id="resnap"
+    )
     result = run_silver(spark, b.config)
     assert result.table("shop.items").recreated
     assert {s.name: s.stopped for s in silver_progress(spark, b.config, b.lh)}["shop.items"] is None
     assert silver_df(spark, b).schema["qty"].dataType.simpleString() == "smallint"
     same(live(spark, b, ["id", "qty"]), spark, [(1, 1), (2, 2)], "id INT, qty SMALLINT")
+
 
 def test_key_change_is_incompatible(spark, b):
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -133,6 +159,7 @@ def test_key_change_is_incompatible(spark, b):
     b.commit(b.insert(v2, (1, 300, 0), id=2, name="b", qty=2))
     with pytest.raises(SchemaChangeError, match=r"the key changes from \(id\) to \(id, name\)"):
         run_silver(spark, b.config)
+
 
 def test_ddl_rename_parsing_and_widening_rules():
     assert column_renames("ALTER TABLE t RENAME COLUMN a TO b") == [("a", "b")]

@@ -133,7 +133,10 @@ def _file_of(job_key: str) -> Path:
 
 def test_the_schema_validator_rejects_what_the_cli_would_reject():
     # Guards the guard: without the regex-aware pattern check every ${var} would pass or fail blindly.
-    bad = {"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"tasks": [{"python_wheel_task": {"package_name": "p"}}]}}}}
+    bad = {
+        "bundle": {"name": "x"},
+        "resources": {"jobs": {"j": {"tasks": [{"python_wheel_task": {"package_name": "p"}}]}}},
+    }
     assert _errors(bad), "a task without task_key and entry_point must be invalid"
     assert _errors({"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"no_such_key": 1}}}})
     assert not _errors({"bundle": {"name": "x"}, "resources": {"jobs": {"j": {"max_concurrent_runs": "${var.n}"}}}})
@@ -214,8 +217,14 @@ def test_every_interpolation_refers_to_something_declared():
     merged = _merged()
     variables = set(merged["variables"])
     resources = {(rtype, name) for rtype, items in merged["resources"].items() for name in items}
-    builtins = {"bundle.name", "bundle.target", "workspace.current_user.short_name", "workspace.current_user.userName",
-                "workspace.file_path", "workspace.root_path"}
+    builtins = {
+        "bundle.name",
+        "bundle.target",
+        "workspace.current_user.short_name",
+        "workspace.current_user.userName",
+        "workspace.file_path",
+        "workspace.root_path",
+    }
     for where, text in _strings(merged):
         for ref in INTERPOLATION.findall(text):
             parts = ref.split(".")
@@ -243,7 +252,9 @@ def test_job_task_dependencies_and_clusters_refer_to_existing_keys():
         clusters = {c["job_cluster_key"] for c in job.get("job_clusters", [])}
         for task in job["tasks"]:
             for dep in task.get("depends_on", []):
-                assert dep["task_key"] in keys, f"{job_key}.{task['task_key']} depends on unknown task {dep['task_key']}"
+                assert dep["task_key"] in keys, (
+                    f"{job_key}.{task['task_key']} depends on unknown task {dep['task_key']}"
+                )
                 assert dep["task_key"] != task["task_key"]
             if "job_cluster_key" in task:
                 assert task["job_cluster_key"] in clusters, f"{job_key}.{task['task_key']}: unknown job cluster"
@@ -254,7 +265,9 @@ def test_job_parameter_references_name_parameters_the_job_declares():
         declared = {p["name"] for p in job.get("parameters", [])}
         for where, text in _strings(job):
             for name in JOB_PARAMETER.findall(text):
-                assert name in declared, f"{job_key} {where}: {{{{job.parameters.{name}}}}} is not a parameter of the job"
+                assert name in declared, (
+                    f"{job_key} {where}: {{{{job.parameters.{name}}}}} is not a parameter of the job"
+                )
 
 
 def test_every_wheel_task_calls_a_declared_entry_point_that_imports():
@@ -269,7 +282,9 @@ def test_every_wheel_task_calls_a_declared_entry_point_that_imports():
             continue
         seen += 1
         assert wheel["package_name"] == project["name"]
-        assert wheel["entry_point"] in scripts, f"{job_key}.{task['task_key']}: no [project.scripts] entry {wheel['entry_point']}"
+        assert wheel["entry_point"] in scripts, (
+            f"{job_key}.{task['task_key']}: no [project.scripts] entry {wheel['entry_point']}"
+        )
         module, func = scripts[wheel["entry_point"]].split(":")
         assert callable(getattr(importlib.import_module(module), func))
         libs = [lib["whl"] for lib in task.get("libraries", []) if "whl" in lib]
@@ -293,7 +308,11 @@ def test_every_notebook_path_exists_in_databricks_source_format():
 
 
 # What an operator passes for the variables without a default (databricks bundle deploy --var ...).
-_REQUIRED_EXAMPLES = {"mysql_host": "db.internal", "source_tables": "shop.*,crm.customers", "run_as_service_principal": "sp"}
+_REQUIRED_EXAMPLES = {
+    "mysql_host": "db.internal",
+    "source_tables": "shop.*,crm.customers",
+    "run_as_service_principal": "sp",
+}
 
 
 def _substitute(text: str) -> str:
@@ -307,7 +326,13 @@ def _substitute(text: str) -> str:
 
     text = INTERPOLATION.sub(value, text)
     text = text.replace("{{job.run_id}}", "123456")  # what Databricks fills in at run time
-    examples = {"repair": "false", "reset_capture": "false", "capture": "true", "table": "shop.customers", "key": "id=42"}
+    examples = {
+        "repair": "false",
+        "reset_capture": "false",
+        "capture": "true",
+        "table": "shop.customers",
+        "key": "id=42",
+    }
     return JOB_PARAMETER.sub(lambda m: examples.get(m.group(1), ""), text)
 
 
@@ -324,7 +349,9 @@ def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
         inv = parse_job_args(argv)
         build_parser().parse_args(["--config", "x.yml", *inv.cli_args])
         text = inv.config_yaml
-        assert "{{secrets/binlake/mysql-cdc}}" in text, f"{job_key}.{task['task_key']}: password is not a secret reference"
+        assert "{{secrets/binlake/mysql-cdc}}" in text, (
+            f"{job_key}.{task['task_key']}: password is not a secret reference"
+        )
         # Loads as a real config once the secret reference is swapped for a stand-in.
         cfg = load_config_text(text.replace("'{{secrets/binlake/mysql-cdc}}'", "stand-in"))
         assert cfg.lakehouse.catalog == "main" and cfg.lakehouse.system_path.startswith("/Volumes/main/")
@@ -396,7 +423,8 @@ def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(pa
     for node in ast.walk(tree):
         # No logic: the notebooks hold calls, never branches, loops or definitions.
         assert not isinstance(node, (ast.If, ast.For, ast.While, ast.FunctionDef, ast.ClassDef, ast.Try)), (
-            f"{path.name}:{node.lineno}: move this logic into the binlake package")
+            f"{path.name}:{node.lineno}: move this logic into the binlake package"
+        )
         if isinstance(node, ast.ImportFrom):
             assert node.module.startswith("binlake"), f"{path.name}: imports {node.module}"
             module = importlib.import_module(node.module)
@@ -471,8 +499,10 @@ def test_the_erase_job_passes_its_table_and_key_parameters_to_erase():
 
 def test_every_binlake_job_task_reads_the_settings_file_history_and_column_rules_and_the_mask_salt(tmp_path):
     settings = tmp_path / "binlake.settings.yml"
-    settings.write_text('source: {columns: {"shop.customers": {exclude: [ssn], mask: {email: hash}}}}\n'
-                        "snapshot: {chunk_size: 1000}\nhistory: {tables: [shop.customers]}\n")
+    settings.write_text(
+        'source: {columns: {"shop.customers": {exclude: [ssn], mask: {email: hash}}}}\n'
+        "snapshot: {chunk_size: 1000}\nhistory: {tables: [shop.customers]}\n"
+    )
     for job_key, task in _tasks():
         wheel = task.get("python_wheel_task")
         if not wheel or wheel["entry_point"] != "binlake-job":
@@ -483,8 +513,12 @@ def test_every_binlake_job_task_reads_the_settings_file_history_and_column_rules
         # Left at their empty defaults, they add nothing.
         plain = parse_job_args([_substitute(a) for a in wheel["parameters"]])
         assert "mask_salt" not in plain.settings["source"] and "columns" not in plain.settings["source"], where
-        args = [_substitute(a.replace("${var.settings_file}", str(settings))
-                             .replace("${var.mask_salt_secret}", "binlake/mask-salt")) for a in wheel["parameters"]]
+        args = [
+            _substitute(
+                a.replace("${var.settings_file}", str(settings)).replace("${var.mask_salt_secret}", "binlake/mask-salt")
+            )
+            for a in wheel["parameters"]
+        ]
         cfg = load_config_text(parse_job_args(args).config_yaml, environ={})
         assert cfg.source.column_rule("shop", "customers").exclude == ("ssn",), where
         assert cfg.source.mask_salt == Secret.reference("binlake", "mask-salt") and cfg.snapshot.chunk_size == 1000

@@ -31,8 +31,13 @@ NAME = Column("name", Kind.STRING)
 
 def evaluate_terms(disjuncts, key, bound) -> bool:
     """Evaluate a range_condition expansion in Python, to compare it with tuple order."""
-    ops = {"=": lambda a, b: a == b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
-           "<": lambda a, b: a < b, "<=": lambda a, b: a <= b}
+    ops = {
+        "=": lambda a, b: a == b,
+        ">": lambda a, b: a > b,
+        ">=": lambda a, b: a >= b,
+        "<": lambda a, b: a < b,
+        "<=": lambda a, b: a <= b,
+    }
     return any(all(ops[t.op](key[t.index], bound[t.index]) for t in conj) for conj in disjuncts)
 
 
@@ -65,8 +70,12 @@ def _walker(keys: list[tuple], chunk_size: int):
 
 
 @settings(max_examples=200, deadline=None)
-@given(lo=st.integers(-(2**63), 2**64 - 1), width=st.integers(0, 5000), chunk_size=st.integers(1, 700),
-       probes=st.lists(st.integers(-50, 5050), max_size=30))
+@given(
+    lo=st.integers(-(2**63), 2**64 - 1),
+    width=st.integers(0, 5000),
+    chunk_size=st.integers(1, 700),
+    probes=st.lists(st.integers(-50, 5050), max_size=30),
+)
 def test_arithmetic_chunks_cover_every_integer_exactly_once(lo, width, chunk_size, probes):
     hi = lo + width
     chunks = plan_arithmetic(lo, hi, chunk_size)
@@ -89,20 +98,26 @@ def test_arithmetic_bounds_near_two_to_the_64_are_exact_decimal_text():
     top = 2**64 - 1
     chunks = plan_arithmetic(top - 9, top, 4)
     assert [(c.start_json, c.end_json) for c in chunks] == [
-        (None, f'["{top - 5}"]'), (f'["{top - 5}"]', f'["{top - 1}"]'), (f'["{top - 1}"]', None)]
+        (None, f'["{top - 5}"]'),
+        (f'["{top - 5}"]', f'["{top - 1}"]'),
+        (f'["{top - 1}"]', None),
+    ]
 
 
 def test_one_chunk_when_the_range_fits():
     assert plan_arithmetic(5, 9, 100) == [Chunk(0, None, None)]
 
 
-@pytest.mark.parametrize(("lo", "hi", "rows", "expected"), [
-    (1, 1_000_000, 1_000_000, True),  # dense
-    (1, 1_000_000, 600_000, True),  # some holes
-    (1, 10**12, 1_000_000, False),  # sparse
-    (0, 2**64 - 1, 10, False),  # a few huge unsigned keys
-    (1, 50, 0, True),  # stale estimate but a tiny range
-])
+@pytest.mark.parametrize(
+    ("lo", "hi", "rows", "expected"),
+    [
+        (1, 1_000_000, 1_000_000, True),  # dense
+        (1, 1_000_000, 600_000, True),  # some holes
+        (1, 10**12, 1_000_000, False),  # sparse
+        (0, 2**64 - 1, 10, False),  # a few huge unsigned keys
+        (1, 50, 0, True),  # stale estimate but a tiny range
+    ],
+)
 def test_choose_arithmetic_only_for_dense_keys(lo, hi, rows, expected):
     assert choose_arithmetic(lo, hi, rows, 1000) is expected
 
@@ -124,8 +139,11 @@ composite_keys = st.lists(st.tuples(st.integers(-3, 3), st.text("abcAB", max_siz
 
 
 @settings(max_examples=200, deadline=None)
-@given(keys=composite_keys, chunk_size=st.integers(1, 25),
-       probes=st.lists(st.tuples(st.integers(-5, 5), st.text("abcAB", max_size=3)), max_size=20))
+@given(
+    keys=composite_keys,
+    chunk_size=st.integers(1, 25),
+    probes=st.lists(st.tuples(st.integers(-5, 5), st.text("abcAB", max_size=3)), max_size=20),
+)
 def test_boundary_chunks_partition_the_key_space_and_hold_at_most_chunk_size_rows(keys, chunk_size, probes):
     keys = sorted(keys)
     chunks = plan_by_boundaries(_walker(keys, chunk_size))
@@ -154,7 +172,10 @@ def test_a_boundary_equal_to_its_start_means_the_key_is_not_unique():
 
 def test_chunks_from_boundaries_opens_both_ends():
     assert chunks_from_boundaries([("b",), ("d",)]) == [
-        Chunk(0, None, ("b",)), Chunk(1, ("b",), ("d",)), Chunk(2, ("d",), None)]
+        Chunk(0, None, ("b",)),
+        Chunk(1, ("b",), ("d",)),
+        Chunk(2, ("d",), None),
+    ]
 
 
 # --- predicates ---------------------------------------------------------------------------
@@ -172,8 +193,7 @@ def test_expanded_predicates_equal_lexicographic_tuple_comparison(n, data):
 def test_composite_range_condition_uses_the_index_friendly_expanded_form():
     cols = [Column("a", Kind.INT, bits=32), Column("b`x", Kind.STRING)]
     sql, params = range_condition(cols, ("1", "k"), ("3", "m"))
-    assert sql == ("((`a` > %s) OR (`a` = %s AND `b``x` >= %s)) AND "
-                   "((`a` < %s) OR (`a` = %s AND `b``x` < %s))")
+    assert sql == ("((`a` > %s) OR (`a` = %s AND `b``x` >= %s)) AND ((`a` < %s) OR (`a` = %s AND `b``x` < %s))")
     assert params == [1, 1, "k", 3, 3, "m"]
 
 
@@ -192,18 +212,23 @@ def test_boundary_query_walks_the_key_index_from_the_start_inclusive():
     # An int parameter: pymysql writes it as a literal, so MySQL never compares via DOUBLE.
     assert params == [2**64 - 5] and isinstance(params[0], int)
     assert boundary_query("s", "t", [INT, NAME], None, 7) == (
-        "SELECT `id`, `name` FROM `s`.`t` ORDER BY `id`, `name` LIMIT 1 OFFSET 7", [])
+        "SELECT `id`, `name` FROM `s`.`t` ORDER BY `id`, `name` LIMIT 1 OFFSET 7",
+        [],
+    )
 
 
-@pytest.mark.parametrize(("col", "text", "value"), [
-    (UBIG, "18446744073709551615", 18446744073709551615),
-    (Column("d", Kind.DECIMAL, precision=10, scale=2), "1.50", __import__("decimal").Decimal("1.50")),
-    (Column("t", Kind.TIMESTAMP, fsp=6), "2026-01-02T03:04:05.000006Z", "2026-01-02 03:04:05.000006"),
-    (Column("dt", Kind.DATETIME, fsp=6), "2026-01-02 03:04:05.000006", "2026-01-02 03:04:05.000006"),
-    (Column("b", Kind.BINARY), "AAE=", b"\x00\x01"),
-    (Column("e", Kind.ENUM, labels=("x", "y")), "y", 2),
-    (NAME, "Ägypten", "Ägypten"),
-])
+@pytest.mark.parametrize(
+    ("col", "text", "value"),
+    [
+        (UBIG, "18446744073709551615", 18446744073709551615),
+        (Column("d", Kind.DECIMAL, precision=10, scale=2), "1.50", __import__("decimal").Decimal("1.50")),
+        (Column("t", Kind.TIMESTAMP, fsp=6), "2026-01-02T03:04:05.000006Z", "2026-01-02 03:04:05.000006"),
+        (Column("dt", Kind.DATETIME, fsp=6), "2026-01-02 03:04:05.000006", "2026-01-02 03:04:05.000006"),
+        (Column("b", Kind.BINARY), "AAE=", b"\x00\x01"),
+        (Column("e", Kind.ENUM, labels=("x", "y")), "y", 2),
+        (NAME, "Ägypten", "Ägypten"),
+    ],
+)
 def test_param_value_turns_canonical_text_into_the_native_value(col, text, value):
     assert param_value(col, text) == value
 

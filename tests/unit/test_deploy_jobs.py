@@ -61,7 +61,7 @@ class FakeJobsApi:
         # Paged like the real API: next_page_token until the last page.
         size = min(limit or self.page_size, self.page_size)
         start = int(q.get("page_token", 0))
-        out = {field: items[start:start + size], "has_more": start + size < len(items)}
+        out = {field: items[start : start + size], "has_more": start + size < len(items)}
         if start + size < len(items):
             out["next_page_token"] = str(start + size)
         return out
@@ -75,15 +75,22 @@ class FakeJobsApi:
 
 
 def _job(job_id, name, schedule=None, continuous=None) -> j.BaseJob:
-    return j.BaseJob(job_id=job_id, created_time=T0, creator_user_name="ops@example.com",
-                     settings=j.JobSettings(name=name, schedule=schedule, continuous=continuous, max_concurrent_runs=1))
+    return j.BaseJob(
+        job_id=job_id,
+        created_time=T0,
+        creator_user_name="ops@example.com",
+        settings=j.JobSettings(name=name, schedule=schedule, continuous=continuous, max_concurrent_runs=1),
+    )
 
 
-def _run(run_id, job_id, minutes_ago, result=None, lifecycle=j.RunLifeCycleState.TERMINATED, duration_s=372,
-         message="") -> j.BaseRun:
+def _run(
+    run_id, job_id, minutes_ago, result=None, lifecycle=j.RunLifeCycleState.TERMINATED, duration_s=372, message=""
+) -> j.BaseRun:
     start = T0 - minutes_ago * 60_000
     return j.BaseRun(
-        run_id=run_id, job_id=job_id, start_time=start,
+        run_id=run_id,
+        job_id=job_id,
+        start_time=start,
         end_time=start + duration_s * 1000 if lifecycle == j.RunLifeCycleState.TERMINATED else None,
         run_duration=duration_s * 1000 if lifecycle == j.RunLifeCycleState.TERMINATED else None,
         run_page_url=f"https://adb-1.azuredatabricks.net/jobs/{job_id}/runs/{run_id}",
@@ -102,9 +109,12 @@ def api():
             _job(14, "binlake_continuous", continuous=j.Continuous(pause_status=j.PauseStatus.UNPAUSED)),
         ],
         runs={
-            11: [_run(901, 11, 30, j.RunResultState.SUCCESS), _run(902, 11, 15, j.RunResultState.FAILED,
-                                                                  message="Task gold failed with message: quality check"),
-                 _run(903, 11, 0, lifecycle=j.RunLifeCycleState.RUNNING), _run(900, 11, 45, j.RunResultState.SUCCESS)],
+            11: [
+                _run(901, 11, 30, j.RunResultState.SUCCESS),
+                _run(902, 11, 15, j.RunResultState.FAILED, message="Task gold failed with message: quality check"),
+                _run(903, 11, 0, lifecycle=j.RunLifeCycleState.RUNNING),
+                _run(900, 11, 45, j.RunResultState.SUCCESS),
+            ],
             14: [_run(950, 14, 600, lifecycle=j.RunLifeCycleState.RUNNING)],
         },
     )
@@ -115,13 +125,17 @@ def api():
 @pytest.fixture
 def config(tmp_path):
     return load_config_text(
-        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: {{path: {tmp_path}}}\n")
+        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: {{path: {tmp_path}}}\n"
+    )
 
 
 def test_lists_only_the_bundles_jobs_also_behind_the_dev_prefix_across_pages(api, config):
     report = json.loads(jobs_status(config, "binlake", as_json=True, client=api.client()))
     assert [job["name"] for job in report["jobs"]] == [
-        "[dev alice] binlake_pipeline", "[dev alice] binlake_verify", "binlake_continuous"]
+        "[dev alice] binlake_pipeline",
+        "[dev alice] binlake_verify",
+        "binlake_continuous",
+    ]
     assert sum(1 for path, _ in api.requests if path == "/api/2.2/jobs/list") == 2, "4 jobs at 2 per page"
 
 
@@ -132,8 +146,14 @@ def test_shows_the_newest_runs_first_with_state_duration_and_link(api, config):
     running, failed, ok = pipeline["runs"]
     assert running["state"] == "RUNNING" and running["duration_seconds"] is None
     assert failed["state"] == "FAILED" and failed["message"] == "Task gold failed with message: quality check"
-    assert ok == {"run_id": 901, "state": "SUCCESS", "message": "", "start_time": "2026-11-18T10:36:40+00:00",
-                  "duration_seconds": 372, "url": "https://adb-1.azuredatabricks.net/jobs/11/runs/901"}
+    assert ok == {
+        "run_id": 901,
+        "state": "SUCCESS",
+        "message": "",
+        "start_time": "2026-11-18T10:36:40+00:00",
+        "duration_seconds": 372,
+        "url": "https://adb-1.azuredatabricks.net/jobs/11/runs/901",
+    }
     assert pipeline["trigger"] == "every 0 0/15 * * * ? UTC (paused)"
     assert report["jobs"][1]["runs"] == [] and report["jobs"][1]["trigger"] == "manual"
     assert report["jobs"][2]["trigger"] == "continuous"
@@ -178,7 +198,9 @@ def test_a_refused_token_is_a_databricks_api_error_with_the_fix(api, config):
 
 def test_missing_permission_is_a_databricks_api_error_with_the_fix(api, config):
     api.forced = (403, {"error_code": "PERMISSION_DENIED", "message": "no"})
-    with pytest.raises(DatabricksApiError, match=r"^not allowed to list jobs on http://127.0.0.1:\d+: ask for CAN_VIEW"):
+    with pytest.raises(
+        DatabricksApiError, match=r"^not allowed to list jobs on http://127.0.0.1:\d+: ask for CAN_VIEW"
+    ):
         jobs_status(config, "binlake", client=api.client())
 
 
@@ -189,15 +211,20 @@ def test_the_cli_prints_the_same_report(api, config, tmp_path, capsys, monkeypat
     monkeypatch.setenv("DATABRICKS_TOKEN", "x")
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     cfg = tmp_path / "binlake.yml"
-    cfg.write_text(f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: {{path: {tmp_path}}}\n")
+    cfg.write_text(
+        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: {{path: {tmp_path}}}\n"
+    )
     assert main(["--config", str(cfg), "jobs", "status", "--json"]) == 0
     assert [job["job_id"] for job in json.loads(capsys.readouterr().out)["jobs"]] == [11, 12, 14]
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"bundle_name": ""}, "bundle_name must be the bundle's name, e.g. 'binlake'"),
-    ({"runs_per_job": 0}, "runs_per_job must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"bundle_name": ""}, "bundle_name must be the bundle's name, e.g. 'binlake'"),
+        ({"runs_per_job": 0}, "runs_per_job must be >= 1, got 0"),
+    ],
+)
 def test_arguments_are_checked_at_the_boundary(config, kwargs, message):
     with pytest.raises(ValueError) as exc:
         jobs_status(config, client=object(), **kwargs)

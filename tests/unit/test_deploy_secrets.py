@@ -60,8 +60,13 @@ class FakeWorkspace:
                 q = {k: v[0] for k, v in parse_qs(url.query).items()}
                 value = fake.secrets.get((q["scope"], q["key"]))
                 if value is None:
-                    return self._send(404, {"error_code": "RESOURCE_DOES_NOT_EXIST",
-                                            "message": f"Failed to get secret {q['key']} for scope {q['scope']}."})
+                    return self._send(
+                        404,
+                        {
+                            "error_code": "RESOURCE_DOES_NOT_EXIST",
+                            "message": f"Failed to get secret {q['key']} for scope {q['scope']}.",
+                        },
+                    )
                 self._send(200, GetSecretResponse(key=q["key"], value=value).as_dict())
 
             def _send(self, status, payload):
@@ -145,8 +150,11 @@ def test_a_missing_secret_names_scope_key_and_the_command_that_creates_it(worksp
 
 def test_a_denied_secret_says_which_acl_to_grant(workspace):
     workspace.forced = (403, {"error_code": "PERMISSION_DENIED", "message": "User does not have READ permission"})
-    with pytest.raises(SecretError, match=r"^not allowed to read Databricks secret binlake/pw: grant READ .* "
-                                          r"`databricks secrets put-acl binlake <principal> READ`$"):
+    with pytest.raises(
+        SecretError,
+        match=r"^not allowed to read Databricks secret binlake/pw: grant READ .* "
+        r"`databricks secrets put-acl binlake <principal> READ`$",
+    ):
         resolve_secret("binlake", "pw", client=workspace.client())
 
 
@@ -222,19 +230,29 @@ def test_the_runtime_is_local_off_databricks_and_a_job_on_a_cluster_without_a_no
 
 def test_on_databricks_a_local_lakehouse_path_is_refused_with_the_fix():
     runtime = Runtime(RuntimeKind.DATABRICKS_JOB)
-    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
-        "{catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_system}", "{path: /tmp/lake}"))
-    with pytest.raises(ConfigError, match=r"^lakehouse.path '/tmp/lake' is a local directory but binlake runs on Databricks"):
+    cfg = load_config_text(
+        CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
+            "{catalog: main, system_path: /Volumes/main/binlake_bronze/binlake_system}", "{path: /tmp/lake}"
+        )
+    )
+    with pytest.raises(
+        ConfigError, match=r"^lakehouse.path '/tmp/lake' is a local directory but binlake runs on Databricks"
+    ):
         runtime.lakehouse(cfg)
     assert Runtime(RuntimeKind.LOCAL).lakehouse(cfg).root == "/tmp/lake"
 
 
 def test_on_databricks_the_system_files_must_be_on_a_volume():
-    cfg = load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
-        "/Volumes/main/binlake_bronze/binlake_system", "dbfs:/tmp/cp"))
+    cfg = load_config_text(
+        CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw").replace(
+            "/Volumes/main/binlake_bronze/binlake_system", "dbfs:/tmp/cp"
+        )
+    )
     with pytest.raises(ConfigError, match=r"lakehouse.system_path 'dbfs:/tmp/cp' is not a Unity Catalog volume"):
         Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(cfg)
-    lake = Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw")))
+    lake = Runtime(RuntimeKind.DATABRICKS_JOB).lakehouse(
+        load_config_text(CONFIG.replace("{{secrets/binlake/mysql-cdc}}", "pw"))
+    )
     assert lake.changelog.name == "`main`.`bronze`.`changelog`"
     assert lake.silver("shop", "orders").name == "`main`.`silver`.`shop__orders`"
     assert lake.system_dir("continuous") == "/Volumes/main/binlake_bronze/binlake_system/continuous"
@@ -245,9 +263,16 @@ def test_on_databricks_the_system_files_must_be_on_a_volume():
 
 
 BUNDLE_ARGS = [
-    "--catalog=main", "--bronze-schema=binlake_bronze", "--silver-schema=binlake_silver", "--gold-schema=binlake_gold",
-    "--system-path=/Volumes/main/binlake_bronze/binlake_system", "--mysql-host=db.internal", "--mysql-port=3306",
-    "--mysql-user=cdc", "--mysql-server-id=5401", "--mysql-password-secret=binlake/mysql-cdc",
+    "--catalog=main",
+    "--bronze-schema=binlake_bronze",
+    "--silver-schema=binlake_silver",
+    "--gold-schema=binlake_gold",
+    "--system-path=/Volumes/main/binlake_bronze/binlake_system",
+    "--mysql-host=db.internal",
+    "--mysql-port=3306",
+    "--mysql-user=cdc",
+    "--mysql-server-id=5401",
+    "--mysql-password-secret=binlake/mysql-cdc",
     "--tables=shop.*,crm.customers",
 ]
 
@@ -262,13 +287,18 @@ def test_the_job_flags_become_the_config_the_cli_reads_with_the_password_as_a_re
     assert cfg.lakehouse.gold_schema == "binlake_gold" and cfg.source.password.reveal() == PASSWORD
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["snapshot", "--table-list="], ("snapshot",)),
-    (["snapshot", "--table-list=shop.a, shop.b", "--reset-capture-if=true"],
-     ("snapshot", "--table", "shop.a", "--table", "shop.b", "--reset-capture")),
-    (["verify", "--repair-if=false", "--table-list="], ("verify",)),
-    (["verify", "--repair-if=TRUE"], ("verify", "--repair")),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["snapshot", "--table-list="], ("snapshot",)),
+        (
+            ["snapshot", "--table-list=shop.a, shop.b", "--reset-capture-if=true"],
+            ("snapshot", "--table", "shop.a", "--table", "shop.b", "--reset-capture"),
+        ),
+        (["verify", "--repair-if=false", "--table-list="], ("verify",)),
+        (["verify", "--repair-if=TRUE"], ("verify", "--repair")),
+    ],
+)
 def test_job_parameters_arrive_as_text_and_become_cli_flags(args, expected):
     assert parse_job_args([*BUNDLE_ARGS, *args]).cli_args == expected
 
@@ -281,7 +311,9 @@ def test_a_job_parameter_that_was_not_substituted_is_refused():
 
 
 def test_a_secret_flag_that_is_not_scope_slash_key_is_refused():
-    args = [a if not a.startswith("--mysql-password-secret") else "--mysql-password-secret=binlake" for a in BUNDLE_ARGS]
+    args = [
+        a if not a.startswith("--mysql-password-secret") else "--mysql-password-secret=binlake" for a in BUNDLE_ARGS
+    ]
     with pytest.raises(ConfigError, match=r"^--mysql-password-secret 'binlake' is not SCOPE/KEY"):
         parse_job_args([*args, "gold"])
 
@@ -301,8 +333,16 @@ def test_print_config_shows_the_generated_file_without_running(capsys):
 
 
 def test_a_job_on_databricks_with_a_local_path_fails_before_touching_anything(capsys, tmp_path):
-    args = ["--lakehouse-path", str(tmp_path / "lake"), "--mysql-host=h", "--mysql-user=u", "--mysql-server-id=9",
-            "--mysql-password-env=PW", "--tables=a.*", "status"]
+    args = [
+        "--lakehouse-path",
+        str(tmp_path / "lake"),
+        "--mysql-host=h",
+        "--mysql-user=u",
+        "--mysql-server-id=9",
+        "--mysql-password-env=PW",
+        "--tables=a.*",
+        "status",
+    ]
     with pytest.raises(ConfigError, match="is a local directory but binlake runs on Databricks"):
         run_job(parse_job_args(args), runtime=Runtime(RuntimeKind.DATABRICKS_JOB))
     assert not (tmp_path / "lake").exists()
@@ -313,8 +353,18 @@ def test_the_console_script_exits_with_the_failure_code_and_one_line(capsys, mon
 
     monkeypatch.setenv("DATABRICKS_RUNTIME_VERSION", "17.3")
     with pytest.raises(SystemExit) as exc:
-        main(["--lakehouse-path", str(tmp_path), "--mysql-host=h", "--mysql-user=u", "--mysql-server-id=9",
-              "--mysql-password-env=PW", "--tables=a.*", "status"])
+        main(
+            [
+                "--lakehouse-path",
+                str(tmp_path),
+                "--mysql-host=h",
+                "--mysql-user=u",
+                "--mysql-server-id=9",
+                "--mysql-password-env=PW",
+                "--tables=a.*",
+                "status",
+            ]
+        )
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("error: lakehouse.path ") and err.count("\n") == 1
@@ -331,7 +381,9 @@ def test_no_databricks_auth_for_jobs_status_is_a_databricks_api_error(monkeypatc
 def test_a_relative_lakehouse_path_in_the_settings_file_stays_relative_to_that_file(tmp_path):
     (tmp_path / "conf").mkdir()
     settings = tmp_path / "conf" / "binlake.yml"
-    settings.write_text("source: {host: h, user: u, password: pw, server_id: 9, tables: [a.*]}\nlakehouse: {path: ../lake}\n")
+    settings.write_text(
+        "source: {host: h, user: u, password: pw, server_id: 9, tables: [a.*]}\nlakehouse: {path: ../lake}\n"
+    )
     inv = parse_job_args(["--settings", str(settings), "status"])
     assert inv.settings["lakehouse"]["path"] == str(tmp_path / "lake")
 

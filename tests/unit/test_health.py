@@ -16,8 +16,10 @@ from binlake.ops.metrics import MetricsRecorder, SourceHead
 from binlake.ops.status import check_lag
 from binlake.source.binlog import BinlogFile
 
-BASE = {"source": {"host": "h", "user": "u", "password": "p", "server_id": 5401, "tables": ["shop.*"]},
-        "lakehouse": {"path": "/tmp/lh"}}
+BASE = {
+    "source": {"host": "h", "user": "u", "password": "p", "server_id": 5401, "tables": ["shop.*"]},
+    "lakehouse": {"path": "/tmp/lh"},
+}
 
 
 def _config(**sections):
@@ -32,8 +34,10 @@ def test_the_lag_bound_defaults_to_an_hour_and_must_be_positive():
 
 
 def _status(capture_lag, *tables):
-    return {"lag": {"seconds": capture_lag},
-            "tables": [{"table": t, "group": g, "gold_lag_seconds": lag} for t, g, lag in tables]}
+    return {
+        "lag": {"seconds": capture_lag},
+        "tables": [{"table": t, "group": g, "gold_lag_seconds": lag} for t, g, lag in tables],
+    }
 
 
 def test_check_passes_at_or_below_the_bound_and_names_each_layer_above_it():
@@ -41,16 +45,29 @@ def test_check_passes_at_or_below_the_bound_and_names_each_layer_above_it():
     check_lag(_status(None, ("shop.a", "shop", None)), 60)  # unknown is not over
     with pytest.raises(LagExceededError) as err:
         check_lag(_status(75.0, ("shop.a", "shop", 10.0), ("crm.b", "crm", 90.0), ("crm.c", "crm", 200.0)), 60)
-    assert str(err.value) == ("behind the source by more than health.max_lag_seconds=60: capture 75 s; "
-                              "gold group crm 200 s (upper bounds; binlake status shows where each layer is)")
+    assert str(err.value) == (
+        "behind the source by more than health.max_lag_seconds=60: capture 75 s; "
+        "gold group crm 200 s (upper bounds; binlake status shows where each layer is)"
+    )
     assert err.value.exit_code == 12
 
 
 def test_the_page_escapes_what_it_shows_and_says_when_nothing_was_recorded():
-    status = {"generated_at": "2026-11-26 10:00:00", "tables": [
-        {"table": "shop.<b>", "group": "shop", "silver_position": "mysql-bin.000001:4", "published_position": None,
-         "gold_version": None, "last_attempt_status": None, "gold_lag_seconds": None,
-         "stopped": "schema change <script>: run binlake snapshot --table shop.b"}]}
+    status = {
+        "generated_at": "2026-11-26 10:00:00",
+        "tables": [
+            {
+                "table": "shop.<b>",
+                "group": "shop",
+                "silver_position": "mysql-bin.000001:4",
+                "published_position": None,
+                "gold_version": None,
+                "last_attempt_status": None,
+                "gold_lag_seconds": None,
+                "stopped": "schema change <script>: run binlake snapshot --table shop.b",
+            }
+        ],
+    }
     page = render_page(status, {})
     assert "<script>" not in page and "&lt;script&gt;" in page
     assert "No metrics recorded yet" in page and "shop.&lt;b&gt;" in page
@@ -60,17 +77,26 @@ def test_a_capture_result_becomes_a_step_row_with_lag_and_a_row_per_table():
     from binlake.bronze.capture import CaptureResult
 
     config = _config()
-    head = SourceHead((BinlogFile("mysql-bin.000001", 1000), BinlogFile("mysql-bin.000002", 300)),
-                      BinlogPosition("mysql-bin.000002", 300), datetime(2026, 11, 26, 10, 0, 30))
-    result = CaptureResult(end=BinlogPosition("mysql-bin.000001", 900), changes=5,
-                           table_changes={"shop.a": 3, "shop.b": 2},
-                           last_commit_ts=int(datetime(2026, 11, 26, 10, 0, 0).timestamp() * 1_000_000))
+    head = SourceHead(
+        (BinlogFile("mysql-bin.000001", 1000), BinlogFile("mysql-bin.000002", 300)),
+        BinlogPosition("mysql-bin.000002", 300),
+        datetime(2026, 11, 26, 10, 0, 30),
+    )
+    result = CaptureResult(
+        end=BinlogPosition("mysql-bin.000001", 900),
+        changes=5,
+        table_changes={"shop.a": 3, "shop.b": 2},
+        last_commit_ts=int(datetime(2026, 11, 26, 10, 0, 0).timestamp() * 1_000_000),
+    )
     recorder = MetricsRecorder(config, "capture")
     recorder.add("capture", result, 1.5, head=head)
     step, *tables = recorder.rows
     assert (step["table"], step["status"], step["rows_in"], step["seconds"]) == (None, "ok", 5, 1.5)
     assert step["lag_bytes"] == 100 + 300 and step["lag_seconds"] is not None
-    assert [(t["table"], t["rows_in"], t["publish_group"]) for t in tables] == [("shop.a", 3, "shop"), ("shop.b", 2, "shop")]
+    assert [(t["table"], t["rows_in"], t["publish_group"]) for t in tables] == [
+        ("shop.a", 3, "shop"),
+        ("shop.b", 2, "shop"),
+    ]
 
 
 def test_a_failed_step_is_recorded_with_its_one_line_error():
@@ -94,8 +120,9 @@ def test_maintain_and_verify_results_become_rows_per_table():
     differs = ChunkCheck(1, None, None, 5, 4, Decimal(1), Decimal(2), status="mismatch")
     same = ChunkCheck(0, None, None, 3, 3, Decimal(1), Decimal(1))
     recorder = MetricsRecorder(_config(), "verify")
-    recorder.add("verify", VerifyResult(tables=[TableCheck("shop", "a", [same, differs]), TableCheck("shop", "b", [same])]),
-                 2.0)
+    recorder.add(
+        "verify", VerifyResult(tables=[TableCheck("shop", "a", [same, differs]), TableCheck("shop", "b", [same])]), 2.0
+    )
     step, a, b = recorder.rows
     assert (step["status"], step["checks_failed"], step["rows_in"]) == ("mismatch", 1, 11)
     assert (a["status"], a["checks_failed"], b["status"], b["checks_failed"]) == ("mismatch", 1, "ok", 0)

@@ -26,11 +26,14 @@ def columns(schema_ddl: str) -> list[str]:
     return [re.sub(r"`", "", p.split()[0]) for p in parts]
 
 
-@pytest.mark.parametrize("row_type,schema", [
-    (lh.ChangeRow, lh.CHANGELOG_SCHEMA),
-    (lh.ManifestRow, lh.SNAPSHOT_CHUNKS_SCHEMA),
-    (lh.ProgressRow, lh.PROGRESS_SCHEMA),
-])
+@pytest.mark.parametrize(
+    "row_type,schema",
+    [
+        (lh.ChangeRow, lh.CHANGELOG_SCHEMA),
+        (lh.ManifestRow, lh.SNAPSHOT_CHUNKS_SCHEMA),
+        (lh.ProgressRow, lh.PROGRESS_SCHEMA),
+    ],
+)
 def test_a_row_type_names_its_table_columns_in_order(row_type, schema):
     assert list(row_type._fields) == columns(schema)
 
@@ -38,5 +41,11 @@ def test_a_row_type_names_its_table_columns_in_order(row_type, schema):
 def test_a_heartbeat_row_ends_a_batch_after_every_change_at_its_position():
     row = lh.heartbeat_row(BinlogPosition("mysql-bin.000007", 1234), note="reset-capture")
     assert (row.op, row.file_index, row.pos, row.row, row.binlog_file, row.ddl) == (
-        lh.HEARTBEAT_OP, 7, 1234, HEARTBEAT_ROW, "mysql-bin.000007", "reset-capture")
+        lh.HEARTBEAT_OP,
+        7,
+        1234,
+        HEARTBEAT_ROW,
+        "mysql-bin.000007",
+        "reset-capture",
+    )
     assert row.db is None and row.table is None and row.captured_at is not None

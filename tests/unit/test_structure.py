@@ -14,8 +14,18 @@ SRC = ROOT / "src"
 
 # From the bottom up; a module may import its own layer and the layers below it.
 LAYERS = [
-    ("foundation", ("binlake.errors", "binlake.faults", "binlake.progress", "binlake.secrets", "binlake.config",
-                    "binlake.spark", "binlake.local")),
+    (
+        "foundation",
+        (
+            "binlake.errors",
+            "binlake.faults",
+            "binlake.progress",
+            "binlake.secrets",
+            "binlake.config",
+            "binlake.spark",
+            "binlake.local",
+        ),
+    ),
     ("contract", ("binlake.contract",)),
     ("source", ("binlake.source",)),
     ("bronze", ("binlake.bronze",)),
@@ -50,8 +60,12 @@ def binlake_imports(path: Path) -> list[tuple[int, str, list[str]]]:
             for alias in node.names:
                 # `from binlake.silver import merge` imports the module binlake.silver.merge.
                 sub = f"{node.module}.{alias.name}"
-                target = sub if (SRC / Path(*sub.split("."))).with_suffix(".py").exists() or \
-                    (SRC / Path(*sub.split("."))).is_dir() else node.module
+                target = (
+                    sub
+                    if (SRC / Path(*sub.split("."))).with_suffix(".py").exists()
+                    or (SRC / Path(*sub.split("."))).is_dir()
+                    else node.module
+                )
                 out.append((node.lineno, target, [] if target == sub else [alias.name]))
         elif isinstance(node, ast.Import):
             out += [(node.lineno, a.name, []) for a in node.names if a.name.split(".")[0] == "binlake"]
@@ -116,8 +130,10 @@ def test_each_layer_imports_only_its_own_and_the_layers_below():
     for module, path in sorted(source_modules().items()):
         for line, target, _ in binlake_imports(path):
             if target.startswith("binlake") and layer_of(target) > layer_of(module):
-                wrong.append(f"{path.relative_to(ROOT)}:{line}: {LAYERS[layer_of(module)][0]} imports "
-                             f"{target} ({LAYERS[layer_of(target)][0]})")
+                wrong.append(
+                    f"{path.relative_to(ROOT)}:{line}: {LAYERS[layer_of(module)][0]} imports "
+                    f"{target} ({LAYERS[layer_of(target)][0]})"
+                )
     assert wrong == []
 
 

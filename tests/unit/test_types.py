@@ -76,8 +76,7 @@ MAPPING = [
 ]
 
 
-@pytest.mark.parametrize("data_type, column_type, precision, scale, spark_type", MAPPING,
-                         ids=[m[1] for m in MAPPING])
+@pytest.mark.parametrize("data_type, column_type, precision, scale, spark_type", MAPPING, ids=[m[1] for m in MAPPING])
 def test_every_mysql_type_maps_to_the_documented_spark_type(data_type, column_type, precision, scale, spark_type):
     col = column_from_information_schema("c", data_type, column_type, precision, scale, 0)
     assert col.spark_type == spark_type
@@ -87,8 +86,9 @@ def test_every_mysql_type_maps_to_the_documented_spark_type(data_type, column_ty
 def test_an_unmapped_type_raises_with_the_fix(data_type):
     with pytest.raises(UnsupportedTypeError) as info:
         column_from_information_schema("c", data_type, data_type)
-    assert str(info.value) == (f"column 'c' has type '{data_type}', which binlake does not map: "
-                               "exclude the table or cast the column in a view")
+    assert str(info.value) == (
+        f"column 'c' has type '{data_type}', which binlake does not map: exclude the table or cast the column in a view"
+    )
 
 
 def test_enum_and_set_labels_keep_definition_order_and_quotes():
@@ -148,10 +148,18 @@ def col(kind: Kind, **kw) -> Column:
     return Column(name="c", kind=kind, **kw)
 
 
-INT_RANGES = {(Kind.INT, 8): (-(2**7), 2**7 - 1), (Kind.INT, 16): (-(2**15), 2**15 - 1),
-              (Kind.INT, 24): (-(2**23), 2**23 - 1), (Kind.INT, 32): (-(2**31), 2**31 - 1),
-              (Kind.INT, 64): (-(2**63), 2**63 - 1), (Kind.UINT, 8): (0, 2**8 - 1), (Kind.UINT, 16): (0, 2**16 - 1),
-              (Kind.UINT, 24): (0, 2**24 - 1), (Kind.UINT, 32): (0, 2**32 - 1), (Kind.UINT, 64): (0, 2**64 - 1)}
+INT_RANGES = {
+    (Kind.INT, 8): (-(2**7), 2**7 - 1),
+    (Kind.INT, 16): (-(2**15), 2**15 - 1),
+    (Kind.INT, 24): (-(2**23), 2**23 - 1),
+    (Kind.INT, 32): (-(2**31), 2**31 - 1),
+    (Kind.INT, 64): (-(2**63), 2**63 - 1),
+    (Kind.UINT, 8): (0, 2**8 - 1),
+    (Kind.UINT, 16): (0, 2**16 - 1),
+    (Kind.UINT, 24): (0, 2**24 - 1),
+    (Kind.UINT, 32): (0, 2**32 - 1),
+    (Kind.UINT, 64): (0, 2**64 - 1),
+}
 SPARK_RANGES = {"TINYINT": 2**7, "SMALLINT": 2**15, "INT": 2**31, "BIGINT": 2**63, "DECIMAL(20,0)": 10**20}
 
 
@@ -213,9 +221,15 @@ def test_datetimes_round_trip_as_wall_clock(value):
     assert decode(c, encode_value(c, value)) == value
 
 
-@given(st.datetimes(min_value=dt.datetime(1970, 1, 2), max_value=dt.datetime(2038, 1, 18),
-                    timezones=st.sampled_from([dt.timezone.utc, dt.timezone(dt.timedelta(hours=2)),
-                                               dt.timezone(dt.timedelta(hours=-7, minutes=-30))])))
+@given(
+    st.datetimes(
+        min_value=dt.datetime(1970, 1, 2),
+        max_value=dt.datetime(2038, 1, 18),
+        timezones=st.sampled_from(
+            [dt.timezone.utc, dt.timezone(dt.timedelta(hours=2)), dt.timezone(dt.timedelta(hours=-7, minutes=-30))]
+        ),
+    )
+)
 def test_timestamps_round_trip_as_the_same_instant(value):
     c = col(Kind.TIMESTAMP, fsp=6)
     decoded = decode(c, encode_value(c, value))
@@ -254,6 +268,7 @@ def test_strings_are_kept_as_they_are(value):
 # ---------------------------------------------------------------------------------------
 # One source value -> one text, from the snapshot and from the binlog
 
+
 @pytest.mark.parametrize(
     "column, snapshot_value, binlog_value, text",
     [
@@ -263,17 +278,39 @@ def test_strings_are_kept_as_they_are(value):
         (col(Kind.SET, labels=("a", "b")), "", set(), ""),
         (col(Kind.ENUM, labels=("x", "y")), "y", "y", "y"),
         (col(Kind.DATE), "0000-00-00", None, "0000-00-00"),
-        (col(Kind.DATETIME, fsp=0), dt.datetime(2026, 1, 2, 3, 4, 5), dt.datetime(2026, 1, 2, 3, 4, 5), "2026-01-02 03:04:05.000000"),
-        (col(Kind.TIMESTAMP), dt.datetime(2026, 1, 2, 3, 4, 5), dt.datetime(2026, 1, 2, 5, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))),
-         "2026-01-02T03:04:05.000000Z"),
+        (
+            col(Kind.DATETIME, fsp=0),
+            dt.datetime(2026, 1, 2, 3, 4, 5),
+            dt.datetime(2026, 1, 2, 3, 4, 5),
+            "2026-01-02 03:04:05.000000",
+        ),
+        (
+            col(Kind.TIMESTAMP),
+            dt.datetime(2026, 1, 2, 3, 4, 5),
+            dt.datetime(2026, 1, 2, 5, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+            "2026-01-02T03:04:05.000000Z",
+        ),
         (col(Kind.TIME, fsp=0), dt.timedelta(hours=-1), dt.timedelta(hours=-1), "-01:00:00"),
         (col(Kind.UINT, bits=64), 18446744073709551615, 18446744073709551615, "18446744073709551615"),
         (col(Kind.YEAR), 2026, 2026, "2026"),
         (col(Kind.JSON), '{"a": [1, "é"]}', {b"a": [1, b"\xc3\xa9"]}, '{"a": [1, "é"]}'),
         (col(Kind.STRING), "naïve", b"na\xc3\xafve", "naïve"),
     ],
-    ids=["bit3", "bit64", "set", "set-empty", "enum", "zero-date", "datetime", "timestamp", "time", "ubigint", "year",
-         "json", "string"],
+    ids=[
+        "bit3",
+        "bit64",
+        "set",
+        "set-empty",
+        "enum",
+        "zero-date",
+        "datetime",
+        "timestamp",
+        "time",
+        "ubigint",
+        "year",
+        "json",
+        "string",
+    ],
 )
 def test_snapshot_and_binlog_values_encode_to_one_text(column, snapshot_value, binlog_value, text):
     if column.kind is Kind.DATE and binlog_value is None:
@@ -284,6 +321,7 @@ def test_snapshot_and_binlog_values_encode_to_one_text(column, snapshot_value, b
 
 # ---------------------------------------------------------------------------------------
 # The Spark decode expressions (their results are checked in the Spark tests)
+
 
 @pytest.mark.parametrize(
     "column, sql",

@@ -65,7 +65,7 @@ class RowsDecoder:
         per_row = len(outs)
         while off < end:
             append = outs[images % per_row].append
-            nulls = int.from_bytes(buf[off:off + nb], "little")
+            nulls = int.from_bytes(buf[off : off + nb], "little")
             off += nb
             if nulls:
                 for i, read in enumerate(readers):
@@ -110,7 +110,8 @@ def _reader(raw: Any, col: Column) -> Reader | None:
         signed = not raw.unsigned
 
         def read_int24(buf, off):
-            return str(int.from_bytes(buf[off:off + 3], "little", signed=signed)), off + 3
+            return str(int.from_bytes(buf[off : off + 3], "little", signed=signed)), off + 3
+
         return read_int24
     if t == T.FLOAT:
         unpack_f = struct.Struct("<f").unpack_from
@@ -138,8 +139,7 @@ def _reader(raw: Any, col: Column) -> Reader | None:
     if t == T.BIT and col.kind is Kind.BIT:
         return _bit_reader(raw.bits, raw.bytes)
     if t in (T.VARCHAR, T.STRING):
-        return _string_reader(raw, col, 2 if raw.max_length > 255 else 1,
-                              raw.max_length if t == T.STRING else None)
+        return _string_reader(raw, col, 2 if raw.max_length > 255 else 1, raw.max_length if t == T.STRING else None)
     if t == T.BLOB:
         return _string_reader(raw, col, raw.length_size, None)
     return None  # JSON, GEOMETRY, DATETIME/TIME/TIMESTAMP without fsp metadata, old DECIMAL
@@ -159,6 +159,7 @@ def _int_reader(fmt: str, size: int) -> Reader:
 
     def read(buf, off):
         return str(unpack(buf, off)[0]), off + size
+
     return read
 
 
@@ -178,7 +179,7 @@ def _decimal_reader(precision: int, scale: int) -> Reader:
     ones = (1 << (size * 8)) - 1
 
     def read(buf, off):
-        v = int.from_bytes(buf[off:off + size], "big")
+        v = int.from_bytes(buf[off : off + size], "big")
         negative = not v & sign_bit
         v ^= sign_bit
         if negative:
@@ -200,6 +201,7 @@ def _decimal_reader(precision: int, scale: int) -> Reader:
         whole += v * scale9  # the leading partial group (0 when there is none)
         text = f"{whole}.{frac}" if scale else str(whole)
         return ("-" + text if negative else text), off + size
+
     return read
 
 
@@ -225,14 +227,15 @@ def _datetime2_reader(fsp: int) -> Reader:
     size = 5 + nbytes
 
     def read(buf, off):
-        v = int.from_bytes(buf[off:off + 5], "big")
-        us = int.from_bytes(buf[off + 5:off + size], "big") // div * mul if nbytes else 0
+        v = int.from_bytes(buf[off : off + 5], "big")
+        us = int.from_bytes(buf[off + 5 : off + size], "big") // div * mul if nbytes else 0
         ym = (v >> 22) & 0x1FFFF
         try:
             value = dt.datetime(ym // 13, ym % 13, (v >> 17) & 31, (v >> 12) & 31, (v >> 6) & 63, v & 63, us)
         except ValueError:
             return ZERO_DATETIME, off + size
         return value.isoformat(" ", "microseconds"), off + size
+
     return read
 
 
@@ -244,12 +247,13 @@ def _timestamp2_reader(fsp: int) -> Reader:
 
     def read(buf, off):
         secs = unpack(buf, off)[0]
-        us = int.from_bytes(buf[off + 4:off + size], "big") // div * mul if nbytes else 0
+        us = int.from_bytes(buf[off + 4 : off + size], "big") // div * mul if nbytes else 0
         if secs == 0 and us == 0:
             # TIMESTAMP cannot hold the epoch itself; 0 is how the zero value is stored.
             return ZERO_DATETIME, off + size
         value = _EPOCH + dt.timedelta(seconds=secs, microseconds=us)
         return value.isoformat(timespec="microseconds") + "Z", off + size
+
     return read
 
 
@@ -263,13 +267,13 @@ def _time2_reader(fsp: int) -> Reader:
 
     def read(buf, off):
         if fsp >= 5:
-            packed = int.from_bytes(buf[off:off + 6], "big") - 0x800000000000
+            packed = int.from_bytes(buf[off : off + 6], "big") - 0x800000000000
         else:
-            intpart = int.from_bytes(buf[off:off + 3], "big") - 0x800000
+            intpart = int.from_bytes(buf[off : off + 3], "big") - 0x800000
             frac = 0
             if fsp:
                 flen = size - 3
-                frac = int.from_bytes(buf[off + 3:off + size], "big")
+                frac = int.from_bytes(buf[off + 3 : off + size], "big")
                 if intpart < 0 and frac:
                     intpart += 1
                     frac -= 1 << (8 * flen)
@@ -282,6 +286,7 @@ def _time2_reader(fsp: int) -> Reader:
         if fsp:
             text += "." + f"{us:06d}"[:fsp]
         return text, off + size
+
     return read
 
 
@@ -294,9 +299,10 @@ def _enum_reader(values: list[str], size: int) -> Reader:
 
 def _set_reader(labels: list[str], size: int) -> Reader:
     def read(buf, off):
-        mask = int.from_bytes(buf[off:off + size], "little")
+        mask = int.from_bytes(buf[off : off + size], "little")
         # Definition order, as encode_value orders a SET; '' is never a member.
         return ",".join(label for i, label in enumerate(labels) if mask >> i & 1 and label), off + size
+
     return read
 
 
@@ -304,8 +310,9 @@ def _bit_reader(bits: int, nbytes: int) -> Reader:
     mask = (1 << bits) - 1
 
     def read(buf, off):
-        n = int.from_bytes(buf[off:off + nbytes], "big") & mask
+        n = int.from_bytes(buf[off : off + nbytes], "big") & mask
         return str(n - (1 << 64) if n >= 1 << 63 else n), off + nbytes
+
     return read
 
 
@@ -326,17 +333,20 @@ def _string_reader(raw: Any, col: Column, length_bytes: int, fixed_length: int |
         b64 = base64.b64encode
 
         def read_binary(buf, off):
-            n = int.from_bytes(buf[off:off + length_bytes], "little")
+            n = int.from_bytes(buf[off : off + length_bytes], "little")
             off += length_bytes
-            value = buf[off:off + n]
+            value = buf[off : off + n]
             if pad:
                 value = value.ljust(pad, b"\0")
             return b64(value).decode("ascii"), off + n
+
         return read_binary
     if col.kind is Kind.STRING and encoding is not None:
+
         def read_text(buf, off):
-            n = int.from_bytes(buf[off:off + length_bytes], "little")
+            n = int.from_bytes(buf[off : off + length_bytes], "little")
             off += length_bytes
-            return buf[off:off + n].decode(encoding), off + n
+            return buf[off : off + n].decode(encoding), off + n
+
         return read_text
     return None

@@ -79,8 +79,12 @@ def column_from_binlog(col: Any, nullable: bool = True) -> Column:
     if t in ints:
         return Column(kind=Kind.UINT if col.unsigned else Kind.INT, bits=ints[t], **common)
     if t in (T.NEWDECIMAL, T.DECIMAL):
-        return Column(kind=Kind.DECIMAL, precision=int(getattr(col, "precision", 10)),
-                      scale=int(getattr(col, "decimals", 0)), **common)
+        return Column(
+            kind=Kind.DECIMAL,
+            precision=int(getattr(col, "precision", 10)),
+            scale=int(getattr(col, "decimals", 0)),
+            **common,
+        )
     if t == T.FLOAT:
         return Column(kind=Kind.FLOAT, **common)
     if t == T.DOUBLE:
@@ -144,8 +148,9 @@ def schema_from_table_map(event: Any) -> TableSchema:
 _ZERO_BY_SOURCE = {"out of date range", "out of datetime range", "out of datetime2 range"}
 
 
-def encode_image(schema: TableSchema, cols: dict[str, Column], values: dict, none_sources: dict,
-                 pads: dict[str, int] | None = None) -> dict[str, str | None]:
+def encode_image(
+    schema: TableSchema, cols: dict[str, Column], values: dict, none_sources: dict, pads: dict[str, int] | None = None
+) -> dict[str, str | None]:
     """Canonical texts of one binlog row image, equal to the snapshot's for the same values.
 
     ``pads``: BINARY(n) columns and their n. The binlog drops their trailing zero bytes,
@@ -229,12 +234,26 @@ def arrow_schema():
 
     image = pa.map_(pa.string(), pa.string())
     ts = pa.timestamp("us", tz="UTC")
-    return pa.schema([
-        ("db", pa.string()), ("table", pa.string()), ("op", pa.string()), ("file_index", pa.int64()),
-        ("pos", pa.int64()), ("row", pa.int32()), ("binlog_file", pa.string()), ("before", image),
-        ("after", image), ("commit_ts", ts), ("gtid", pa.string()), ("server_id", pa.int64()),
-        ("schema_version", pa.string()), ("ddl", pa.string()), ("captured_at", ts), ("schema_json", pa.string()),
-    ])
+    return pa.schema(
+        [
+            ("db", pa.string()),
+            ("table", pa.string()),
+            ("op", pa.string()),
+            ("file_index", pa.int64()),
+            ("pos", pa.int64()),
+            ("row", pa.int32()),
+            ("binlog_file", pa.string()),
+            ("before", image),
+            ("after", image),
+            ("commit_ts", ts),
+            ("gtid", pa.string()),
+            ("server_id", pa.int64()),
+            ("schema_version", pa.string()),
+            ("ddl", pa.string()),
+            ("captured_at", ts),
+            ("schema_json", pa.string()),
+        ]
+    )
 
 
 class _Images:
@@ -268,8 +287,12 @@ class _Images:
 
     def array(self, pa):
         mask = pa.array(self.null, pa.bool_()) if any(self.null) else None
-        return pa.MapArray.from_arrays(pa.array(self.offsets, pa.int32()), pa.array(self.keys, pa.string()),
-                                       pa.array(self.values, pa.string()), mask=mask)
+        return pa.MapArray.from_arrays(
+            pa.array(self.offsets, pa.int32()),
+            pa.array(self.keys, pa.string()),
+            pa.array(self.values, pa.string()),
+            mask=mask,
+        )
 
 
 class _ChangeColumns:
@@ -280,8 +303,19 @@ class _ChangeColumns:
     one ROWS event share all columns but ``row`` and the images, so they are added in bulk.
     """
 
-    _SCALARS = ("db", "table", "op", "pos", "row", "commit_ts", "gtid", "server_id", "schema_version", "ddl",
-                "schema_json")
+    _SCALARS = (
+        "db",
+        "table",
+        "op",
+        "pos",
+        "row",
+        "commit_ts",
+        "gtid",
+        "server_id",
+        "schema_version",
+        "ddl",
+        "schema_json",
+    )
 
     def __init__(self, file: str, file_index: int, captured_at: dt.datetime):
         self.file = file
@@ -295,13 +329,38 @@ class _ChangeColumns:
         self.before = _Images()
         self.after = _Images()
 
-    def add(self, db, table, op, pos, row, *, before=None, after=None, commit_ts=None, gtid=None, server_id=None,
-            schema_version=None, ddl=None, schema_json=None) -> None:
+    def add(
+        self,
+        db,
+        table,
+        op,
+        pos,
+        row,
+        *,
+        before=None,
+        after=None,
+        commit_ts=None,
+        gtid=None,
+        server_id=None,
+        schema_version=None,
+        ddl=None,
+        schema_json=None,
+    ) -> None:
         """One row; ``commit_ts`` in microseconds since the epoch."""
         c = self.cols
-        for name, value in (("db", db), ("table", table), ("op", op), ("pos", pos), ("row", row),
-                            ("commit_ts", commit_ts), ("gtid", gtid), ("server_id", server_id),
-                            ("schema_version", schema_version), ("ddl", ddl), ("schema_json", schema_json)):
+        for name, value in (
+            ("db", db),
+            ("table", table),
+            ("op", op),
+            ("pos", pos),
+            ("row", row),
+            ("commit_ts", commit_ts),
+            ("gtid", gtid),
+            ("server_id", server_id),
+            ("schema_version", schema_version),
+            ("ddl", ddl),
+            ("schema_json", schema_json),
+        ):
             c[name].append(value)
         self.before.add(before)
         self.after.add(after)
@@ -310,9 +369,18 @@ class _ChangeColumns:
     def add_event(self, db, table, op, pos, n, names, before, after, commit_ts, gtid, server_id, schema_version):
         """The ``n`` rows of one ROWS event; ``before``/``after``: flat texts (see _Images.add_flat) or None."""
         c = self.cols
-        for name, value in (("db", db), ("table", table), ("op", op), ("pos", pos), ("commit_ts", commit_ts),
-                            ("gtid", gtid), ("server_id", server_id), ("schema_version", schema_version),
-                            ("ddl", None), ("schema_json", None)):
+        for name, value in (
+            ("db", db),
+            ("table", table),
+            ("op", op),
+            ("pos", pos),
+            ("commit_ts", commit_ts),
+            ("gtid", gtid),
+            ("server_id", server_id),
+            ("schema_version", schema_version),
+            ("ddl", None),
+            ("schema_json", None),
+        ):
             c[name].extend([value] * n)
         c["row"].extend(range(n))
         self.before.add_flat(names, before, n)
@@ -326,11 +394,21 @@ class _ChangeColumns:
         s, i64 = pa.string(), pa.int64()
         ts = pa.timestamp("us", tz="UTC")
         arrays = [
-            pa.array(c["db"], s), pa.array(c["table"], s), pa.array(c["op"], s),
-            pa.repeat(pa.scalar(self.file_index, i64), n), pa.array(c["pos"], i64), pa.array(c["row"], pa.int32()),
-            pa.repeat(pa.scalar(self.file, s), n), self.before.array(pa), self.after.array(pa),
-            pa.array(c["commit_ts"], ts), pa.array(c["gtid"], s), pa.array(c["server_id"], i64),
-            pa.array(c["schema_version"], s), pa.array(c["ddl"], s), pa.repeat(pa.scalar(self.captured_at, ts), n),
+            pa.array(c["db"], s),
+            pa.array(c["table"], s),
+            pa.array(c["op"], s),
+            pa.repeat(pa.scalar(self.file_index, i64), n),
+            pa.array(c["pos"], i64),
+            pa.array(c["row"], pa.int32()),
+            pa.repeat(pa.scalar(self.file, s), n),
+            self.before.array(pa),
+            self.after.array(pa),
+            pa.array(c["commit_ts"], ts),
+            pa.array(c["gtid"], s),
+            pa.array(c["server_id"], i64),
+            pa.array(c["schema_version"], s),
+            pa.array(c["ddl"], s),
+            pa.repeat(pa.scalar(self.captured_at, ts), n),
             pa.array(c["schema_json"], s),
         ]
         self._reset()
@@ -363,8 +441,14 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     from binlake.contract.position import BinlogPosition, file_index, log_index
     from binlake.source.binlog import is_transaction_end, open_stream
 
-    plain_rows_events = {BINLOG.WRITE_ROWS_EVENT_V1, BINLOG.WRITE_ROWS_EVENT_V2, BINLOG.UPDATE_ROWS_EVENT_V1,
-                         BINLOG.UPDATE_ROWS_EVENT_V2, BINLOG.DELETE_ROWS_EVENT_V1, BINLOG.DELETE_ROWS_EVENT_V2}
+    plain_rows_events = {
+        BINLOG.WRITE_ROWS_EVENT_V1,
+        BINLOG.WRITE_ROWS_EVENT_V2,
+        BINLOG.UPDATE_ROWS_EVENT_V1,
+        BINLOG.UPDATE_ROWS_EVENT_V2,
+        BINLOG.DELETE_ROWS_EVENT_V1,
+        BINLOG.DELETE_ROWS_EVENT_V2,
+    }
     fidx = log_index(rng.epoch, file_index(rng.file))
     out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
     counts: dict[str, int] = {}
@@ -377,15 +461,24 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     def finish(heartbeat_pos: int | None):
         if rng.last:
             out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
-        out.add(None, None, "stats", rng.start_pos, 0, ddl=json.dumps({"ops": counts, "tables": per_table, "last_ts": last_ts}),
-                gtid=",".join(last_gtids[d] for d in sorted(last_gtids)) or None)
+        out.add(
+            None,
+            None,
+            "stats",
+            rng.start_pos,
+            0,
+            ddl=json.dumps({"ops": counts, "tables": per_table, "last_ts": last_ts}),
+            gtid=",".join(last_gtids[d] for d in sorted(last_gtids)) or None,
+        )
         return out.batch()
 
     if rng.end_pos is not None and rng.start_pos >= rng.end_pos:
         yield finish(rng.end_pos)
         return
     stream = open_stream(
-        source, source.server_id + 1 + rng.index, BinlogPosition(rng.file, rng.start_pos),
+        source,
+        source.server_id + 1 + rng.index,
+        BinlogPosition(rng.file, rng.start_pos),
         # Every event, also the ones the library does not implement: the end check must see
         # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
         filter_non_implemented_events=False,
@@ -419,21 +512,41 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                 shape = (schema.database, schema.table, schema.columns, schema.key)
                 if shape not in stored_by_shape:
                     stored = stored_schema(source, schema, strict=False)
-                    stored_by_shape[shape] = (source.column_rule(schema.database, schema.table), stored,
-                                              stored.version())
+                    stored_by_shape[shape] = (
+                        source.column_rule(schema.database, schema.table),
+                        stored,
+                        stored.version(),
+                    )
                 rule, stored, version = stored_by_shape[shape]
                 # Decoded with the source's own column types, then masked: the snapshot does
                 # the same, so both paths store the same text for the same value.
-                pads = {c.name: c.max_length for c in event.columns
-                        if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"}
+                pads = {
+                    c.name: c.max_length
+                    for c in event.columns
+                    if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
+                }
                 decoder = compile_rows_decoder(event.columns, schema) if fast_rows else None
                 masker = FlatMasker(rule, salt, decoder.names) if rule is not None and decoder is not None else None
-                schemas[event.table_id] = (schema, {c.name: c for c in schema.columns}, version, pads, decoder,
-                                           rule, masker)
+                schemas[event.table_id] = (
+                    schema,
+                    {c.name: c for c in schema.columns},
+                    version,
+                    pads,
+                    decoder,
+                    rule,
+                    masker,
+                )
                 if (schema.database, schema.table, version) not in reported:
                     reported.add((schema.database, schema.table, version))
-                    out.add(schema.database, schema.table, "schema", pos, 0, schema_version=version,
-                            schema_json=stored.to_json())
+                    out.add(
+                        schema.database,
+                        schema.table,
+                        "schema",
+                        pos,
+                        0,
+                        schema_version=version,
+                        schema_json=stored.to_json(),
+                    )
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
                 known = schemas.get(event.table_id)
                 if known is None:
@@ -443,22 +556,28 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                 sid = event.packet.server_id
                 update = isinstance(event, UpdateRowsEvent)
                 op = "update" if update else "insert" if isinstance(event, WriteRowsEvent) else "delete"
-                if (decoder is not None and event.event_type in plain_rows_events
-                        and decoder.full_image(event.columns_present_bitmap)
-                        and (not update or decoder.full_image(event.columns_present_bitmap2))):
+                if (
+                    decoder is not None
+                    and event.event_type in plain_rows_events
+                    and decoder.full_image(event.columns_present_bitmap)
+                    and (not update or decoder.full_image(event.columns_present_bitmap2))
+                ):
                     # The fast path: the event's row bytes straight to canonical texts.
                     packet = event.packet
                     first: list = []
                     second: list = []
-                    n = decoder.decode(packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first])
+                    n = decoder.decode(
+                        packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first]
+                    )
                     before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
                     names = decoder.names
                     if masker is not None:
                         names = masker.names
                         before = masker.apply(before, n) if before is not None else None
                         after = masker.apply(after, n) if after is not None else None
-                    out.add_event(schema.database, schema.table, op, pos, n, names, before, after,
-                                  ts, gtid, sid, version)
+                    out.add_event(
+                        schema.database, schema.table, op, pos, n, names, before, after, ts, gtid, sid, version
+                    )
                 else:
                     n = 0
                     for i, row in enumerate(event.rows):
@@ -469,9 +588,19 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                         else:
                             before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
                             after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
-                        out.add(schema.database, schema.table, op, pos, i, before=apply_to_image(rule, salt, before),
-                                after=apply_to_image(rule, salt, after), commit_ts=ts, gtid=gtid, server_id=sid,
-                                schema_version=version)
+                        out.add(
+                            schema.database,
+                            schema.table,
+                            op,
+                            pos,
+                            i,
+                            before=apply_to_image(rule, salt, before),
+                            after=apply_to_image(rule, salt, after),
+                            commit_ts=ts,
+                            gtid=gtid,
+                            server_id=sid,
+                            schema_version=version,
+                        )
                         n += 1
                 counts[op] = counts.get(op, 0) + n
                 name = f"{schema.database}.{schema.table}"
@@ -481,18 +610,36 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
             elif isinstance(event, QueryEvent):
                 text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
                 upper = text.strip().upper()
-                if upper not in ("BEGIN", "COMMIT") and not upper.startswith("XA ") and not upper.startswith("SAVEPOINT"):
-                    default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+                if (
+                    upper not in ("BEGIN", "COMMIT")
+                    and not upper.startswith("XA ")
+                    and not upper.startswith("SAVEPOINT")
+                ):
+                    default_db = (
+                        event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+                    )
                     for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
                         keep = source.captures(db, table) if (db and table) else _db_captured(source, db)
                         if keep:
-                            out.add(db, table, op, pos, row, commit_ts=event.timestamp * 1_000_000, gtid=gtid,
-                                    server_id=event.packet.server_id, ddl=text)
+                            out.add(
+                                db,
+                                table,
+                                op,
+                                pos,
+                                row,
+                                commit_ts=event.timestamp * 1_000_000,
+                                gtid=gtid,
+                                server_id=event.packet.server_id,
+                                ddl=text,
+                            )
                             counts[op] = counts.get(op, 0) + 1
             if is_transaction_end(event):
                 gtid = None
-                if rng.last and rng.max_rows is not None and emitted >= rng.max_rows and (
-                    rng.end_pos is None or pos < rng.end_pos
+                if (
+                    rng.last
+                    and rng.max_rows is not None
+                    and emitted >= rng.max_rows
+                    and (rng.end_pos is None or pos < rng.end_pos)
                 ):
                     stop_pos = pos
                     break

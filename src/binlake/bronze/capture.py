@@ -110,8 +110,10 @@ class CaptureResult:
 
     def summary(self) -> str:
         rate = self.changes / self.seconds if self.seconds > 0 else 0.0
-        text = (f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE/DROP/RENAME, "
-                f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)")
+        text = (
+            f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE/DROP/RENAME, "
+            f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)"
+        )
         if self.resnapshot_tables:
             text += f"; binlog was purged: capture reset and re-snapshotted {', '.join(self.resnapshot_tables)}"
         for switch in self.source_switches:
@@ -234,7 +236,9 @@ def reset_capture(spark, config: Config) -> BinlogPosition:
     result = CaptureResult()
     start = old.position if old else state.position
     state = _commit(spark, lh, [], start, state, None, result, note="reset-capture")
-    log.warning("capture reset from %s to %s: re-snapshot the captured tables", old.position if old else None, state.position)
+    log.warning(
+        "capture reset from %s to %s: re-snapshot the captured tables", old.position if old else None, state.position
+    )
     return state.position
 
 
@@ -306,8 +310,11 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
         ).collect()
         if rows:
             index = int(rows[0]["file_index"])
-            candidates.append(BinlogPosition.from_log(file_name(current.file, index & ((1 << EPOCH_SHIFT) - 1)), index,
-                                                      rows[0]["pos"]))
+            candidates.append(
+                BinlogPosition.from_log(
+                    file_name(current.file, index & ((1 << EPOCH_SHIFT) - 1)), index, rows[0]["pos"]
+                )
+            )
     if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
             f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
@@ -321,8 +328,9 @@ def _captured_table_names(config: Config, conn) -> list[str]:
     return [f"{db}.{t}" for db, t in captured_tables(conn, config.source)]
 
 
-def _ensure_not_purged(spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState,
-                       result: CaptureResult) -> CaptureState:
+def _ensure_not_purged(
+    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
+) -> CaptureState:
     try:
         check_not_purged(files, state.position, _captured_table_names(config, conn))
         return state
@@ -356,14 +364,18 @@ def _position_problem(conn, files, state: CaptureState) -> str | None:
         return None
     newest = files[-1]
     if pos.file_index > newest.index:
-        return (f"the server's newest binlog is {newest.name}, older than capture's position {pos}: "
-                "the binlog was reset or restored")
+        return (
+            f"the server's newest binlog is {newest.name}, older than capture's position {pos}: "
+            "the binlog was reset or restored"
+        )
     here = next((f for f in files if f.index == pos.file_index), None)
     if here is None:
         return None
     if pos.pos > here.size:
-        return (f"binlog {pos.file} is {here.size} bytes, shorter than capture's position {pos}: "
-                "the binlog was reset or restored")
+        return (
+            f"binlog {pos.file} is {here.size} bytes, shorter than capture's position {pos}: "
+            "the binlog was reset or restored"
+        )
     if pos.pos == here.size:
         return None
     try:
@@ -376,13 +388,16 @@ def _position_problem(conn, files, state: CaptureState) -> str | None:
         domain, _, seq = (int(x) for x in gtid.split("-"))
         seen = gtids.parse(state.gtid).get(domain)
         if seen is not None and seq <= seen[1]:
-            return (f"the transaction at capture's position {pos} is GTID {gtid}, which capture had already read "
-                    f"(it was at {state.gtid}): the binlog was reset or restored")
+            return (
+                f"the transaction at capture's position {pos} is GTID {gtid}, which capture had already read "
+                f"(it was at {state.gtid}): the binlog was reset or restored"
+            )
     return None
 
 
-def _follow_source(spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState,
-                   result: CaptureResult) -> CaptureState:
+def _follow_source(
+    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
+) -> CaptureState:
     """``state``, or, when the source is another server or a reset binlog, the state capture
     resumes from there (a GTID switch), or the re-snapshot policy's, or a loud stop."""
     sid = server_id(conn)
@@ -398,8 +413,9 @@ def _follow_source(spark, config: Config, lh: Lakehouse, conn, files, state: Cap
     return _switch(spark, config, lh, conn, state, sid, problem, result)
 
 
-def _switch(spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid: int, problem: str,
-            result: CaptureResult) -> CaptureState:
+def _switch(
+    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid: int, problem: str, result: CaptureResult
+) -> CaptureState:
     epoch = state.position.epoch + 1
     if state.gtid and is_mariadb(conn):
         try:
@@ -408,8 +424,10 @@ def _switch(spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid
             detail = f"{problem}; it cannot resume by GTID {state.gtid} there ({exc})"
         else:
             new = CaptureState(found.in_epoch(epoch), sid, state.gtid)
-            message = (f"{problem}: capture resumed by GTID {state.gtid} at {new.position} "
-                       f"(source epoch {epoch}, sorting after every earlier position)")
+            message = (
+                f"{problem}: capture resumed by GTID {state.gtid} at {new.position} "
+                f"(source epoch {epoch}, sorting after every earlier position)"
+            )
             log.warning("%s", message)
             state = _commit(spark, lh, [], state.position, new, None, result, note="source-switch")
             result.source_switches.append(message)
@@ -428,7 +446,8 @@ def _switch(spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid
         return capture_state(spark, lh)
     raise SourceChangedError(
         f"capture cannot go on: {detail}. Recover with: binlake snapshot --reset-capture "
-        "(re-snapshots every captured table; or set capture.on_purge: resnapshot to do it automatically)")
+        "(re-snapshots every captured table; or set capture.on_purge: resnapshot to do it automatically)"
+    )
 
 
 def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
@@ -443,8 +462,9 @@ def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
 # batches
 
 
-def plan_ranges(files: list[BinlogFile], start: BinlogPosition, end: BinlogPosition, max_files: int,
-                max_rows: int | None) -> list[ReadRange]:
+def plan_ranges(
+    files: list[BinlogFile], start: BinlogPosition, end: BinlogPosition, max_files: int, max_rows: int | None
+) -> list[ReadRange]:
     """Cut ``[start, end)`` at file boundaries into at most ``max_files`` partitions.
 
     When the range spans more files than that, the batch ends at the end of the last
@@ -469,8 +489,9 @@ def plan_ranges(files: list[BinlogFile], start: BinlogPosition, end: BinlogPosit
     return ranges
 
 
-def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, target: BinlogPosition,
-                   result: CaptureResult, progress) -> tuple[CaptureState, BinlogPosition]:
+def _capture_until(
+    spark, config: Config, lh: Lakehouse, state: CaptureState, target: BinlogPosition, result: CaptureResult, progress
+) -> tuple[CaptureState, BinlogPosition]:
     """Batches from ``state`` up to ``target``; returns the state reached and the target
     (a new one when the source switched on the way)."""
     max_files = max(1, min(MAX_PARALLEL_FILES, spark.sparkContext.defaultParallelism))
@@ -478,7 +499,9 @@ def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, ta
     task_cm = None
     task = None
     if progress is not None and state.position < target:
-        task_cm = progress.task("capture", total=max(1, target.file_index - state.position.file_index + 1), unit="files")
+        task_cm = progress.task(
+            "capture", total=max(1, target.file_index - state.position.file_index + 1), unit="files"
+        )
         task = task_cm.__enter__()
     try:
         while state.position < target:
@@ -500,7 +523,9 @@ def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, ta
                 changes_before = result.changes
                 if not ranges:
                     # No bytes to read up to the target: the GTID position is unchanged.
-                    new = _commit(spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result)
+                    new = _commit(
+                        spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result
+                    )
                 else:
                     new = _read_and_commit(spark, config, lh, state, ranges, result)
                 attempts = 0
@@ -508,7 +533,9 @@ def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, ta
                 attempts += 1
                 if attempts >= MAX_ATTEMPTS:
                     raise
-                log.warning("capture batch from %s: source unreachable; retrying (%d/%d)", resume, attempts, MAX_ATTEMPTS - 1)
+                log.warning(
+                    "capture batch from %s: source unreachable; retrying (%d/%d)", resume, attempts, MAX_ATTEMPTS - 1
+                )
                 wait_for_server(config.source, timeout=120)
                 continue
             except BinlakeError:
@@ -522,9 +549,15 @@ def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, ta
                 if attempts >= MAX_ATTEMPTS:
                     raise
                 first = (str(exc).strip().splitlines() or [""])[0][:200]
-                log.warning("capture batch from %s failed (%s: %s); retrying (%d/%d)", resume,
-                            type(exc).__name__, first, attempts, MAX_ATTEMPTS - 1)
-                time.sleep(min(2 ** attempts, 10))
+                log.warning(
+                    "capture batch from %s failed (%s: %s); retrying (%d/%d)",
+                    resume,
+                    type(exc).__name__,
+                    first,
+                    attempts,
+                    MAX_ATTEMPTS - 1,
+                )
+                time.sleep(min(2**attempts, 10))
                 wait_for_server(config.source, timeout=120)
                 continue
             if task is not None:
@@ -536,8 +569,9 @@ def _capture_until(spark, config: Config, lh: Lakehouse, state: CaptureState, ta
     return state, target
 
 
-def _read_and_commit(spark, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange],
-                     result: CaptureResult) -> CaptureState:
+def _read_and_commit(
+    spark, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
+) -> CaptureState:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -546,8 +580,11 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, state: CaptureState, 
     try:
         # One pass builds the cache and returns the few side rows: schema versions, each
         # partition's counts per op and last GTIDs, and the heartbeat. No aggregation, no shuffle.
-        side = (df.where(F.col("op").isin(HEARTBEAT_OP, *SIDE_OPS))
-                .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json", "gtid").collect())
+        side = (
+            df.where(F.col("op").isin(HEARTBEAT_OP, *SIDE_OPS))
+            .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json", "gtid")
+            .collect()
+        )
         counts: dict[str, int] = {}
         gtid = state.gtid
         for r in sorted((r for r in side if r["op"] == "stats"), key=lambda r: (r["file_index"], r["pos"])):
@@ -562,15 +599,22 @@ def _read_and_commit(spark, config: Config, lh: Lakehouse, state: CaptureState, 
         beats = [r for r in side if r["op"] == HEARTBEAT_OP]
         if len(beats) != 1:
             raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
-        end = CaptureState(BinlogPosition.from_log(beats[0]["binlog_file"], beats[0]["file_index"], beats[0]["pos"]),
-                           state.server_id, gtid)
-        schemas = [(TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
-                   for r in side if r["op"] == "schema"]
+        end = CaptureState(
+            BinlogPosition.from_log(beats[0]["binlog_file"], beats[0]["file_index"], beats[0]["pos"]),
+            state.server_id,
+            gtid,
+        )
+        schemas = [
+            (TableSchema.from_json(r["schema_json"]), int(r["file_index"]), int(r["pos"]), None)
+            for r in side
+            if r["op"] == "schema"
+        ]
         changes = df.where(~F.col("op").isin(*SIDE_OPS)).drop("schema_json")
         # The heartbeat names the server and the GTID position at the batch's end.
         beat = F.col("op") == HEARTBEAT_OP
-        changes = (changes.withColumn("gtid", F.when(beat, F.lit(end.gtid)).otherwise(F.col("gtid")))
-                   .withColumn("server_id", F.when(beat, F.lit(end.server_id).cast("bigint")).otherwise(F.col("server_id"))))
+        changes = changes.withColumn("gtid", F.when(beat, F.lit(end.gtid)).otherwise(F.col("gtid"))).withColumn(
+            "server_id", F.when(beat, F.lit(end.server_id).cast("bigint")).otherwise(F.col("server_id"))
+        )
         if counts.get(RENAMED_INTO_OP):
             renamed = changes.where(F.col("op") == RENAMED_INTO_OP).select("db", "table").distinct().collect()
             _snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
@@ -584,8 +628,9 @@ def table_filter(config: Config) -> dict:
     return {"tables": list(config.source.tables), "exclude": list(config.source.exclude)}
 
 
-def _snapshot_newly_matched(spark, config: Config, lh: Lakehouse, conn, state: CaptureState,
-                            result: CaptureResult) -> None:
+def _snapshot_newly_matched(
+    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, result: CaptureResult
+) -> None:
     """Snapshot the tables the filter matches now and did not at capture's last commit,
     unless a snapshot taken since capture's position already covers them."""
     from dataclasses import replace
@@ -593,8 +638,9 @@ def _snapshot_newly_matched(spark, config: Config, lh: Lakehouse, conn, state: C
     if state.table_filter is None or state.table_filter == table_filter(config):
         return
     try:
-        before = replace(config.source, tables=tuple(state.table_filter["tables"]),
-                         exclude=tuple(state.table_filter["exclude"]))
+        before = replace(
+            config.source, tables=tuple(state.table_filter["tables"]), exclude=tuple(state.table_filter["exclude"])
+        )
     except (KeyError, TypeError):
         return
     newly = [(db, t) for db, t in captured_tables(conn, config.source) if not before.captures(db, t)]
@@ -609,14 +655,27 @@ def _snapshot_newly_matched(spark, config: Config, lh: Lakehouse, conn, state: C
             names = names | ((F.col("db") == db) & (F.col("table") == t))
         # A complete snapshot every chunk of which was read after capture's position holds
         # every row the missed changes could have touched.
-        planned = {r["snapshot_id"]: r["n"] for r in lh.snapshot_plan.read(spark).where(names)
-                   .groupBy("snapshot_id").agg(F.countDistinct("chunk_id").alias("n")).collect()}
-        rows = (lh.snapshot_chunks.read(spark).where(names).groupBy("db", "table", "snapshot_id")
-                .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
-                .collect())
-        covered = {(r["db"], r["table"]) for r in rows
-                   if r["n"] == planned.get(r["snapshot_id"])
-                   and (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) >= state.position.key()}
+        planned = {
+            r["snapshot_id"]: r["n"]
+            for r in lh.snapshot_plan.read(spark)
+            .where(names)
+            .groupBy("snapshot_id")
+            .agg(F.countDistinct("chunk_id").alias("n"))
+            .collect()
+        }
+        rows = (
+            lh.snapshot_chunks.read(spark)
+            .where(names)
+            .groupBy("db", "table", "snapshot_id")
+            .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
+            .collect()
+        )
+        covered = {
+            (r["db"], r["table"])
+            for r in rows
+            if r["n"] == planned.get(r["snapshot_id"])
+            and (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) >= state.position.key()
+        }
     todo = sorted(f"{db}.{t}" for db, t in newly if (db, t) not in covered)
     if todo:
         log.info("capture: %s newly matched by source.tables: snapshotting first", ", ".join(todo))
@@ -642,8 +701,17 @@ def _snapshot_renamed_into(spark, config: Config, names: list[str], result: Capt
         result.renamed_into = sorted(set(result.renamed_into) | set(targets))
 
 
-def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: CaptureState, changes,
-            result: CaptureResult, counts: dict[str, int] | None = None, note: str | None = None) -> CaptureState:
+def _commit(
+    spark,
+    lh: Lakehouse,
+    schemas,
+    start: BinlogPosition,
+    end: CaptureState,
+    changes,
+    result: CaptureResult,
+    counts: dict[str, int] | None = None,
+    note: str | None = None,
+) -> CaptureState:
     """One Delta commit: the batch's changes and its end heartbeat (``changes`` None: the
     heartbeat alone). Returns the state capture resumes from."""
     schemas = [s for s in schemas if (s[0].database, s[0].table, s[0].version()) not in result.schemas_known]
@@ -655,16 +723,22 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: CaptureSt
         result.schemas_known.update((s[0].database, s[0].table, s[0].version()) for s in schemas)
     if changes is None:
         changes = spark.createDataFrame(
-            [heartbeat_row(end.position, note=note, server_id=end.server_id, gtid=end.gtid)], CHANGELOG_SCHEMA)
+            [heartbeat_row(end.position, note=note, server_id=end.server_id, gtid=end.gtid)], CHANGELOG_SCHEMA
+        )
     counts = counts or {}
-    tag = json.dumps({"capture_start": str(start), **end.tag(), "filter": table_filter(lh.config),
-                      "id": uuid.uuid4().hex})
+    tag = json.dumps(
+        {"capture_start": str(start), **end.tag(), "filter": table_filter(lh.config), "id": uuid.uuid4().hex}
+    )
     # Two writers that read the same start get the same version: Delta keeps the first.
     # A batch that moves past ``start`` gets an odd version, a bare heartbeat at ``start`` an even one.
     version = 2 * _key(start) + (1 if end.position > start else 0)
-    writer = (changes.write.format("delta").mode("append")
-              .option("txnAppId", _txn_app_id(start.epoch)).option("txnVersion", str(version))
-              .option("userMetadata", tag))
+    writer = (
+        changes.write.format("delta")
+        .mode("append")
+        .option("txnAppId", _txn_app_id(start.epoch))
+        .option("txnVersion", str(version))
+        .option("userMetadata", tag)
+    )
     faults.point("capture.before_commit")
     lh.changelog.save(writer)
     faults.point("capture.after_commit")
@@ -672,8 +746,11 @@ def _commit(spark, lh: Lakehouse, schemas, start: BinlogPosition, end: CaptureSt
     if last["userMetadata"] != tag:
         # Another capture process committed this range first; continue from what it stored.
         stored = capture_state(spark, lh)
-        log.warning("another capture run committed the batch starting at %s; continuing from %s", start,
-                    stored.position if stored else end.position)
+        log.warning(
+            "another capture run committed the batch starting at %s; continuing from %s",
+            start,
+            stored.position if stored else end.position,
+        )
         return stored or end
     result.batches += 1
     result.changes += sum(n for op, n in counts.items() if op in DATA_OPS)

@@ -52,8 +52,11 @@ def capture_state(spark, lh: Lakehouse) -> CaptureState | None:
     if not rows:
         return None
     r = rows[0]
-    return CaptureState(BinlogPosition.from_log(r["binlog_file"], r["file_index"], r["pos"]),
-                        None if r["server_id"] is None else int(r["server_id"]), r["gtid"])
+    return CaptureState(
+        BinlogPosition.from_log(r["binlog_file"], r["file_index"], r["pos"]),
+        None if r["server_id"] is None else int(r["server_id"]),
+        r["gtid"],
+    )
 
 
 def from_tag(history_rows) -> CaptureState | None:
@@ -84,5 +87,6 @@ def current_epoch(spark, lh: Lakehouse, server_id: int) -> int:
     if state.server_id is not None and state.server_id != server_id:
         raise SourceChangedError(
             f"the source is now server {server_id}, but capture last read server {state.server_id}: "
-            "run binlake capture (or binlake run) first, which follows the switch")
+            "run binlake capture (or binlake run) first, which follows the switch"
+        )
     return state.position.epoch

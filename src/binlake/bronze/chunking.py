@@ -151,7 +151,9 @@ def plan_by_boundaries(next_boundary: Callable[[Key | None], Key | None], max_ch
     return chunks_from_boundaries(boundaries)
 
 
-def boundary_query(db: str, table: str, key_columns: Sequence[Column], start: Key | None, chunk_size: int) -> tuple[str, list]:
+def boundary_query(
+    db: str, table: str, key_columns: Sequence[Column], start: Key | None, chunk_size: int
+) -> tuple[str, list]:
     """SQL + params for the key ``chunk_size`` rows after ``start`` (inclusive), in index order."""
     _check_chunk_size(chunk_size)
     cols = ", ".join(quote_ident(c.name) for c in key_columns)

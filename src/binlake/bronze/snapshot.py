@@ -118,8 +118,10 @@ class SnapshotResult:
             f"{self.chunks_read}/{total} chunks read, {self.rows:,} rows in {self.seconds:,.1f}s ({rate:,.0f} rows/s)"
         ]
         for t in self.tables:
-            lines.append(f"  {t.name}: {t.mode} snapshot {t.snapshot_id}, {t.chunks_read} chunks read "
-                         f"of {t.chunks_total}, {t.rows:,} rows")
+            lines.append(
+                f"  {t.name}: {t.mode} snapshot {t.snapshot_id}, {t.chunks_read} chunks read "
+                f"of {t.chunks_total}, {t.rows:,} rows"
+            )
         if self.skipped:
             lines.append(f"  already complete: {', '.join(self.skipped)}")
         return "\n".join(lines)
@@ -138,17 +140,24 @@ class _Pending:
     version: str
 
     def as_option(self) -> dict:
-        return {"snapshot_id": self.snapshot_id, "db": self.schema.database, "table": self.schema.table,
-                "chunk_id": self.chunk_id, "start_key": self.start_key, "end_key": self.end_key,
-                "schema_version": self.version}
+        return {
+            "snapshot_id": self.snapshot_id,
+            "db": self.schema.database,
+            "table": self.schema.table,
+            "chunk_id": self.chunk_id,
+            "start_key": self.start_key,
+            "end_key": self.end_key,
+            "schema_version": self.version,
+        }
 
 
 # ---------------------------------------------------------------------------------------
 # Public entry points
 
 
-def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False,
-                 progress: Progress | None = None) -> SnapshotResult:
+def run_snapshot(
+    spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, progress: Progress | None = None
+) -> SnapshotResult:
     """Snapshot captured tables into bronze; see the module docstring for which ones.
 
     ``fresh``: plan a new snapshot of every target, whatever is complete or open (named
@@ -191,8 +200,9 @@ def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, fre
             planned, plan_committed = _plan(spark, config, lh, conn, to_plan, source)
             for schema, snapshot_id, chunks, mode in planned:
                 version = stored_schema(config.source, schema).version()
-                pending.extend(_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version)
-                               for c in chunks)
+                pending.extend(
+                    _Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in chunks
+                )
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
     if pending:
         tune_snapshot_rows(spark, lh)
@@ -208,8 +218,14 @@ def _source_epoch(spark, lh: Lakehouse, conn) -> tuple[int, int]:
     return current_epoch(spark, lh, sid), sid
 
 
-def resnapshot_chunks(spark, config: Config, db: str, table: str,
-                      chunks: Sequence[tuple[str | None, str | None]], progress: Progress | None = None) -> SnapshotResult:
+def resnapshot_chunks(
+    spark,
+    config: Config,
+    db: str,
+    table: str,
+    chunks: Sequence[tuple[str | None, str | None]],
+    progress: Progress | None = None,
+) -> SnapshotResult:
     """Re-read only the given ``[start_key, end_key)`` ranges of one table as a new snapshot.
 
     ``chunks`` are (start_key, end_key) pairs as stored in ``snapshot_chunks`` (JSON arrays
@@ -240,12 +256,15 @@ def resnapshot_chunks(spark, config: Config, db: str, table: str,
             start, end = (key_from_json(k) for k in pair)
             for bound in (start, end):
                 if bound is not None and len(bound) != len(schema.key):
-                    raise ValueError(f"chunks[{i}] bound {list(bound)} has {len(bound)} values but "
-                                     f"{db}.{table} has {len(schema.key)} key columns {list(schema.key)}")
+                    raise ValueError(
+                        f"chunks[{i}] bound {list(bound)} has {len(bound)} values but "
+                        f"{db}.{table} has {len(schema.key)} key columns {list(schema.key)}"
+                    )
             planned.append(Chunk(i, start, end))
         source = _source_epoch(spark, lh, conn)
-        [(schema, snapshot_id, plan, _)], plan_committed = _plan(spark, config, lh, conn, [(schema, "repair")],
-                                                                 source, fixed={schema.name: planned})
+        [(schema, snapshot_id, plan, _)], plan_committed = _plan(
+            spark, config, lh, conn, [(schema, "repair")], source, fixed={schema.name: planned}
+        )
     version = stored_schema(config.source, schema).version()
     pending = [_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in plan]
     result.tables.append(TableSnapshot(db, table, snapshot_id, len(plan), mode="repair"))
@@ -267,8 +286,11 @@ def plan_table(conn, schema: TableSchema, chunk_size: int) -> list[Chunk]:
         r = query(conn, min_max_query(db, t, keys[0]))[0]
         if r["lo"] is None:
             return [Chunk(0, None, None)]
-        est = query(conn, "SELECT TABLE_ROWS AS n FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s "
-                          "AND TABLE_NAME = %s", (db, t))
+        est = query(
+            conn,
+            "SELECT TABLE_ROWS AS n FROM information_schema.TABLES WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (db, t),
+        )
         estimated = int(est[0]["n"] or 0) if est else 0
         if choose_arithmetic(int(r["lo"]), int(r["hi"]), estimated, chunk_size):
             return plan_arithmetic(int(r["lo"]), int(r["hi"]), chunk_size)
@@ -285,10 +307,12 @@ def plan_table(conn, schema: TableSchema, chunk_size: int) -> list[Chunk]:
 
 def _require_key(schema: TableSchema) -> None:
     if not schema.key:
-        raise PreflightError([
-            f"{schema.name} has no primary key: add one, or set source.chunk_keys: "
-            f'{{"{schema.name}": [unique NOT NULL columns]}}'
-        ])
+        raise PreflightError(
+            [
+                f"{schema.name} has no primary key: add one, or set source.chunk_keys: "
+                f'{{"{schema.name}": [unique NOT NULL columns]}}'
+            ]
+        )
 
 
 def _new_snapshot_id() -> str:
@@ -296,8 +320,15 @@ def _new_snapshot_id() -> str:
     return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ") + "-" + uuid.uuid4().hex[:8]
 
 
-def _plan(spark, config: Config, lh: Lakehouse, conn, tables: list[tuple[TableSchema, str]],
-          source: tuple[int, int], fixed: dict[str, list[Chunk]] | None = None) -> tuple[list[tuple[TableSchema, str, list[Chunk], str]], Future]:
+def _plan(
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    conn,
+    tables: list[tuple[TableSchema, str]],
+    source: tuple[int, int],
+    fixed: dict[str, list[Chunk]] | None = None,
+) -> tuple[list[tuple[TableSchema, str, list[Chunk], str]], Future]:
     """Record schemas, plan chunks and start persisting the plan (one Delta append for all
     tables); the future is done when the plan is committed."""
     for schema, _ in tables:
@@ -315,8 +346,19 @@ def _plan(spark, config: Config, lh: Lakehouse, conn, tables: list[tuple[TableSc
         snapshot_id = _new_snapshot_id()
         out.append((schema, snapshot_id, chunks, mode))
         for c in chunks:
-            rows.append((snapshot_id, schema.database, schema.table, c.chunk_id, list(schema.key), c.start_json,
-                         c.end_json, stored[schema.name].version(), now))
+            rows.append(
+                (
+                    snapshot_id,
+                    schema.database,
+                    schema.table,
+                    c.chunk_id,
+                    list(schema.key),
+                    c.start_json,
+                    c.end_json,
+                    stored[schema.name].version(),
+                    now,
+                )
+            )
         log.info("snapshot %s of %s: %d chunks planned", snapshot_id, schema.name, len(chunks))
 
     def commit() -> None:
@@ -343,25 +385,43 @@ def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dic
     names = [f"{db}.{t}" for db, t in targets]
     # The latest plan per table first, then the manifest counts of just those snapshots:
     # no shuffle join, and a first snapshot (no plan rows yet) costs one quick job.
-    plans = (lh.snapshot_plan.read(spark).where(F.concat_ws(".", "db", "table").isin(names))
-             .groupBy("db", "table", "snapshot_id")
-             # One plan row per chunk (a plan is one append), so count() needs no distinct.
-             .agg(F.max("planned_at").alias("planned_at"), F.count(F.lit(1)).alias("planned"),
-                  F.first("schema_version").alias("schema_version"))
-             .collect())
+    plans = (
+        lh.snapshot_plan.read(spark)
+        .where(F.concat_ws(".", "db", "table").isin(names))
+        .groupBy("db", "table", "snapshot_id")
+        # One plan row per chunk (a plan is one append), so count() needs no distinct.
+        .agg(
+            F.max("planned_at").alias("planned_at"),
+            F.count(F.lit(1)).alias("planned"),
+            F.first("schema_version").alias("schema_version"),
+        )
+        .collect()
+    )
     latest: dict[tuple[str, str], dict] = {}
     for r in plans:
         key = (r["db"], r["table"])
-        if key in latest and (latest[key]["planned_at"], latest[key]["snapshot_id"]) >= (r["planned_at"], r["snapshot_id"]):
+        if key in latest and (latest[key]["planned_at"], latest[key]["snapshot_id"]) >= (
+            r["planned_at"],
+            r["snapshot_id"],
+        ):
             continue
-        latest[key] = {"snapshot_id": r["snapshot_id"], "planned_at": r["planned_at"], "planned": r["planned"],
-                       "schema_version": r["schema_version"]}
+        latest[key] = {
+            "snapshot_id": r["snapshot_id"],
+            "planned_at": r["planned_at"],
+            "planned": r["planned"],
+            "schema_version": r["schema_version"],
+        }
     if latest:
         ids = sorted(v["snapshot_id"] for v in latest.values())
-        done = {r["snapshot_id"]: r["done"] for r in
-                lh.snapshot_chunks.read(spark).where(F.col("snapshot_id").isin(ids))
-                # Runs racing on one snapshot may both commit a chunk: count chunk ids once.
-                .groupBy("snapshot_id").agg(F.size(F.collect_set("chunk_id")).alias("done")).collect()}
+        done = {
+            r["snapshot_id"]: r["done"]
+            for r in lh.snapshot_chunks.read(spark)
+            .where(F.col("snapshot_id").isin(ids))
+            # Runs racing on one snapshot may both commit a chunk: count chunk ids once.
+            .groupBy("snapshot_id")
+            .agg(F.size(F.collect_set("chunk_id")).alias("done"))
+            .collect()
+        }
         for v in latest.values():
             v["complete"] = done.get(v["snapshot_id"], 0) >= v["planned"]
     return latest
@@ -370,7 +430,11 @@ def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dic
 def _unmanifested(spark, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str | None, str | None]]:
     from pyspark.sql import functions as F
 
-    plan = lh.snapshot_plan.read(spark).where(F.col("snapshot_id") == snapshot_id).select("chunk_id", "start_key", "end_key")
+    plan = (
+        lh.snapshot_plan.read(spark)
+        .where(F.col("snapshot_id") == snapshot_id)
+        .select("chunk_id", "start_key", "end_key")
+    )
     done = lh.snapshot_chunks.read(spark).where(F.col("snapshot_id") == snapshot_id).select("chunk_id")
     rows = plan.join(done, "chunk_id", "left_anti").dropDuplicates(["chunk_id"]).orderBy("chunk_id").collect()
     return [(r["chunk_id"], r["start_key"], r["end_key"]) for r in rows]
@@ -380,8 +444,16 @@ def _unmanifested(spark, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str
 # Reading
 
 
-def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], result: SnapshotResult,
-                progress: Progress, plan_committed: Future | None, source: tuple[int, int]) -> None:
+def _read_waves(
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    pending: list[_Pending],
+    result: SnapshotResult,
+    progress: Progress,
+    plan_committed: Future | None,
+    source: tuple[int, int],
+) -> None:
     if not pending:
         if plan_committed is not None:
             plan_committed.result()
@@ -392,13 +464,20 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
     barrier = os.environ.get(BARRIER_ENV)
     with progress.task("snapshot", total=len(pending), unit="chunks") as task:
         for i in range(0, len(pending), wave_size):
-            wave = pending[i:i + wave_size]
+            wave = pending[i : i + wave_size]
             # A fresh attempt id per wave: rows of a killed earlier attempt of the same chunk
             # stay in snapshot_rows but never match a manifest row.
             attempt_id = uuid.uuid4().hex
             schemas = {p.schema.name: p.schema.to_json() for p in wave}
-            opts = reader_options(config.source, [p.as_option() for p in wave], schemas, attempt_id, barrier,
-                                  epoch=source[0], server_id=source[1])
+            opts = reader_options(
+                config.source,
+                [p.as_option() for p in wave],
+                schemas,
+                attempt_id,
+                barrier,
+                epoch=source[0],
+                server_id=source[1],
+            )
             df, observed = observe_markers(spark.read.format(FORMAT).options(**opts).load(), attempt_id)
             try:
                 lh.snapshot_rows.save(df.write.format("delta").mode("append"))
@@ -414,21 +493,41 @@ def _read_waves(spark, config: Config, lh: Lakehouse, pending: list[_Pending], r
             for p in wave:
                 m = by_chunk.get((p.snapshot_id, p.chunk_id))
                 if m is None:
-                    raise LakehouseError(f"snapshot chunk {p.schema.name}#{p.chunk_id} left no marker row in "
-                                         f"{lh.snapshot_rows}: re-run binlake snapshot")
+                    raise LakehouseError(
+                        f"snapshot chunk {p.schema.name}#{p.chunk_id} left no marker row in "
+                        f"{lh.snapshot_rows}: re-run binlake snapshot"
+                    )
                 s = m["chunk_stats"]
                 n = int(s["row_count"])
                 rows_in_wave += n
-                manifest.append(ManifestRow(
-                    snapshot_id=p.snapshot_id, db=p.schema.database, table=p.schema.table, chunk_id=p.chunk_id,
-                    attempt_id=attempt_id, key_columns=list(p.schema.key), start_key=p.start_key, end_key=p.end_key,
-                    lw_file=s["lw_file"], lw_file_index=m["lw_file_index"], lw_pos=m["lw_pos"],
-                    hw_file=s["hw_file"], hw_file_index=log_index(epoch_of(m["lw_file_index"]), file_index(s["hw_file"])), hw_pos=int(s["hw_pos"]),
-                    row_count=n, checksum=s["checksum"], schema_version=p.version, committed_at=now))
+                manifest.append(
+                    ManifestRow(
+                        snapshot_id=p.snapshot_id,
+                        db=p.schema.database,
+                        table=p.schema.table,
+                        chunk_id=p.chunk_id,
+                        attempt_id=attempt_id,
+                        key_columns=list(p.schema.key),
+                        start_key=p.start_key,
+                        end_key=p.end_key,
+                        lw_file=s["lw_file"],
+                        lw_file_index=m["lw_file_index"],
+                        lw_pos=m["lw_pos"],
+                        hw_file=s["hw_file"],
+                        hw_file_index=log_index(epoch_of(m["lw_file_index"]), file_index(s["hw_file"])),
+                        hw_pos=int(s["hw_pos"]),
+                        row_count=n,
+                        checksum=s["checksum"],
+                        schema_version=p.version,
+                        committed_at=now,
+                    )
+                )
                 t = by_table[p.schema.name]
                 t.chunks_read += 1
                 t.rows += n
-            lh.snapshot_chunks.save(spark.createDataFrame(manifest, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append"))
+            lh.snapshot_chunks.save(
+                spark.createDataFrame(manifest, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
+            )
             task.advance(len(wave), items=rows_in_wave)
 
 
@@ -494,9 +593,12 @@ def _read_back_markers(spark, lh: Lakehouse, attempt_id: str) -> dict[tuple[str,
 
     # Marker rows are the ones with chunk_stats; testing that column (not ``row``) keeps
     # the wave's row images unread, and attempt_id skips every other file.
-    markers = (lh.snapshot_rows.read(spark)
-               .where((F.col("attempt_id") == attempt_id) & F.col("chunk_stats").isNotNull())
-               .select(*_MARKER_COLUMNS).collect())
+    markers = (
+        lh.snapshot_rows.read(spark)
+        .where((F.col("attempt_id") == attempt_id) & F.col("chunk_stats").isNotNull())
+        .select(*_MARKER_COLUMNS)
+        .collect()
+    )
     return {(m["snapshot_id"], m["chunk_id"]): m.asDict() for m in markers}
 
 
@@ -515,6 +617,10 @@ def _wave_error(exc: Exception, wave: list[_Pending]) -> Exception:
         marker = f"{cls.__name__}: "
         if marker in text:
             return cls(text.split(marker, 1)[1].splitlines()[0])
-    last = next((ln.strip() for ln in reversed(text.splitlines()) if "Error" in ln or "error" in ln), text.splitlines()[0] if text else "")
-    return BinlakeError(f"snapshot wave of {', '.join(names)} failed: {last[:300]} (re-run binlake snapshot to continue)")
-
+    last = next(
+        (ln.strip() for ln in reversed(text.splitlines()) if "Error" in ln or "error" in ln),
+        text.splitlines()[0] if text else "",
+    )
+    return BinlakeError(
+        f"snapshot wave of {', '.join(names)} failed: {last[:300]} (re-run binlake snapshot to continue)"
+    )

@@ -62,6 +62,7 @@ def _first_access_checked(blocks, attempt: int):
         first = False
         yield block
 
+
 FORMAT = "binlake-snapshot"
 _MASK64 = (1 << 64) - 1
 # Rows fetched from the server and shipped to Spark per Arrow batch: big enough that the
@@ -105,8 +106,12 @@ def row_hashes(names: Sequence[str], items) -> "np.ndarray":
     m = len(items) // n
     order = np.argsort(np.array(names, dtype=object), kind="stable")
     items = items.take(pa.array((np.arange(m)[:, None] * n + order[None, :]).ravel()))  # name order
-    offsets = np.frombuffer(items.buffers()[1], dtype=np.int32)[items.offset:items.offset + len(items) + 1]
-    data = np.frombuffer(items.buffers()[2], dtype=np.uint8)[offsets[0]:offsets[-1]] if items.buffers()[2] else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(items.buffers()[1], dtype=np.int32)[items.offset : items.offset + len(items) + 1]
+    data = (
+        np.frombuffer(items.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+        if items.buffers()[2]
+        else np.zeros(0, np.uint8)
+    )
     size = np.diff(offsets).astype(np.int64)
     # Output: per value a 4-byte length, then its bytes. Value i's bytes start after i+1 lengths.
     at = offsets[:-1].astype(np.int64) - offsets[0] + 4 * np.arange(1, len(size) + 1)
@@ -130,8 +135,16 @@ def combine_checksum(total: int, row: Mapping[str, str | None]) -> int:
 class ChunkPartition(InputPartition):
     """One chunk to read: picklable, plain values only."""
 
-    def __init__(self, snapshot_id: str, db: str, table: str, chunk_id: int,
-                 start_key: str | None, end_key: str | None, schema_version: str):
+    def __init__(
+        self,
+        snapshot_id: str,
+        db: str,
+        table: str,
+        chunk_id: int,
+        start_key: str | None,
+        end_key: str | None,
+        schema_version: str,
+    ):
         self.snapshot_id = snapshot_id
         self.db = db
         self.table = table
@@ -144,8 +157,15 @@ class ChunkPartition(InputPartition):
         return f"ChunkPartition({self.db}.{self.table}#{self.chunk_id})"
 
 
-def reader_options(source, chunks: Sequence[dict], schemas: Mapping[str, str], attempt_id: str,
-                   barrier_dir: str | None = None, epoch: int = 0, server_id: int | None = None) -> dict[str, str]:
+def reader_options(
+    source,
+    chunks: Sequence[dict],
+    schemas: Mapping[str, str],
+    attempt_id: str,
+    barrier_dir: str | None = None,
+    epoch: int = 0,
+    server_id: int | None = None,
+) -> dict[str, str]:
     """Options for one read: chunks (dicts with snapshot_id, db, table, chunk_id, start_key,
     end_key, schema_version), table schemas as JSON by ``db.table``, and the connection.
     Watermarks are positions of source epoch ``epoch``, valid only on server ``server_id``
@@ -185,8 +205,15 @@ class SnapshotReader(DataSourceReader):
 
     def partitions(self) -> list[ChunkPartition]:
         return [
-            ChunkPartition(c["snapshot_id"], c["db"], c["table"], int(c["chunk_id"]), c.get("start_key"),
-                           c.get("end_key"), c["schema_version"])
+            ChunkPartition(
+                c["snapshot_id"],
+                c["db"],
+                c["table"],
+                int(c["chunk_id"]),
+                c.get("start_key"),
+                c.get("end_key"),
+                c["schema_version"],
+            )
             for c in json.loads(self.options["chunks"])
         ]
 
@@ -212,10 +239,20 @@ def arrow_schema():
     import pyarrow as pa
 
     texts = pa.map_(pa.string(), pa.string())
-    return pa.schema([("snapshot_id", pa.string()), ("db", pa.string()), ("table", pa.string()),
-                      ("chunk_id", pa.int32()), ("attempt_id", pa.string()), ("lw_file_index", pa.int64()),
-                      ("lw_pos", pa.int64()), ("schema_version", pa.string()), ("row", texts),
-                      ("chunk_stats", texts)])
+    return pa.schema(
+        [
+            ("snapshot_id", pa.string()),
+            ("db", pa.string()),
+            ("table", pa.string()),
+            ("chunk_id", pa.int32()),
+            ("attempt_id", pa.string()),
+            ("lw_file_index", pa.int64()),
+            ("lw_pos", pa.int64()),
+            ("schema_version", pa.string()),
+            ("row", texts),
+            ("chunk_stats", texts),
+        ]
+    )
 
 
 def raw_is_canonical(col) -> bool:
@@ -323,8 +360,14 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
 
     out_schema = arrow_schema()
     texts_type = out_schema.field("row").type
-    head = {"snapshot_id": p.snapshot_id, "db": p.db, "table": p.table, "chunk_id": p.chunk_id,
-            "attempt_id": attempt_id, "schema_version": p.schema_version}
+    head = {
+        "snapshot_id": p.snapshot_id,
+        "db": p.db,
+        "table": p.table,
+        "chunk_id": p.chunk_id,
+        "attempt_id": attempt_id,
+        "schema_version": p.schema_version,
+    }
 
     def batch(n: int, lw, rows, stats):
         values = {**head, "lw_file_index": lw.log_index, "lw_pos": lw.pos}
@@ -338,7 +381,8 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
         if expected is not None and server_id(conn) != int(expected):
             raise SourceChangedError(
                 f"the source is now server {server_id(conn)}, not server {expected} that the snapshot of "
-                f"{p.db}.{p.table} was planned on: run binlake capture, then binlake snapshot again")
+                f"{p.db}.{p.table} was planned on: run binlake capture, then binlake snapshot again"
+            )
         # A DDL that commits after the read's snapshot began (a TRUNCATE recreates the table)
         # makes the first access fail with 1412 before any row is read: read the chunk again
         # in a new snapshot, with a new low watermark.
@@ -365,7 +409,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                                 f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
                                 "re-run binlake snapshot, which re-plans it with the new schema"
                             ) from exc
-                        names = [d[0] for d in cur.description][len(exact):]
+                        names = [d[0] for d in cur.description][len(exact) :]
                         if len(kept) == len(schema.columns):
                             present = names
                         if set(present) != set(by_name):
@@ -388,8 +432,17 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                             if how is not None:
                                 # Masked after the canonical text, as capture does: equal values, equal hashes.
                                 base = None if canonical else _encoder(c, cur.description[src][1])
-                                encoded.append((i, src, _Memo(lambda raw, base=base, how=how:
-                                                              masked_text(how, salt, raw if base is None else base[raw]))))
+                                encoded.append(
+                                    (
+                                        i,
+                                        src,
+                                        _Memo(
+                                            lambda raw, base=base, how=how: masked_text(
+                                                how, salt, raw if base is None else base[raw]
+                                            )
+                                        ),
+                                    )
+                                )
                             elif canonical:
                                 as_is.append(i)
                             else:
@@ -414,7 +467,9 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                             else:
                                 items = block.items([len(exact) + i for i in as_is])
                             offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
-                            texts = pa.MapArray.from_arrays(offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items)
+                            texts = pa.MapArray.from_arrays(
+                                offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items
+                            )
                             checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
                             count += m
                             yield batch(m, lw, texts, pa.nulls(m, texts_type))
@@ -425,6 +480,11 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
         hw = read.high.in_epoch(epoch)
     finally:
         conn.close()
-    stats = {"lw_file": lw.file, "hw_file": hw.file, "hw_pos": str(hw.pos), "row_count": str(count),
-             "checksum": str(checksum)}
+    stats = {
+        "lw_file": lw.file,
+        "hw_file": hw.file,
+        "hw_pos": str(hw.pos),
+        "row_count": str(count),
+        "checksum": str(checksum),
+    }
     yield batch(1, lw, pa.nulls(1, texts_type), pa.array([list(stats.items())], out_schema.field("chunk_stats").type))

@@ -37,10 +37,15 @@ _CDF = {"delta.enableChangeDataFeed": "true"}
 #   details (a DESCRIBE DETAIL costs more than the rest of the check).
 _LAYOUT = "binlake.layout"
 _PLAIN_ROW_VALUES = {"parquet.enable.dictionary#row.key_value.value": "false"}
-SNAPSHOT_ROWS_PROPERTIES = {_LAYOUT: "per-chunk-partitions", "delta.dataSkippingNumIndexedCols": "0",
-                            **_PLAIN_ROW_VALUES}
-UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {"delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
-                                          **_PLAIN_ROW_VALUES}
+SNAPSHOT_ROWS_PROPERTIES = {
+    _LAYOUT: "per-chunk-partitions",
+    "delta.dataSkippingNumIndexedCols": "0",
+    **_PLAIN_ROW_VALUES,
+}
+UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
+    **_PLAIN_ROW_VALUES,
+}
 
 
 def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
@@ -49,13 +54,29 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
     from concurrent.futures import ThreadPoolExecutor
 
     tables = [
-        (lh.changelog, CHANGELOG_SCHEMA, {**_CDF, "delta.appendOnly": "true"},
-         "binlake bronze: every binlog row change, DDL and capture heartbeat", ()),
+        (
+            lh.changelog,
+            CHANGELOG_SCHEMA,
+            {**_CDF, "delta.appendOnly": "true"},
+            "binlake bronze: every binlog row change, DDL and capture heartbeat",
+            (),
+        ),
         (lh.snapshot_plan, SNAPSHOT_PLAN_SCHEMA, None, "binlake bronze: planned snapshot chunks", ()),
-        (lh.snapshot_rows, SNAPSHOT_ROWS_SCHEMA, SNAPSHOT_ROWS_PROPERTIES,
-         "binlake bronze: rows read by snapshot chunks", SNAPSHOT_ROWS_PARTITIONS),
+        (
+            lh.snapshot_rows,
+            SNAPSHOT_ROWS_SCHEMA,
+            SNAPSHOT_ROWS_PROPERTIES,
+            "binlake bronze: rows read by snapshot chunks",
+            SNAPSHOT_ROWS_PARTITIONS,
+        ),
         (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA, _CDF, "binlake bronze: manifest of completed snapshot chunks", ()),
-        (lh.schema_history, SCHEMA_HISTORY_SCHEMA, None, "binlake bronze: table schema versions by binlog position", ()),
+        (
+            lh.schema_history,
+            SCHEMA_HISTORY_SCHEMA,
+            None,
+            "binlake bronze: table schema versions by binlog position",
+            (),
+        ),
     ]
     # Telling a table exists is a file-system (or catalog) look-up; a CREATE TABLE IF NOT
     # EXISTS reads the table's log even when it is there, on every run of every command.
@@ -65,8 +86,10 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
     # Creating a Delta table is driver-side latency (commit, log listing), not cluster work:
     # the five at once took 5-6 s where one after another took 11-15 s.
     with ThreadPoolExecutor(len(missing)) as pool:
-        created = [pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment, partitioned_by=parts)
-                   for ref, schema, properties, comment, parts in missing]
+        created = [
+            pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment, partitioned_by=parts)
+            for ref, schema, properties, comment, parts in missing
+        ]
         for future in created:
             future.result()  # re-raises the first failure here
     return True
@@ -119,7 +142,9 @@ def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, i
 
 def latest_schemas(spark, lh: Lakehouse) -> dict[tuple[str, str], TableSchema]:
     """Every table's most recent schema version (by binlog position), from one read."""
-    rows = lh.schema_history.read(spark).select("db", "table", "file_index", "pos", "recorded_at", "schema_json").collect()
+    rows = (
+        lh.schema_history.read(spark).select("db", "table", "file_index", "pos", "recorded_at", "schema_json").collect()
+    )
     latest: dict[tuple[str, str], tuple] = {}
     for r in rows:
         rank = (r["file_index"] or 0, r["pos"] or 0, r["recorded_at"])
@@ -163,5 +188,7 @@ def restore_append_only(spark, lh: Lakehouse) -> None:
 
 def _set_append_only(spark, lh: Lakehouse, on: bool) -> None:
     value = "true" if on else "false"
-    with_retry("change-log append-only guard", lambda: spark.sql(
-        f"ALTER TABLE {lh.changelog.sql} SET TBLPROPERTIES ('delta.appendOnly' = '{value}')"))
+    with_retry(
+        "change-log append-only guard",
+        lambda: spark.sql(f"ALTER TABLE {lh.changelog.sql} SET TBLPROPERTIES ('delta.appendOnly' = '{value}')"),
+    )

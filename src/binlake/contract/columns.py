@@ -74,17 +74,24 @@ def apply_to_schema(rule: ColumnRule | None, schema: TableSchema, salt: str = ""
         # columns with the parent's key: without their values it would miss them.
         lost = [c for c in fk["columns"] if not rule.keeps(c) or rule.mask.get(c) == NULL]
         if lost and {fk.get("on_delete"), fk.get("on_update")} & set(FK_ACTIONS):
-            raise ConfigError(f"source.columns[{rule.pattern!r}] drops or nulls {', '.join(lost)} of {schema.name}, "
-                              f"which its foreign key {fk['name']} acts through: keep the column (or hash it and "
-                              f"{fk['parent']}'s key with mask_key and the same salt)")
+            raise ConfigError(
+                f"source.columns[{rule.pattern!r}] drops or nulls {', '.join(lost)} of {schema.name}, "
+                f"which its foreign key {fk['name']} acts through: keep the column (or hash it and "
+                f"{fk['parent']}'s key with mask_key and the same salt)"
+            )
     columns = []
     for c in schema.columns:
         if not rule.keeps(c.name):
             continue
         how = rule.mask.get(c.name)
         if how == HASH:
-            c = Column(name=c.name, kind=Kind.STRING, nullable=c.nullable, comment=c.comment,
-                       mysql_type=f"sha256({c.mysql_type})")
+            c = Column(
+                name=c.name,
+                kind=Kind.STRING,
+                nullable=c.nullable,
+                comment=c.comment,
+                mysql_type=f"sha256({c.mysql_type})",
+            )
         elif how == NULL:
             c = replace(c, nullable=True)
         columns.append(c)

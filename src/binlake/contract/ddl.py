@@ -25,9 +25,13 @@ _DDL_TABLE = re.compile(
 )
 _COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|#[^\n]*\n\s*|--[^\n]*\n\s*)*", re.DOTALL)
 _MORE_NAMES = re.compile(rf"\s*,\s*(?P<name>{_QUALIFIED})")
-_RENAME_PAIR = re.compile(rf"\s*(?P<old>{_QUALIFIED})\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+(?P<new>{_QUALIFIED})\s*,?", re.IGNORECASE)
+_RENAME_PAIR = re.compile(
+    rf"\s*(?P<old>{_QUALIFIED})\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+(?P<new>{_QUALIFIED})\s*,?", re.IGNORECASE
+)
 # ALTER TABLE a ... RENAME [TO|AS] b; not RENAME COLUMN/INDEX/KEY, which keep the table.
-_ALTER_RENAME = re.compile(rf"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)(?P<new>{_QUALIFIED})", re.IGNORECASE)
+_ALTER_RENAME = re.compile(
+    rf"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:COLUMN|INDEX|KEY)\b)(?P<new>{_QUALIFIED})", re.IGNORECASE
+)
 # A column name in an ALTER TABLE's column clauses.
 _COLUMN = rf"({IDENT_PATTERN}|[^\s`,();]+)"
 _RENAME_COLUMN = re.compile(r"\bRENAME\s+COLUMN\s+" + _COLUMN + r"\s+TO\s+" + _COLUMN, re.IGNORECASE)
@@ -59,17 +63,19 @@ def ddl_effects(query: str, default_db: str | None) -> list[tuple[str | None, st
     if m.group("truncate"):
         return [(*first, TRUNCATE_OP)]
     if m.group("drop"):
-        names, rest = [first], text[m.end():]
-        while (more := _MORE_NAMES.match(rest)):
+        names, rest = [first], text[m.end() :]
+        while more := _MORE_NAMES.match(rest):
             names.append(_qualified(more.group("name"), default_db))
-            rest = rest[more.end():]
+            rest = rest[more.end() :]
         return [(db, t, DROP_OP) for db, t in names]
     if m.group("rename"):
-        out, rest = [], text[m.start("name"):]
-        while (pair := _RENAME_PAIR.match(rest)):
-            out += [(*_qualified(pair.group("old"), default_db), DROP_OP),
-                    (*_qualified(pair.group("new"), default_db), RENAMED_INTO_OP)]
-            rest = rest[pair.end():]
+        out, rest = [], text[m.start("name") :]
+        while pair := _RENAME_PAIR.match(rest):
+            out += [
+                (*_qualified(pair.group("old"), default_db), DROP_OP),
+                (*_qualified(pair.group("new"), default_db), RENAMED_INTO_OP),
+            ]
+            rest = rest[pair.end() :]
         return out or [(*first, DDL_OP)]
     if m.group("alter") and (renamed := _ALTER_RENAME.search(text, m.end())):
         return [(*first, DDL_OP), (*first, DROP_OP), (*_qualified(renamed.group("new"), first[0]), RENAMED_INTO_OP)]
@@ -81,6 +87,9 @@ def column_renames(ddl: str | None) -> list[tuple[str, str]]:
     if not ddl:
         return []
     out = [(unquote_ident(a), unquote_ident(b)) for a, b in _RENAME_COLUMN.findall(ddl)]
-    out += [(unquote_ident(a), unquote_ident(b)) for a, b in _CHANGE_COLUMN.findall(ddl)
-            if unquote_ident(a) != unquote_ident(b)]
+    out += [
+        (unquote_ident(a), unquote_ident(b))
+        for a, b in _CHANGE_COLUMN.findall(ddl)
+        if unquote_ident(a) != unquote_ident(b)
+    ]
     return out

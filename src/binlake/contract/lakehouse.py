@@ -82,15 +82,36 @@ class ChangeRow(NamedTuple):
     captured_at: datetime | None
 
 
-def heartbeat_row(position, note: str | None = None, captured_at: datetime | None = None,
-                  server_id: int | None = None, gtid: str | None = None) -> ChangeRow:
+def heartbeat_row(
+    position,
+    note: str | None = None,
+    captured_at: datetime | None = None,
+    server_id: int | None = None,
+    gtid: str | None = None,
+) -> ChangeRow:
     """The row that ends a capture batch at ``position`` (a BinlogPosition), with the server
     it was read from and, on MariaDB, the GTID state at that position (what capture resumes
     from on another server)."""
     from binlake.contract.position import HEARTBEAT_ROW
 
-    return ChangeRow(None, None, HEARTBEAT_OP, position.log_index, position.pos, HEARTBEAT_ROW, position.file,
-                     None, None, None, gtid, server_id, None, note, captured_at or datetime.now(timezone.utc))
+    return ChangeRow(
+        None,
+        None,
+        HEARTBEAT_OP,
+        position.log_index,
+        position.pos,
+        HEARTBEAT_ROW,
+        position.file,
+        None,
+        None,
+        None,
+        gtid,
+        server_id,
+        None,
+        note,
+        captured_at or datetime.now(timezone.utc),
+    )
+
 
 SNAPSHOT_PLAN_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, "
@@ -108,8 +129,16 @@ SNAPSHOT_ROWS_SCHEMA = (
 also writes one marker row with ``row`` NULL and ``chunk_stats`` holding the chunk's hw_file,
 hw_pos, row_count and checksum, so even an empty chunk leaves its watermarks behind."""
 
-SNAPSHOT_ROWS_PARTITIONS = ("snapshot_id", "db", "table", "chunk_id", "attempt_id", "lw_file_index", "lw_pos",
-                            "schema_version")
+SNAPSHOT_ROWS_PARTITIONS = (
+    "snapshot_id",
+    "db",
+    "table",
+    "chunk_id",
+    "attempt_id",
+    "lw_file_index",
+    "lw_pos",
+    "schema_version",
+)
 """The snapshot_rows columns that hold one value per chunk attempt, which new lakehouses
 partition the table by. One Spark task reads one chunk attempt, so this adds no files (one
 per task either way), and Parquet no longer stores eight values per row that Delta keeps
@@ -148,6 +177,7 @@ class ManifestRow(NamedTuple):
     schema_version: str
     committed_at: datetime
 
+
 SCHEMA_HISTORY_SCHEMA = (
     "db STRING, `table` STRING, schema_version STRING, file_index BIGINT, pos BIGINT, "
     "ddl STRING, schema_json STRING, recorded_at TIMESTAMP"
@@ -166,8 +196,12 @@ HISTORY_METADATA_COLUMNS = (
     ("_cdc_valid_from", CDC_SEQ_TYPE, "The change sequence of the record that opened this version."),
     ("_cdc_valid_to", CDC_SEQ_TYPE, "The change sequence of the record that ended it (NULL while current)."),
     ("_cdc_valid_from_ts", "TIMESTAMP", "Source commit time of _cdc_valid_from (NULL for a snapshot row)."),
-    ("_cdc_valid_to_ts", "TIMESTAMP", "Source commit time of _cdc_valid_to (NULL while current, or when a snapshot "
-                                      "row or a chunk reconciliation ended the version)."),
+    (
+        "_cdc_valid_to_ts",
+        "TIMESTAMP",
+        "Source commit time of _cdc_valid_to (NULL while current, or when a snapshot "
+        "row or a chunk reconciliation ended the version).",
+    ),
     ("_cdc_is_current", "BOOLEAN", "True for the key's live version (no _cdc_valid_to)."),
     ("_cdc_ended_by_delete", "BOOLEAN", "True when the version ended because the row was deleted."),
 )
@@ -199,6 +233,7 @@ class ProgressRow(NamedTuple):
     stopped: str | None = None
     history_version: int | None = None  # the history table's version after that run (history tables only)
 
+
 PUBLISH_LOG_SCHEMA = (
     "publish_id STRING, db STRING, `table` STRING, gold_version BIGINT, silver_version BIGINT, "
     "binlog_file STRING, file_index BIGINT, pos BIGINT, gtid STRING, source_time TIMESTAMP, "
@@ -219,6 +254,7 @@ METRICS_SCHEMA = (
 """gold/_metrics: one row per command run and step (``table`` NULL) and per table a step
 touched. ``lag_bytes``/``lag_seconds``: how far the step's position is behind the source's
 binlog end when the run finished (seconds: 0 when caught up, else an upper bound)."""
+
 
 @dataclass(frozen=True)
 class TableRef:
@@ -282,8 +318,12 @@ class TableRef:
         (``_change_type``: insert, delete, update_preimage, update_postimage)."""
         from pyspark.sql import functions as F
 
-        reader = (spark.read.format("delta").option("readChangeFeed", "true")
-                  .option("startingVersion", start).option("endingVersion", end))
+        reader = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", start)
+            .option("endingVersion", end)
+        )
         df = reader.table(self.name) if self.name else reader.load(self.path)
         return df.where(F.col("_change_type") == "insert") if inserts_only else df
 
@@ -311,8 +351,14 @@ class TableRef:
         else:
             writer.save(self.path)
 
-    def create_if_missing(self, spark, schema_ddl: str, properties: dict[str, str] | None = None, comment: str = "",
-                          partitioned_by: Sequence[str] = ()) -> None:
+    def create_if_missing(
+        self,
+        spark,
+        schema_ddl: str,
+        properties: dict[str, str] | None = None,
+        comment: str = "",
+        partitioned_by: Sequence[str] = (),
+    ) -> None:
         props = {"delta.appendOnly": "false", **(properties or {})}
         tbl = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         location = f"{self.name}" if self.name else f"delta.`{self.path}`"
@@ -344,10 +390,17 @@ def is_write_conflict(exc: BaseException) -> bool:
     every binlake write, each being conditional or idempotent)."""
     names = {type(exc).__name__} | {c.__name__ for c in type(exc).__mro__}
     text = str(exc)
-    return any("Concurrent" in n or n in ("MetadataChangedException", "ProtocolChangedException") for n in names) or any(
-        marker in text for marker in ("ConcurrentAppendException", "ConcurrentDeleteReadException",
-                                      "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
-                                      "DELTA_CONCURRENT_")
+    return any(
+        "Concurrent" in n or n in ("MetadataChangedException", "ProtocolChangedException") for n in names
+    ) or any(
+        marker in text
+        for marker in (
+            "ConcurrentAppendException",
+            "ConcurrentDeleteReadException",
+            "ConcurrentDeleteDeleteException",
+            "ConcurrentTransactionException",
+            "DELTA_CONCURRENT_",
+        )
     )
 
 
@@ -364,8 +417,9 @@ def with_retry(what: str, fn: Callable[[], _T], retries: int = _RETRIES) -> _T:
             if attempt == retries or not is_write_conflict(exc):
                 raise
             wait = min(0.5 * 2 ** (attempt - 1), 8.0)
-            log.warning("%s conflicted with a concurrent write (%s); retry %d in %.1fs", what, type(exc).__name__,
-                        attempt, wait)
+            log.warning(
+                "%s conflicted with a concurrent write (%s); retry %d in %.1fs", what, type(exc).__name__, attempt, wait
+            )
             time.sleep(wait)
     raise AssertionError("unreachable")
 
@@ -373,6 +427,7 @@ def with_retry(what: str, fn: Callable[[], _T], retries: int = _RETRIES) -> _T:
 def delete_where(spark, ref: TableRef, condition, what: str, metric: str = "numDeletedRows") -> int:
     """One Delta DELETE of ``condition`` (SQL text or Column), retried against a concurrent
     writer; returns the commit's ``metric`` (0 when nothing matched: Delta then commits nothing)."""
+
     def delete() -> int:
         before = ref.latest_version(spark)
         ref.delta(spark).delete(condition)
@@ -393,8 +448,11 @@ class Lakehouse:
     def _ref(self, layer: str, *parts: str) -> TableRef:
         if self.root is not None:
             return TableRef(path=str(Path(self.root, layer, *parts)))
-        schema = {"bronze": self.config.lakehouse.bronze_schema, "silver": self.config.lakehouse.silver_schema,
-                  "gold": self.config.lakehouse.gold_schema}[layer]
+        schema = {
+            "bronze": self.config.lakehouse.bronze_schema,
+            "silver": self.config.lakehouse.silver_schema,
+            "gold": self.config.lakehouse.gold_schema,
+        }[layer]
         name = "__".join(parts)
         return TableRef(name=f"`{self.catalog}`.`{schema}`.`{name}`")
 

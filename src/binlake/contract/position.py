@@ -105,8 +105,10 @@ class BinlogPosition:
         body, at, epoch = str(text).partition("@")
         file, _, pos = body.rpartition(":")
         if not file or not pos.isdigit() or (at and not epoch.isdigit()):
-            raise ValueError(f"binlog position {text!r} is not FILE:POS (e.g. mysql-bin.000003:4, "
-                             "or mysql-bin.000003:4@1 in source epoch 1)")
+            raise ValueError(
+                f"binlog position {text!r} is not FILE:POS (e.g. mysql-bin.000003:4, "
+                "or mysql-bin.000003:4@1 in source epoch 1)"
+            )
         return BinlogPosition(file, int(pos), int(epoch) if at else 0)
 
     @staticmethod
@@ -135,11 +137,15 @@ def position_key(value: Any) -> tuple[int, int]:
             return BinlogPosition.parse(value).key()
         except ValueError:
             pass
-    elif (isinstance(value, (tuple, list)) and len(value) == 2
-          and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+    elif (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    ):
         return (int(value[0]), int(value[1]))
-    raise ValueError(f'position must be "FILE:POS" such as "mysql-bin.000003:1234" or a (file_index, pos) tuple, '
-                     f"got {value!r}")
+    raise ValueError(
+        f'position must be "FILE:POS" such as "mysql-bin.000003:1234" or a (file_index, pos) tuple, got {value!r}'
+    )
 
 
 def describe_key(key: tuple[int, int]) -> str:
@@ -155,8 +161,10 @@ def describe_key(key: tuple[int, int]) -> str:
 
 def seq_sql(file_index_sql: str, pos_sql: str, row_sql: str) -> str:
     """The ``_cdc_seq`` struct built from three SQL expressions."""
-    return (f"named_struct('file_index', CAST({file_index_sql} AS BIGINT), 'pos', CAST({pos_sql} AS BIGINT), "
-            f"'row', CAST({row_sql} AS INT))")
+    return (
+        f"named_struct('file_index', CAST({file_index_sql} AS BIGINT), 'pos', CAST({pos_sql} AS BIGINT), "
+        f"'row', CAST({row_sql} AS INT))"
+    )
 
 
 CHANGELOG_SEQ_SQL = seq_sql("file_index", "pos", "`row`")

@@ -65,9 +65,20 @@ class UnsupportedTypeError(ValueError):
 _INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 _STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 _BINARY_TYPES = {
-    "binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob",
-    "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring",
-    "multipolygon", "geometrycollection",
+    "binary",
+    "varbinary",
+    "tinyblob",
+    "blob",
+    "mediumblob",
+    "longblob",
+    "geometry",
+    "point",
+    "linestring",
+    "polygon",
+    "multipoint",
+    "multilinestring",
+    "multipolygon",
+    "geometrycollection",
 }
 
 
@@ -135,7 +146,9 @@ def column_from_information_schema(
         kind = Kind.UINT if "unsigned" in ctype else Kind.INT
         return Column(kind=kind, bits=_INT_BITS[dtype], **common)
     if dtype in ("decimal", "numeric", "dec", "fixed"):
-        return Column(kind=Kind.DECIMAL, precision=int(numeric_precision or 10), scale=int(numeric_scale or 0), **common)
+        return Column(
+            kind=Kind.DECIMAL, precision=int(numeric_precision or 10), scale=int(numeric_scale or 0), **common
+        )
     if dtype == "float":
         return Column(kind=Kind.FLOAT, **common)
     if dtype in ("double", "real", "double precision"):
@@ -259,7 +272,9 @@ def format_time(value: Any, fsp: int = 0) -> str:
     if isinstance(value, str):
         return value
     if isinstance(value, dt.time):
-        value = dt.timedelta(hours=value.hour, minutes=value.minute, seconds=value.second, microseconds=value.microsecond)
+        value = dt.timedelta(
+            hours=value.hour, minutes=value.minute, seconds=value.second, microseconds=value.microsecond
+        )
     total_us = value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds
     sign = "-" if total_us < 0 else ""
     total_us = abs(total_us)
@@ -350,9 +365,16 @@ class TableSchema:
                 "key_is_primary": self.key_is_primary,
                 "columns": [
                     {
-                        "name": c.name, "kind": c.kind.value, "bits": c.bits, "precision": c.precision,
-                        "scale": c.scale, "fsp": c.fsp, "labels": list(c.labels), "nullable": c.nullable,
-                        "comment": c.comment, "mysql_type": c.mysql_type,
+                        "name": c.name,
+                        "kind": c.kind.value,
+                        "bits": c.bits,
+                        "precision": c.precision,
+                        "scale": c.scale,
+                        "fsp": c.fsp,
+                        "labels": list(c.labels),
+                        "nullable": c.nullable,
+                        "comment": c.comment,
+                        "mysql_type": c.mysql_type,
                     }
                     for c in self.columns
                 ],
@@ -368,14 +390,26 @@ class TableSchema:
         d = json.loads(text)
         cols = tuple(
             Column(
-                name=c["name"], kind=Kind(c["kind"]), bits=c["bits"], precision=c["precision"], scale=c["scale"],
-                fsp=c["fsp"], labels=tuple(c["labels"]), nullable=c["nullable"], comment=c["comment"],
+                name=c["name"],
+                kind=Kind(c["kind"]),
+                bits=c["bits"],
+                precision=c["precision"],
+                scale=c["scale"],
+                fsp=c["fsp"],
+                labels=tuple(c["labels"]),
+                nullable=c["nullable"],
+                comment=c["comment"],
                 mysql_type=c["mysql_type"],
             )
             for c in d["columns"]
         )
         return TableSchema(
-            database=d["database"], table=d["table"], columns=cols, key=tuple(d["key"]), comment=d.get("comment", ""),
-            key_is_primary=d.get("key_is_primary", True), foreign_keys=tuple(d.get("foreign_keys", ())),
+            database=d["database"],
+            table=d["table"],
+            columns=cols,
+            key=tuple(d["key"]),
+            comment=d.get("comment", ""),
+            key_is_primary=d.get("key_is_primary", True),
+            foreign_keys=tuple(d.get("foreign_keys", ())),
             column_rules=d.get("column_rules", ""),
         )

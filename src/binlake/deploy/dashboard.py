@@ -36,9 +36,13 @@ def _fields(*names: str) -> list[dict]:
 
 
 def _widget(name: str, dataset: str, fields: list[str], spec: dict) -> dict:
-    return {"name": name, "queries": [{"name": "main_query", "query": {"datasetName": dataset, "fields": _fields(*fields),
-                                                                      "disaggregated": True}}],
-            "spec": spec}
+    return {
+        "name": name,
+        "queries": [
+            {"name": "main_query", "query": {"datasetName": dataset, "fields": _fields(*fields), "disaggregated": True}}
+        ],
+        "spec": spec,
+    }
 
 
 def _frame(title: str) -> dict:
@@ -46,40 +50,107 @@ def _frame(title: str) -> dict:
 
 
 def _line(title: str, y: str, y_title: str, color: str | None = None) -> dict:
-    encodings = {"x": {"fieldName": "t", "scale": {"type": "temporal"}, "displayName": "time"},
-                 "y": {"fieldName": y, "scale": {"type": "quantitative"}, "displayName": y_title}}
+    encodings = {
+        "x": {"fieldName": "t", "scale": {"type": "temporal"}, "displayName": "time"},
+        "y": {"fieldName": y, "scale": {"type": "quantitative"}, "displayName": y_title},
+    }
     if color:
         encodings["color"] = {"fieldName": color, "scale": {"type": "categorical"}, "displayName": color}
     return {"version": 3, "widgetType": "line", "encodings": encodings, "frame": _frame(title)}
 
 
 def _table(title: str, columns: list[str]) -> dict:
-    return {"version": 2, "widgetType": "table",
-            "encodings": {"columns": [{"fieldName": c, "displayName": c} for c in columns]}, "frame": _frame(title)}
+    return {
+        "version": 2,
+        "widgetType": "table",
+        "encodings": {"columns": [{"fieldName": c, "displayName": c} for c in columns]},
+        "frame": _frame(title),
+    }
 
 
 def dashboard() -> dict:
     """The dashboard as the Lakeview JSON document (``serialized_dashboard``)."""
-    datasets = [{"name": name, "displayName": title, "query": health_view(name, METRICS, SINCE)}
-                for name, title in _TITLES.items()]
+    datasets = [
+        {"name": name, "displayName": title, "query": health_view(name, METRICS, SINCE)}
+        for name, title in _TITLES.items()
+    ]
     problems = ["started_at", "command", "step", "table", "publish_group", "status", "checks_failed", "detail"]
     widgets = [
-        (_widget("capture_lag", "capture_lag", ["t", "lag_seconds"],
-                 _line("Capture lag (seconds; 0 = caught up, else an upper bound)", "lag_seconds", "seconds")), 0, 0, 3, 5),
-        (_widget("gold_lag", "gold_lag", ["t", "lag_seconds", "publish_group"],
-                 _line("Gold lag per publish group (seconds)", "lag_seconds", "seconds", color="publish_group")), 3, 0, 3, 5),
-        (_widget("rows_per_run", "rows_per_run", ["t", "rows", "kind"], {
-            **_line("Row changes captured and applied to silver per run", "rows", "rows", color="kind"),
-            "widgetType": "bar"}), 0, 5, 3, 5),
-        (_widget("step_seconds", "step_seconds", ["t", "seconds", "step"],
-                 _line("Seconds per step per run", "seconds", "seconds", color="step")), 3, 5, 3, 5),
-        (_widget("stopped_tables", "stopped_tables", ["table", "why", "since"],
-                 _table("Stopped tables (why, and the command that recovers each)", ["table", "why", "since"])), 0, 10, 6, 4),
-        (_widget("problems", "problems", problems, _table("Failed checks, blocked and stopped tables", problems)),
-         0, 14, 6, 7),
+        (
+            _widget(
+                "capture_lag",
+                "capture_lag",
+                ["t", "lag_seconds"],
+                _line("Capture lag (seconds; 0 = caught up, else an upper bound)", "lag_seconds", "seconds"),
+            ),
+            0,
+            0,
+            3,
+            5,
+        ),
+        (
+            _widget(
+                "gold_lag",
+                "gold_lag",
+                ["t", "lag_seconds", "publish_group"],
+                _line("Gold lag per publish group (seconds)", "lag_seconds", "seconds", color="publish_group"),
+            ),
+            3,
+            0,
+            3,
+            5,
+        ),
+        (
+            _widget(
+                "rows_per_run",
+                "rows_per_run",
+                ["t", "rows", "kind"],
+                {
+                    **_line("Row changes captured and applied to silver per run", "rows", "rows", color="kind"),
+                    "widgetType": "bar",
+                },
+            ),
+            0,
+            5,
+            3,
+            5,
+        ),
+        (
+            _widget(
+                "step_seconds",
+                "step_seconds",
+                ["t", "seconds", "step"],
+                _line("Seconds per step per run", "seconds", "seconds", color="step"),
+            ),
+            3,
+            5,
+            3,
+            5,
+        ),
+        (
+            _widget(
+                "stopped_tables",
+                "stopped_tables",
+                ["table", "why", "since"],
+                _table("Stopped tables (why, and the command that recovers each)", ["table", "why", "since"]),
+            ),
+            0,
+            10,
+            6,
+            4,
+        ),
+        (
+            _widget("problems", "problems", problems, _table("Failed checks, blocked and stopped tables", problems)),
+            0,
+            14,
+            6,
+            7,
+        ),
     ]
-    layout = [{"widget": w, "position": {"x": x, "y": y, "width": width, "height": height}}
-              for w, x, y, width, height in widgets]
+    layout = [
+        {"widget": w, "position": {"x": x, "y": y, "width": width, "height": height}}
+        for w, x, y, width, height in widgets
+    ]
     return {"datasets": datasets, "pages": [{"name": "health", "displayName": "binlake health", "layout": layout}]}
 
 

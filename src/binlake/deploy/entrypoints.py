@@ -38,8 +38,12 @@ COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off", ""}
-_VALUE_FLAGS = {"--table-list": "tables", "--key-list": "key", "--repair-if": "repair",
-                "--reset-capture-if": "reset_capture"}
+_VALUE_FLAGS = {
+    "--table-list": "tables",
+    "--key-list": "key",
+    "--repair-if": "repair",
+    "--reset-capture-if": "reset_capture",
+}
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     uc.add_argument("--bronze-schema")
     uc.add_argument("--silver-schema")
     uc.add_argument("--gold-schema")
-    uc.add_argument("--system-path", help="a Unity Catalog volume path for checkpoints, /Volumes/<catalog>/<schema>/<volume>")
+    uc.add_argument(
+        "--system-path", help="a Unity Catalog volume path for checkpoints, /Volumes/<catalog>/<schema>/<volume>"
+    )
     uc.add_argument("--lakehouse-path", help="local Delta directory instead of Unity Catalog")
     src = ap.add_argument_group("source")
     src.add_argument("--mysql-host")
@@ -75,16 +81,26 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--mysql-server-id")
     pw = src.add_mutually_exclusive_group()
     pw.add_argument("--mysql-password-secret", metavar="SCOPE/KEY", help="Databricks secret holding the password")
-    pw.add_argument("--mysql-password-env", metavar="NAME", help="environment variable holding the password (local runs)")
+    pw.add_argument(
+        "--mysql-password-env", metavar="NAME", help="environment variable holding the password (local runs)"
+    )
     salt = src.add_mutually_exclusive_group()
-    salt.add_argument("--mask-salt-secret", metavar="SCOPE/KEY",
-                      help="Databricks secret holding source.mask_salt (hash masks of source.columns); empty: none")
-    salt.add_argument("--mask-salt-env", metavar="NAME", help="environment variable holding source.mask_salt (local runs)")
+    salt.add_argument(
+        "--mask-salt-secret",
+        metavar="SCOPE/KEY",
+        help="Databricks secret holding source.mask_salt (hash masks of source.columns); empty: none",
+    )
+    salt.add_argument(
+        "--mask-salt-env", metavar="NAME", help="environment variable holding source.mask_salt (local runs)"
+    )
     src.add_argument("--tables", help='comma-separated include patterns, e.g. "shop.*,crm.customers"')
     src.add_argument("--exclude", help="comma-separated exclude patterns")
-    ap.add_argument("--settings", metavar="PATH",
-                    help="a binlake.yml whose sections apply (snapshot, capture, gold, history, source.columns, ...); "
-                         "flags override its source and lakehouse keys; empty: none")
+    ap.add_argument(
+        "--settings",
+        metavar="PATH",
+        help="a binlake.yml whose sections apply (snapshot, capture, gold, history, source.columns, ...); "
+        "flags override its source and lakehouse keys; empty: none",
+    )
     ap.add_argument("--print-config", action="store_true", help="print the generated binlake.yml and exit")
     ap.add_argument("--job-run-id", help="the Databricks job run ({{job.run_id}}), recorded in the metrics table")
     ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
@@ -102,23 +118,34 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         path = (settings.get("lakehouse") or {}).get("path")
         if isinstance(path, str) and not Path(path).is_absolute():
             # Relative to the settings file, as the CLI resolves it, not to the temporary copy.
-            settings["lakehouse"] = {**settings["lakehouse"], "path": str((Path(ns.settings).resolve().parent / path).resolve())}
+            settings["lakehouse"] = {
+                **settings["lakehouse"],
+                "path": str((Path(ns.settings).resolve().parent / path).resolve()),
+            }
 
     source = dict(settings.get("source") or {})
-    for key, value in (("host", ns.mysql_host), ("port", ns.mysql_port), ("user", ns.mysql_user),
-                       ("server_id", ns.mysql_server_id)):
+    for key, value in (
+        ("host", ns.mysql_host),
+        ("port", ns.mysql_port),
+        ("user", ns.mysql_user),
+        ("server_id", ns.mysql_server_id),
+    ):
         if value is not None:
             source[key] = value
     if ns.mysql_password_secret is not None:
-        source["password"] = _secret_reference("--mysql-password-secret", ns.mysql_password_secret,
-                                               "binlake/mysql-cdc (bundle variables mysql_secret_scope and mysql_secret_key)")
+        source["password"] = _secret_reference(
+            "--mysql-password-secret",
+            ns.mysql_password_secret,
+            "binlake/mysql-cdc (bundle variables mysql_secret_scope and mysql_secret_key)",
+        )
     elif ns.mysql_password_env is not None:
         source["password"] = "${" + ns.mysql_password_env + "}"
     # The bundle passes the flag to every task; an empty value (variable mask_salt_secret
     # left at its default) means no salt.
     if ns.mask_salt_secret is not None and ns.mask_salt_secret.strip():
-        source["mask_salt"] = _secret_reference("--mask-salt-secret", ns.mask_salt_secret.strip(),
-                                                "binlake/mask-salt (bundle variable mask_salt_secret)")
+        source["mask_salt"] = _secret_reference(
+            "--mask-salt-secret", ns.mask_salt_secret.strip(), "binlake/mask-salt (bundle variable mask_salt_secret)"
+        )
     elif ns.mask_salt_env is not None:
         source["mask_salt"] = "${" + ns.mask_salt_env + "}"
     if ns.tables is not None:
@@ -127,8 +154,13 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         source["exclude"] = _csv(ns.exclude)
 
     lakehouse = dict(settings.get("lakehouse") or {})
-    for key, value in (("catalog", ns.catalog), ("bronze_schema", ns.bronze_schema), ("silver_schema", ns.silver_schema),
-                       ("gold_schema", ns.gold_schema), ("system_path", ns.system_path)):
+    for key, value in (
+        ("catalog", ns.catalog),
+        ("bronze_schema", ns.bronze_schema),
+        ("silver_schema", ns.silver_schema),
+        ("gold_schema", ns.gold_schema),
+        ("system_path", ns.system_path),
+    ):
         if value is not None:
             lakehouse[key] = value
     if ns.lakehouse_path is not None:
@@ -136,12 +168,15 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         lakehouse["path"] = str(Path(ns.lakehouse_path).resolve())
 
     if ns.job_run_id is not None and (not ns.job_run_id.strip() or ns.job_run_id.startswith("{{")):
-        raise ConfigError(f"--job-run-id={ns.job_run_id!r} is no run id: Databricks fills in {{{{job.run_id}}}} in job "
-                          "tasks only; elsewhere pass a run id or drop the flag")
+        raise ConfigError(
+            f"--job-run-id={ns.job_run_id!r} is no run id: Databricks fills in {{{{job.run_id}}}} in job "
+            "tasks only; elsewhere pass a run id or drop the flag"
+        )
     settings = {**settings, "source": source, "lakehouse": lakehouse}
     cli_args = (["--verbose"] if ns.verbose else []) + [ns.command, *_expand_value_flags(ns.args)]
-    return JobInvocation(settings=settings, cli_args=tuple(cli_args), print_config=ns.print_config,
-                         job_run_id=ns.job_run_id)
+    return JobInvocation(
+        settings=settings, cli_args=tuple(cli_args), print_config=ns.print_config, job_run_id=ns.job_run_id
+    )
 
 
 def run_job(invocation: JobInvocation, runtime=None) -> int:
@@ -155,7 +190,9 @@ def run_job(invocation: JobInvocation, runtime=None) -> int:
         return 0
     runtime = runtime or current_runtime()
     lakehouse = invocation.settings.get("lakehouse") or {}
-    runtime.check_lakehouse(LakehouseConfig(**{k: v for k, v in lakehouse.items() if k in LakehouseConfig.__dataclass_fields__}))
+    runtime.check_lakehouse(
+        LakehouseConfig(**{k: v for k, v in lakehouse.items() if k in LakehouseConfig.__dataclass_fields__})
+    )
     from binlake.ops.metrics import JOB_RUN_ENV
 
     previous = os.environ.get(JOB_RUN_ENV)
@@ -227,8 +264,10 @@ def _expand_value_flags(args: Sequence[str]) -> list[str]:
         elif flag == "--key-list":
             pairs = [p.strip() for p in value.split(";") if p.strip()]
             if not pairs:
-                raise ConfigError("--key-list is empty: set the job parameter 'key' to column=value "
-                                  "(a composite key: region=eu;id=42)")
+                raise ConfigError(
+                    "--key-list is empty: set the job parameter 'key' to column=value "
+                    "(a composite key: region=eu;id=42)"
+                )
             for pair in pairs:
                 out += ["--key", pair]
         else:

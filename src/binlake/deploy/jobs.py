@@ -24,8 +24,15 @@ from binlake.errors import DatabricksApiError
 _DEV_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
-def jobs_status(config: Config, bundle_name: str = "binlake", as_json: bool = False, *,
-                client: Any = None, spark: Any = None, runs_per_job: int = 3) -> str:
+def jobs_status(
+    config: Config,
+    bundle_name: str = "binlake",
+    as_json: bool = False,
+    *,
+    client: Any = None,
+    spark: Any = None,
+    runs_per_job: int = 3,
+) -> str:
     """Text (or JSON with ``as_json``) describing the bundle's jobs and their latest runs.
 
     ``client`` is a ``databricks.sdk.WorkspaceClient`` (default: the runtime's). Raises
@@ -60,7 +67,9 @@ def collect_jobs(client: Any, bundle_name: str, runs_per_job: int = 3) -> list[d
         result = []
         for job in sorted(found, key=lambda j: (j.settings.name, j.job_id)):
             runs = [_run(r) for r in _take(client.jobs.list_runs(job_id=job.job_id, limit=runs_per_job), runs_per_job)]
-            result.append({"job_id": job.job_id, "name": job.settings.name, "trigger": _trigger(job.settings), "runs": runs})
+            result.append(
+                {"job_id": job.job_id, "name": job.settings.name, "trigger": _trigger(job.settings), "runs": runs}
+            )
         return result
     except Unauthenticated:
         raise DatabricksApiError(
@@ -103,8 +112,14 @@ def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:
         if not log.exists(spark):
             return None
         # A failed publish left gold as it was, so it is not where gold stands.
-        rows = (log.read(spark).where("status = 'published'").orderBy("published_at", ascending=False)
-                .select("publish_id", "binlog_file", "pos", "gtid", "published_at", "status").limit(1).collect())
+        rows = (
+            log.read(spark)
+            .where("status = 'published'")
+            .orderBy("published_at", ascending=False)
+            .select("publish_id", "binlog_file", "pos", "gtid", "published_at", "status")
+            .limit(1)
+            .collect()
+        )
     except Exception:  # noqa: BLE001 - optional extra: an unreadable log must not hide the job states
         return None
     if not rows:
@@ -116,22 +131,30 @@ def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:
 def format_jobs_status(report: dict[str, Any]) -> str:
     jobs = report["jobs"]
     if not jobs:
-        return (f"no jobs named {report['bundle']}* on {report['host']}: deploy the bundle with "
-                "`databricks bundle deploy -t dev` (or -t prod)")
+        return (
+            f"no jobs named {report['bundle']}* on {report['host']}: deploy the bundle with "
+            "`databricks bundle deploy -t dev` (or -t prod)"
+        )
     lines = []
     for job in jobs:
         lines.append(f"{job['name']}  #{job['job_id']}  {job['trigger']}")
         if not job["runs"]:
             lines.append("  no runs yet")
         for run in job["runs"]:
-            started = run["start_time"].replace("T", " ").replace("+00:00", " UTC") if run["start_time"] else "not started"
+            started = (
+                run["start_time"].replace("T", " ").replace("+00:00", " UTC") if run["start_time"] else "not started"
+            )
             duration = _duration(run["duration_seconds"]) if run["duration_seconds"] is not None else "-"
             message = f"  ({run['message']})" if run["message"] else ""
-            lines.append(f"  run {run['run_id']}  {run['state']:<9} {started}  {duration}  {run['url'] or ''}{message}".rstrip())
+            lines.append(
+                f"  run {run['run_id']}  {run['state']:<9} {started}  {duration}  {run['url'] or ''}{message}".rstrip()
+            )
     publish = report.get("last_publish")
     if publish:
-        lines.append(f"gold last published at {publish['position']} on {publish['published_at']} "
-                     f"(publish {publish['publish_id']}, {publish['status']})")
+        lines.append(
+            f"gold last published at {publish['position']} on {publish['published_at']} "
+            f"(publish {publish['publish_id']}, {publish['status']})"
+        )
     return "\n".join(lines)
 
 
@@ -158,7 +181,11 @@ def _trigger(settings) -> str:
 
 def _run(run) -> dict[str, Any]:
     state, message = _state(run)
-    start = datetime.fromtimestamp(run.start_time / 1000, tz=timezone.utc).isoformat(timespec="seconds") if run.start_time else None
+    start = (
+        datetime.fromtimestamp(run.start_time / 1000, tz=timezone.utc).isoformat(timespec="seconds")
+        if run.start_time
+        else None
+    )
     duration_ms = run.run_duration or ((run.end_time - run.start_time) if run.end_time and run.start_time else None)
     return {
         "run_id": run.run_id,

@@ -148,9 +148,17 @@ class GoldResult:
             return only
         newest = max(results, key=lambda r: r.position)
         status = STATUS_PUBLISHED if any(r.status == STATUS_PUBLISHED for r in results) else "unchanged"
-        return GoldResult(",".join(r.publish_id for r in results), status, newest.position, newest.gtid,
-                          newest.source_time, [t for r in results for t in r.tables],
-                          [w for r in results for w in r.warnings], None, list(results))
+        return GoldResult(
+            ",".join(r.publish_id for r in results),
+            status,
+            newest.position,
+            newest.gtid,
+            newest.source_time,
+            [t for r in results for t in r.tables],
+            [w for r in results for w in r.warnings],
+            None,
+            list(results),
+        )
 
     def summary(self, named: bool = False) -> str:
         """``named``: say which group (when the run had several)."""
@@ -160,8 +168,10 @@ class GoldResult:
         if self.status == "unchanged":
             head = f"gold{where} unchanged: already published at {self.position} (publish {self.publish_id})"
         else:
-            head = (f"gold{where} published {len(self.tables)} table{'s' if len(self.tables) != 1 else ''} "
-                    f"at {self.position} (publish {self.publish_id})")
+            head = (
+                f"gold{where} published {len(self.tables)} table{'s' if len(self.tables) != 1 else ''} "
+                f"at {self.position} (publish {self.publish_id})"
+            )
         reused = [t for t in self.tables if t.reused]
         if reused and self.status != "unchanged":
             head += f"; {len(reused)} unchanged since the last publish"
@@ -196,16 +206,29 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
 
     if not lh.changelog.exists(spark):
         return None, None
-    at_or_before = (F.col("file_index") < p.log_index) | ((F.col("file_index") == p.log_index) & (F.col("pos") <= p.pos))
+    at_or_before = (F.col("file_index") < p.log_index) | (
+        (F.col("file_index") == p.log_index) & (F.col("pos") <= p.pos)
+    )
     gtid = source_time = None
     # Capture writes a heartbeat per batch, so P's own binlog file almost always answers;
     # Delta's file statistics then skip the rest of the change log.
     for scope in (F.col("file_index") == p.log_index, F.lit(True)):
-        r = lh.changelog.read(spark).where(scope & at_or_before).agg(
-            F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
-            F.max(F.when(F.col("commit_ts").isNotNull(), F.struct(
-                "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")))).alias("t"),
-        ).first()
+        r = (
+            lh.changelog.read(spark)
+            .where(scope & at_or_before)
+            .agg(
+                F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
+                F.max(
+                    F.when(
+                        F.col("commit_ts").isNotNull(),
+                        F.struct(
+                            "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
+                        ),
+                    )
+                ).alias("t"),
+            )
+            .first()
+        )
         gtid = gtid or (r["g"]["gtid"] if r["g"] else None)
         source_time = source_time or (r["t"]["ts"] if r["t"] else None)
         if gtid and source_time:
@@ -215,7 +238,9 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
 
 def _rules_digest(config: Config, name: str) -> str:
     rules = config.gold.checks.get(name, ())
-    text = json.dumps([[r.severity.value, r.kind, r.column, r.between, r.values, r.regex, r.row_count] for r in rules], default=str)
+    text = json.dumps(
+        [[r.severity.value, r.kind, r.column, r.between, r.values, r.regex, r.row_count] for r in rules], default=str
+    )
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -226,8 +251,10 @@ def _gold_frame(silver_df, schema, keep_deleted: bool = False):
     comments = {c.name: c.comment for c in schema.columns} if schema else {}
     cols = [c for c in silver_df.columns if not c.startswith("_cdc_")]
     meta_comments = {name: text for name, _, text in SILVER_METADATA_COLUMNS}
-    select = [F.col(quote_ident(c)).alias(c, metadata={"comment": comments[c]}) if comments.get(c) else F.col(quote_ident(c))
-              for c in cols]
+    select = [
+        F.col(quote_ident(c)).alias(c, metadata={"comment": comments[c]}) if comments.get(c) else F.col(quote_ident(c))
+        for c in cols
+    ]
     select += [F.col(m).alias(m, metadata={"comment": meta_comments[m]}) for m in GOLD_METADATA_COLUMNS]
     return silver_df.select(*select, *([F.col("_cdc_deleted")] if keep_deleted else []))
 
@@ -250,7 +277,9 @@ def _writing(ref: TableRef) -> Iterator[None]:
 def _checks_json(rules_digest: str, results: Any) -> str:
     if isinstance(results, str):
         return results
-    return json.dumps({"rules": rules_digest, "results": [r.to_dict() for r in results.results]}, default=str, separators=(",", ":"))
+    return json.dumps(
+        {"rules": rules_digest, "results": [r.to_dict() for r in results.results]}, default=str, separators=(",", ":")
+    )
 
 
 def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
@@ -265,8 +294,12 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
                 spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
                 log.warning("gold %s: restored version %s after the failed publish", ref, before)
         except Exception as exc:  # noqa: BLE001 - the original write error is the one to report
-            log.warning("gold %s: could not restore version %s (%s); the publish log still names it",
-                        ref, before, (str(exc).strip().splitlines() or [""])[0][:200])
+            log.warning(
+                "gold %s: could not restore version %s (%s); the publish log still names it",
+                ref,
+                before,
+                (str(exc).strip().splitlines() or [""])[0][:200],
+            )
 
 
 def _digest_of(checks_json: str | None) -> str | None:
@@ -279,8 +312,13 @@ def _digest_of(checks_json: str | None) -> str | None:
 def _describe_blocking(blocking) -> str:
     return "; ".join(
         f"{name} {r.name} ({r.severity.value})"
-        + (f": {r.unexpected_count} unexpected rows" if r.unexpected_count else
-           f": observed {r.observed_value}" if r.observed_value is not None else "")
+        + (
+            f": {r.unexpected_count} unexpected rows"
+            if r.unexpected_count
+            else f": observed {r.observed_value}"
+            if r.observed_value is not None
+            else ""
+        )
         + (f": error {r.error}" if r.error else "")
         for name, r in blocking
     )
@@ -311,11 +349,16 @@ def _silver_version(spark, lh: Lakehouse, state: TableState, target: BinlogPosit
     if not ref.exists(spark):
         return 0, ["silver progress exists but the silver table does not: run binlake silver"]
     version = ref.latest_version(spark)
-    top = ref.read_version(spark, version).agg(
-        F.max(F.struct(F.col("_cdc_seq.file_index"), F.col("_cdc_seq.pos"))).alias("top")).first()["top"]
+    top = (
+        ref.read_version(spark, version)
+        .agg(F.max(F.struct(F.col("_cdc_seq.file_index"), F.col("_cdc_seq.pos"))).alias("top"))
+        .first()["top"]
+    )
     if top is not None and top[0] is not None and tuple(top) > target.key():
-        return version, [f"silver holds changes up to {describe_key(tuple(top))} beyond its recorded progress {target} "
-                         "(a silver run is in flight or was interrupted): run binlake silver"]
+        return version, [
+            f"silver holds changes up to {describe_key(tuple(top))} beyond its recorded progress {target} "
+            "(a silver run is in flight or was interrupted): run binlake silver"
+        ]
     return version, []
 
 
@@ -333,10 +376,17 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
     if since > t.silver_version:
         return REBUILD  # silver was rebuilt: its versions started again
     silver, gold = lh.silver(t.db, t.table), lh.gold(t.db, t.table)
-    ops = (silver.delta(spark).history(silver.latest_version(spark) - since)
-           .select("version", "operation", "operationParameters").collect())
-    if any(any(word in r["operation"] for word in _RESHAPING) or _overwrite(r)
-           for r in ops if since < r["version"] <= t.silver_version):
+    ops = (
+        silver.delta(spark)
+        .history(silver.latest_version(spark) - since)
+        .select("version", "operation", "operationParameters")
+        .collect()
+    )
+    if any(
+        any(word in r["operation"] for word in _RESHAPING) or _overwrite(r)
+        for r in ops
+        if since < r["version"] <= t.silver_version
+    ):
         return REBUILD
     if not gold.exists(spark):
         return REBUILD
@@ -345,29 +395,47 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
         # A publish killed before its log commit may have moved gold since (its MERGE is safe
         # to apply again), and so may maintenance that keeps the rows (OPTIMIZE, VACUUM, a
         # property). Anything else (a RESTORE, someone's write) is rebuilt over.
-        since_publish = gold.delta(spark).history(latest - int(previous["gold_version"])).select(
-            "operation", "userMetadata").collect()
-        if not all((r["userMetadata"] or "").startswith(WRITER_TAG) or r["operation"] in _KEEPS_ROWS
-                   for r in since_publish):
+        since_publish = (
+            gold.delta(spark)
+            .history(latest - int(previous["gold_version"]))
+            .select("operation", "userMetadata")
+            .collect()
+        )
+        if not all(
+            (r["userMetadata"] or "").startswith(WRITER_TAG) or r["operation"] in _KEEPS_ROWS for r in since_publish
+        ):
             return REBUILD
     return INCREMENTAL
 
 
-def _plan(spark, config: Config, lh: Lakehouse, states: list[TableState], schemas: dict, previous: dict,
-          target: BinlogPosition) -> tuple[list[_Work], dict[str, list[str]]]:
+def _plan(
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    states: list[TableState],
+    schemas: dict,
+    previous: dict,
+    target: BinlogPosition,
+) -> tuple[list[_Work], dict[str, list[str]]]:
     work, blockers = [], {}
     for s in states:
         schema = schemas.get((s.db, s.table))
         if schema is None:
-            blockers.setdefault(s.name, []).append("no schema recorded in bronze schema_history: run binlake snapshot or capture")
+            blockers.setdefault(s.name, []).append(
+                "no schema recorded in bronze schema_history: run binlake snapshot or capture"
+            )
             continue
         version, problems = _silver_version(spark, lh, s, target)
         if problems:
             blockers.setdefault(s.name, []).extend(problems)
             continue
         digest = _rules_digest(config, s.name)
-        t = TablePublish(s.db, s.table, silver_version=version,
-                         history_version=s.history_version if config.history.table(s.db, s.table) else None)
+        t = TablePublish(
+            s.db,
+            s.table,
+            silver_version=version,
+            history_version=s.history_version if config.history.table(s.db, s.table) else None,
+        )
         prev = previous.get(s.name)
         t.mode = _mode(spark, lh, t, prev, digest)
         if t.reused:
@@ -393,8 +461,9 @@ def _key_bounds(keys, schema: TableSchema, rows: int, bounds: tuple):
     if not intervals:
         return F.lit(False)
     col = F.col(quote_ident(first))
-    return functools.reduce(lambda a, b: a | b, [(col >= F.lit(lo).cast(typ)) & (col <= F.lit(hi).cast(typ))
-                                                 for lo, hi in intervals])
+    return functools.reduce(
+        lambda a, b: a | b, [(col >= F.lit(lo).cast(typ)) & (col <= F.lit(hi).cast(typ)) for lo, hi in intervals]
+    )
 
 
 def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
@@ -435,14 +504,25 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver, checks) -> bool:
     try:
         feed = lh.silver(t.db, t.table).read_changes(spark, since + 1, t.silver_version, inserts_only=False)
         per_key = feed.groupBy(*keys).agg(F.min_by(first, order).alias("_before"))
-        per_key = per_key.select(*keys, F.col("_before.col1").alias("_live"),
-                                 (F.col("_before.col1") & F.col("_before.col2")).alias("_kept")).localCheckpoint()
+        per_key = per_key.select(
+            *keys, F.col("_before.col1").alias("_live"), (F.col("_before.col1") & F.col("_before.col2")).alias("_kept")
+        ).localCheckpoint()
     except AnalysisException as exc:
-        log.warning("gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding", t.name,
-                    since + 1, t.silver_version, (str(exc).strip().splitlines() or [""])[0][:120])
+        log.warning(
+            "gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding",
+            t.name,
+            since + 1,
+            t.silver_version,
+            (str(exc).strip().splitlines() or [""])[0][:120],
+        )
         return False
-    before = per_key.agg(F.count(F.lit(1)).alias("n"), F.count_if("_live").alias("live"),
-                         F.count_if("_kept").alias("kept"), F.min(keys[0]).alias("lo"), F.max(keys[0]).alias("hi")).first()
+    before = per_key.agg(
+        F.count(F.lit(1)).alias("n"),
+        F.count_if("_live").alias("live"),
+        F.count_if("_kept").alias("kept"),
+        F.min(keys[0]).alias("lo"),
+        F.max(keys[0]).alias("hi"),
+    ).first()
     changed = per_key.select(*keys)
     # Tombstones stay in: they delete from gold.
     bounds = _key_bounds(changed, schema, before["n"], (before["lo"], before["hi"]))
@@ -481,16 +561,23 @@ def _merge_gold(spark, ref: TableRef, source, dropping, schema: TableSchema) -> 
     from pyspark.sql import functions as F
 
     rejected = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in dropping) or "FALSE"
-    staged = _gold_frame(source, schema, keep_deleted=True).withColumn(
-        "_keep", F.expr(f"NOT _cdc_deleted AND NOT ({rejected})")).drop("_cdc_deleted")
+    staged = (
+        _gold_frame(source, schema, keep_deleted=True)
+        .withColumn("_keep", F.expr(f"NOT _cdc_deleted AND NOT ({rejected})"))
+        .drop("_cdc_deleted")
+    )
     cols = [c for c in staged.columns if c != "_keep"]
     assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
     on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key)
-    (ref.delta(spark).alias("t").merge(staged.alias("s"), on)
-     .whenMatchedDelete(condition="NOT s._keep")
-     .whenMatchedUpdate(condition="NOT (s._cdc_seq <=> t._cdc_seq)", set=assign)
-     .whenNotMatchedInsert(condition="s._keep", values=assign)
-     .execute())
+    (
+        ref.delta(spark)
+        .alias("t")
+        .merge(staged.alias("s"), on)
+        .whenMatchedDelete(condition="NOT s._keep")
+        .whenMatchedUpdate(condition="NOT (s._cdc_seq <=> t._cdc_seq)", set=assign)
+        .whenNotMatchedInsert(condition="s._keep", values=assign)
+        .execute()
+    )
     version = ref.latest_version(spark)
     return version, ref.read_version(spark, version).count()
 
@@ -499,9 +586,11 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
     from pyspark.sql import functions as F
 
     ref = lh.quarantine(db, table)
-    out = (frame.withColumnRenamed("_check", "_quarantine_check")
-           .withColumn("_publish_id", F.lit(publish_id))
-           .withColumn("_quarantined_at", F.current_timestamp()))
+    out = (
+        frame.withColumnRenamed("_check", "_quarantine_check")
+        .withColumn("_publish_id", F.lit(publish_id))
+        .withColumn("_quarantined_at", F.current_timestamp())
+    )
     writer = out.write.format("delta").mode("overwrite").option("mergeSchema", "true")
     if ref.exists(spark):
         writer = writer.option("replaceWhere", f"_publish_id = '{publish_id}'")
@@ -512,8 +601,10 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
 def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     """Write one table's quarantine and gold; returns its warnings."""
     t, outcome = w.publish, w.outcome
-    warnings = [f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
-                for r in outcome.warnings]
+    warnings = [
+        f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
+        for r in outcome.warnings
+    ]
     dropping = outcome.dropping
     if dropping:
         with _writing(lh.quarantine(t.db, t.table)):
@@ -530,8 +621,12 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
         # (quality checks apply to the current-state table, not to past versions).
         history = lh.gold_history(t.db, t.table)
         with _writing(history):
-            _write_gold(spark, history, lh.silver_history(t.db, t.table).read_version(spark, t.history_version),
-                        f"SCD type 2 history of {t.name}")
+            _write_gold(
+                spark,
+                history,
+                lh.silver_history(t.db, t.table).read_version(spark, t.history_version),
+                f"SCD type 2 history of {t.name}",
+            )
     settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
     log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
     return warnings
@@ -557,7 +652,9 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     lh = Lakehouse(config)
     states = silver_progress(spark, config, lh)
     if not states:
-        raise NotReadyError("gold has nothing to publish: no captured table has silver progress yet; run binlake silver first")
+        raise NotReadyError(
+            "gold has nothing to publish: no captured table has silver progress yet; run binlake silver first"
+        )
     ensure_publish_log(spark, lh)
     previous = last_published(spark, lh, [s.name for s in states])
     schemas = latest_schemas(spark, lh)
@@ -581,15 +678,18 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
         raise only
     kind = QualityCheckFailed if any(isinstance(e, QualityCheckFailed) for e in blocked.values()) else NotReadyError
     done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
-    err = kind(f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "
-               + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items()))
+    err = kind(
+        f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "
+        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items())
+    )
     err.result = result  # type: ignore[attr-defined]
     err.blocked = blocked  # type: ignore[attr-defined]
     raise err
 
 
-def _publish_group(spark, config: Config, lh: Lakehouse, group: str, states: list[TableState], schemas: dict,
-                   previous: dict, progress) -> GoldResult:
+def _publish_group(
+    spark, config: Config, lh: Lakehouse, group: str, states: list[TableState], schemas: dict, previous: dict, progress
+) -> GoldResult:
     target = check_group(spark, lh, states)
     work, blockers = _plan(spark, config, lh, states, schemas, previous, target)
     if blockers:
@@ -604,7 +704,9 @@ def _publish_group(spark, config: Config, lh: Lakehouse, group: str, states: lis
 
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
-        with (progress.task(f"gold checks ({group})", total=len(todo), unit="tables") if progress else _no_task()) as task:
+        with (
+            progress.task(f"gold checks ({group})", total=len(todo), unit="tables") if progress else _no_task()
+        ) as task:
             for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
                 future.result()
                 if task:
@@ -616,13 +718,18 @@ def _publish_group(spark, config: Config, lh: Lakehouse, group: str, states: lis
             _release(todo)
             with _writing(lh.publish_log):
                 append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group)
-            raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
-                                     f"failed checks: {_describe_blocking(blocking)}")
+            raise QualityCheckFailed(
+                f"gold not published at {target}, the last good gold versions are kept: "
+                f"failed checks: {_describe_blocking(blocking)}"
+            )
 
         written = [(lh.gold(w.publish.db, w.publish.table), (w.previous or {}).get("gold_version")) for w in todo]
-        written += [(ref, ref.latest_version(spark) if ref.exists(spark) else None)
-                    for ref in (lh.gold_history(w.publish.db, w.publish.table) for w in todo
-                                if w.publish.history_version is not None)]
+        written += [
+            (ref, ref.latest_version(spark) if ref.exists(spark) else None)
+            for ref in (
+                lh.gold_history(w.publish.db, w.publish.table) for w in todo if w.publish.history_version is not None
+            )
+        ]
         # Every commit of the writes says whose it is: a later publish may then MERGE over a
         # gold table a killed publish moved, and rebuilds over anyone else's write.
         spark.conf.set(_COMMIT_TAG, f"{WRITER_TAG} {publish_id}")
@@ -634,13 +741,18 @@ def _publish_group(spark, config: Config, lh: Lakehouse, group: str, states: lis
             if blocking:
                 _roll_back(spark, written)
                 with _writing(lh.publish_log):
-                    append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json,
-                               group)
-                raise QualityCheckFailed(f"gold not published at {target}, the last good gold versions are kept: "
-                                         f"failed checks: {_describe_blocking(blocking)}")
+                    append_log(
+                        spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group
+                    )
+                raise QualityCheckFailed(
+                    f"gold not published at {target}, the last good gold versions are kept: "
+                    f"failed checks: {_describe_blocking(blocking)}"
+                )
             faults.point("gold.before_publish_log")
             with _writing(lh.publish_log):
-                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json, group)
+                append_log(
+                    spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json, group
+                )
         except LakehouseError:
             _roll_back(spark, written)
             raise

@@ -34,8 +34,12 @@ def ensure_publish_log(spark, lh: Lakehouse) -> None:
     log_ref = lh.publish_log
     if str(log_ref) in _ready:
         return
-    log_ref.create_if_missing(spark, PUBLISH_LOG_SCHEMA, properties={_CDF: "true"},
-                              comment="binlake gold: one row per table per publish (the commit point)")
+    log_ref.create_if_missing(
+        spark,
+        PUBLISH_LOG_SCHEMA,
+        properties={_CDF: "true"},
+        comment="binlake gold: one row per table per publish (the commit point)",
+    )
     if log_ref.properties(spark).get(_CDF) != "true":
         # A publish log from before the change feed was kept: from now on (older commits are
         # found by a scan, see last_published).
@@ -87,8 +91,12 @@ def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
             missing = sorted(wanted - set(found))
             good = good.where(F.concat_ws(".", "db", "table").isin(missing))
         order = F.struct("published_at", "file_index", "pos", "publish_id")
-        best = (good.drop("_change_type", "_commit_version", "_commit_timestamp")
-                .groupBy("db", "table").agg(F.max_by(F.struct("*"), order).alias("r")).collect())
+        best = (
+            good.drop("_change_type", "_commit_version", "_commit_timestamp")
+            .groupBy("db", "table")
+            .agg(F.max_by(F.struct("*"), order).alias("r"))
+            .collect()
+        )
         if recent:
             rows.unpersist()
         for r in best:
@@ -100,22 +108,64 @@ def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
     return found
 
 
-def append_log(spark, lh: Lakehouse, publish_id: str, p: BinlogPosition, gtid: str | None, source_time: str | None,
-               tables: list, status: str, checks_json: dict[str, str], group: str | None = None) -> None:
+def append_log(
+    spark,
+    lh: Lakehouse,
+    publish_id: str,
+    p: BinlogPosition,
+    gtid: str | None,
+    source_time: str | None,
+    tables: list,
+    status: str,
+    checks_json: dict[str, str],
+    group: str | None = None,
+) -> None:
     """Append one row per table of ``tables`` (TablePublish) for this attempt to publish ``group``."""
     from pyspark.sql import functions as F
 
     rows = [
-        (publish_id, t.db, t.table, t.gold_version, t.silver_version, p.file, p.log_index, p.pos, gtid, source_time,
-         t.row_count, checks_json[t.name], status, t.silver_rows, group)
+        (
+            publish_id,
+            t.db,
+            t.table,
+            t.gold_version,
+            t.silver_version,
+            p.file,
+            p.log_index,
+            p.pos,
+            gtid,
+            source_time,
+            t.row_count,
+            checks_json[t.name],
+            status,
+            t.silver_rows,
+            group,
+        )
         for t in tables
     ]
-    staged = spark.createDataFrame(rows, PUBLISH_LOG_SCHEMA.replace("source_time TIMESTAMP", "source_time STRING")
-                                   .replace("published_at TIMESTAMP, ", ""))
+    staged = spark.createDataFrame(
+        rows,
+        PUBLISH_LOG_SCHEMA.replace("source_time TIMESTAMP", "source_time STRING").replace(
+            "published_at TIMESTAMP, ", ""
+        ),
+    )
     df = staged.select(
-        "publish_id", "db", "table", "gold_version", "silver_version", "binlog_file", "file_index", "pos", "gtid",
-        F.to_timestamp("source_time").alias("source_time"), F.current_timestamp().alias("published_at"),
-        "row_count", "checks", "status", "silver_rows", "publish_group",
+        "publish_id",
+        "db",
+        "table",
+        "gold_version",
+        "silver_version",
+        "binlog_file",
+        "file_index",
+        "pos",
+        "gtid",
+        F.to_timestamp("source_time").alias("source_time"),
+        F.current_timestamp().alias("published_at"),
+        "row_count",
+        "checks",
+        "status",
+        "silver_rows",
+        "publish_group",
     )
     lh.publish_log.save(df.write.format("delta").mode("append"))
 
@@ -125,7 +175,9 @@ def _utc_text(value: Any) -> str:
         try:
             value = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
-            raise ValueError(f'time must be a datetime or an ISO-8601 string such as "2026-11-01T08:00:00Z", got {value!r}') from None
+            raise ValueError(
+                f'time must be a datetime or an ISO-8601 string such as "2026-11-01T08:00:00Z", got {value!r}'
+            ) from None
     if not isinstance(value, datetime):
         raise ValueError(f'time must be a datetime or an ISO-8601 string such as "2026-11-01T08:00:00Z", got {value!r}')
     # Naive times are UTC, like every timestamp binlake writes.
@@ -147,7 +199,8 @@ def publish_as_of(spark, config: Config, db: str, table: str, position: Any = No
     if not lh.publish_log.exists(spark):
         raise NotReadyError("gold has never been published: run binlake gold first")
     rows = lh.publish_log.read(spark).where(
-        (F.col("db") == db) & (F.col("table") == table) & (F.col("status") == STATUS_PUBLISHED))
+        (F.col("db") == db) & (F.col("table") == table) & (F.col("status") == STATUS_PUBLISHED)
+    )
     what = "latest"
     if position is not None:
         index, pos = position_key(position)
@@ -158,7 +211,9 @@ def publish_as_of(spark, config: Config, db: str, table: str, position: Any = No
         ts = _utc_text(time)
         rows = rows.where(F.col("source_time") <= F.expr(f"CAST('{ts}' AS TIMESTAMP)"))
         what = f"with source time at or before {ts} UTC"
-    best = rows.orderBy(F.col("file_index").desc(), F.col("pos").desc(), F.col("published_at").desc()).limit(1).collect()
+    best = (
+        rows.orderBy(F.col("file_index").desc(), F.col("pos").desc(), F.col("published_at").desc()).limit(1).collect()
+    )
     if not best:
         raise NotReadyError(f"no gold publish of {db}.{table} {what}: see binlake status for the published positions")
     return best[0].asDict()
@@ -176,5 +231,3 @@ def gold_as_of(spark, config: Config, db: str, table: str, position: Any = None,
     """
     row = publish_as_of(spark, config, db, table, position=position, time=time)
     return Lakehouse(config).gold(db, table).read_version(spark, row["gold_version"])
-
-

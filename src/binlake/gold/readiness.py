@@ -50,7 +50,9 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
     # shuffle on a busy cluster (an old lakehouse may hold several rows per table).
     columns = ["db", "table", "applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version"]
     df = lh.silver_progress.read(spark)
-    optional = [c for c in ("silver_version", "stopped", "history_version") if c in df.columns]  # older lakehouses lack them
+    optional = [
+        c for c in ("silver_version", "stopped", "history_version") if c in df.columns
+    ]  # older lakehouses lack them
     latest: dict[tuple[str, str], tuple] = {}
     for r in df.select(*columns, *optional).collect():
         if r["applied_file_index"] is None or not config.source.captures(r["db"], r["table"]):
@@ -59,11 +61,18 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
         key = (r["db"], r["table"])
         if key not in latest or rank > latest[key][0]:
             latest[key] = (rank, r)
-    out = [TableState(db, t, BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]),
-                      r["chunks_version"], r["silver_version"] if "silver_version" in optional else None,
-                      r["stopped"] if "stopped" in optional else None,
-                      r["history_version"] if "history_version" in optional else None)
-           for (db, t), (_, r) in latest.items()]
+    out = [
+        TableState(
+            db,
+            t,
+            BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]),
+            r["chunks_version"],
+            r["silver_version"] if "silver_version" in optional else None,
+            r["stopped"] if "stopped" in optional else None,
+            r["history_version"] if "history_version" in optional else None,
+        )
+        for (db, t), (_, r) in latest.items()
+    ]
     return sorted(out, key=lambda s: (s.db, s.table))
 
 
@@ -79,8 +88,12 @@ def _in_tables(names) -> Any:
 def _latest_snapshots(spark, lh: Lakehouse, names) -> dict[tuple[str, str], tuple[str, set[int]]]:
     """Each table's latest planned snapshot: (snapshot id, its chunk ids)."""
     # The plan holds one row per chunk: collected narrow, grouped on the driver.
-    rows = lh.snapshot_plan.read(spark).where(_in_tables(names)).select(
-        "db", "table", "snapshot_id", "chunk_id", "planned_at").collect()
+    rows = (
+        lh.snapshot_plan.read(spark)
+        .where(_in_tables(names))
+        .select("db", "table", "snapshot_id", "chunk_id", "planned_at")
+        .collect()
+    )
     latest: dict[tuple[str, str], tuple] = {}
     for r in rows:
         key, rank = (r["db"], r["table"]), (r["planned_at"] or datetime.min, r["snapshot_id"])
@@ -100,8 +113,11 @@ def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | 
 
     df = lh.snapshot_chunks.read(spark) if version is None else lh.snapshot_chunks.read_version(spark, version)
     out: dict = {}
-    for r in (df.where(_in_tables(names) & F.col("snapshot_id").isin(sorted(snapshot_ids)))
-              .select("db", "table", "snapshot_id", "chunk_id", "hw_file", "hw_file_index", "hw_pos").collect()):
+    for r in (
+        df.where(_in_tables(names) & F.col("snapshot_id").isin(sorted(snapshot_ids)))
+        .select("db", "table", "snapshot_id", "chunk_id", "hw_file", "hw_file_index", "hw_pos")
+        .collect()
+    ):
         done = out.setdefault((r["db"], r["table"], r["snapshot_id"]), {})
         hw = BinlogPosition.from_log(r["hw_file"], r["hw_file_index"], r["hw_pos"])
         # A chunk read twice (a retried attempt) counts with its latest high watermark.
@@ -124,8 +140,11 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
     chunks_exist = lh.snapshot_chunks.exists(spark)
     chunks_commit = lh.snapshot_chunks.newest_commit(spark) if chunks_exist else (None, None)
     latest_version = chunks_commit[0]
-    versions = (lh.snapshot_plan.newest_commit(spark), chunks_commit,
-                tuple(sorted((s.name, s.chunks_version) for s in states)))
+    versions = (
+        lh.snapshot_plan.newest_commit(spark),
+        chunks_commit,
+        tuple(sorted((s.name, s.chunks_version) for s in states)),
+    )
     memo = (str(lh.snapshot_plan), tuple(sorted(s.name for s in states)))  # one entry per publish group
     clear = _clear.get(memo)
     if clear is not None and clear[0] == versions and target.key() >= clear[1]:
@@ -141,8 +160,9 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
         if not chunks_exist:
             return {}
         if version not in manifests:
-            manifests[version] = _completed_chunks(spark, lh, names, snapshot_ids,
-                                                   None if version == latest_version else version)
+            manifests[version] = _completed_chunks(
+                spark, lh, names, snapshot_ids, None if version == latest_version else version
+            )
         return manifests[version]
 
     for (db, t), (sid, chunk_ids) in sorted(planned.items()):
@@ -152,14 +172,16 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
         if missing:
             blockers.setdefault(name, []).append(
                 f"snapshot {sid} has {len(chunk_ids) - len(missing)} of {len(chunk_ids)} chunks complete "
-                f"(first missing chunk {min(missing)}): run binlake snapshot to finish it")
+                f"(first missing chunk {min(missing)}): run binlake snapshot to finish it"
+            )
             continue
         late = sorted((cid, hw) for cid, hw in done.items() if cid in chunk_ids and hw > target)
         if late:
             cid, hw = late[0]
             blockers.setdefault(name, []).append(
                 f"snapshot {sid} chunk {cid} has high watermark {hw} beyond silver's position {target} "
-                f"({len(late)} chunk{'s' if len(late) != 1 else ''} in all): run binlake capture, then binlake silver")
+                f"({len(late)} chunk{'s' if len(late) != 1 else ''} in all): run binlake capture, then binlake silver"
+            )
             continue
         # Silver records the manifest version it has applied; chunks committed after it
         # are complete in bronze but not yet in silver.
@@ -169,7 +191,8 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
             if unapplied:
                 blockers.setdefault(name, []).append(
                     f"snapshot {sid}: {len(unapplied)} completed chunk{'s are' if len(unapplied) != 1 else ' is'} "
-                    "not yet applied to silver: run binlake silver")
+                    "not yet applied to silver: run binlake silver"
+                )
     if not blockers:
         _clear[memo] = (versions, target.key())
     return blockers
@@ -178,7 +201,9 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
 def not_ready(blockers: dict[str, list[str]], target: BinlogPosition) -> NotReadyError:
     """The error naming every blocking table and why; ``.blockers`` holds them."""
     parts = [f"{name} blocks: {'; '.join(reasons)}" for name, reasons in sorted(blockers.items())]
-    err = NotReadyError(f"gold not published at {target} (Invariant S does not hold; last good gold kept): " + " | ".join(parts))
+    err = NotReadyError(
+        f"gold not published at {target} (Invariant S does not hold; last good gold kept): " + " | ".join(parts)
+    )
     err.blockers = blockers  # type: ignore[attr-defined]
     return err
 
@@ -201,7 +226,8 @@ def check_group(spark, lh: Lakehouse, states: list[TableState]) -> BinlogPositio
             blockers.setdefault(s.name, []).append(f"silver stopped it: {s.stopped}")
         elif s.position < target:
             blockers.setdefault(s.name, []).append(
-                f"silver applied the change log up to {s.position}, the rest of the group is at {target}: run binlake silver")
+                f"silver applied the change log up to {s.position}, the rest of the group is at {target}: run binlake silver"
+            )
     for name, reasons in snapshot_blockers(spark, lh, states, target).items():
         blockers.setdefault(name, []).extend(reasons)
     if blockers:

@@ -40,7 +40,9 @@ def free_port() -> int:
 def _find(binary: str) -> str:
     path = shutil.which(binary) or (f"/usr/sbin/{binary}" if Path(f"/usr/sbin/{binary}").exists() else None)
     if not path:
-        raise LocalMariaDBError(f"{binary} not found: install it with 'apt-get install -y mariadb-server' (make setup does)")
+        raise LocalMariaDBError(
+            f"{binary} not found: install it with 'apt-get install -y mariadb-server' (make setup does)"
+        )
     return path
 
 
@@ -264,9 +266,11 @@ class LocalMariaDB:
         """
         self.execute("STOP SLAVE", "RESET SLAVE ALL", "RESET MASTER", "SET GLOBAL gtid_slave_pos = ''")
         with self.root_connection() as conn, conn.cursor() as cur:
-            cur.execute("CHANGE MASTER TO master_host = '127.0.0.1', master_port = %s, master_user = %s, "
-                        "master_password = %s, master_use_gtid = slave_pos",
-                        (primary.port, CDC_USER, primary.cdc_password))
+            cur.execute(
+                "CHANGE MASTER TO master_host = '127.0.0.1', master_port = %s, master_user = %s, "
+                "master_password = %s, master_use_gtid = slave_pos",
+                (primary.port, CDC_USER, primary.cdc_password),
+            )
             cur.execute("START SLAVE")
 
     def gtid_binlog_pos(self) -> str:
@@ -281,8 +285,10 @@ class LocalMariaDB:
             if cur.fetchone()[0] != 0:
                 cur.execute("SHOW SLAVE STATUS")
                 status = dict(zip([d[0] for d in cur.description], cur.fetchone() or ()))
-                raise LocalMariaDBError(f"replica did not reach GTID {position} in {timeout}s: "
-                                        f"{status.get('Last_Error') or status.get('Last_IO_Error')}")
+                raise LocalMariaDBError(
+                    f"replica did not reach GTID {position} in {timeout}s: "
+                    f"{status.get('Last_Error') or status.get('Last_IO_Error')}"
+                )
 
     def promote(self) -> None:
         """Stop replicating and forget the primary: this server is a primary now."""
@@ -326,7 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if ns.action == "up":
             db.start()
-            print(f"MariaDB running on 127.0.0.1:{db.port} (datadir {db.datadir}); user {CDC_USER}, password in {db.datadir / 'cdc_password'}")
+            print(
+                f"MariaDB running on 127.0.0.1:{db.port} (datadir {db.datadir}); user {CDC_USER}, password in {db.datadir / 'cdc_password'}"
+            )
         elif ns.action == "down":
             db.stop()
             print("MariaDB stopped")

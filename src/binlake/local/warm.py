@@ -51,8 +51,9 @@ def write_class_archive() -> bool:
     # A separate process: the JVM writes the archive when it exits, and this one's JVM
     # started without the dump option. (That JVM maps no archive, none exists yet: a
     # dynamic archive cannot be written on top of another.)
-    done = subprocess.run([sys.executable, "-m", "binlake.local.warm", "--archive", str(partial)],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "binlake.local.warm", "--archive", str(partial)], capture_output=True, text=True
+    )
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
@@ -102,13 +103,27 @@ def _archive_workload(target: str) -> int:
         rows = spark.read.format("binlake-warm-rows").load()
         rows.write.format("delta").option("delta.enableChangeDataFeed", "true").save(d + "/t")
         spark.sql(f"ALTER TABLE delta.`{d}/t` SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')")
-        spark.createDataFrame([(2, "c"), (3, "d")], "id INT, text STRING").write.format("delta").mode("append").save(d + "/t")
-        latest = (spark.read.format("delta").load(d + "/t")
-                  .withColumn("n", F.row_number().over(Window.partitionBy("id").orderBy(F.col("text").desc())))
-                  .where("n = 1").drop("n"))
-        (DeltaTable.forPath(spark, d + "/t").alias("t").merge(latest.alias("s"), "t.id = s.id")
-         .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
-        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(d + "/t").collect()
+        spark.createDataFrame([(2, "c"), (3, "d")], "id INT, text STRING").write.format("delta").mode("append").save(
+            d + "/t"
+        )
+        latest = (
+            spark.read.format("delta")
+            .load(d + "/t")
+            .withColumn("n", F.row_number().over(Window.partitionBy("id").orderBy(F.col("text").desc())))
+            .where("n = 1")
+            .drop("n")
+        )
+        (
+            DeltaTable.forPath(spark, d + "/t")
+            .alias("t")
+            .merge(latest.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", 0).load(
+            d + "/t"
+        ).collect()
         spark.read.format("delta").load(d + "/t").groupBy("id").agg(F.count("*")).toPandas()
         DeltaTable.forPath(spark, d + "/t").history().collect()
     spark.stop()

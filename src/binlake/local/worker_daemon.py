@@ -55,7 +55,9 @@ def redundant_archives(path: list[str]) -> list[str]:
     """The entries of ``path`` that are archives (files, not directories) inside the
     directory of a pyspark that is installed, with py4j, in a directory also on ``path``:
     everything they hold is importable from there."""
-    site = next((p for p in path if os.path.isdir(os.path.join(p, "pyspark")) and os.path.isdir(os.path.join(p, "py4j"))), None)
+    site = next(
+        (p for p in path if os.path.isdir(os.path.join(p, "pyspark")) and os.path.isdir(os.path.join(p, "py4j"))), None
+    )
     if site is None:
         return []
     root = os.path.join(os.path.realpath(site), "pyspark") + os.sep

@@ -111,8 +111,14 @@ def _freshness(gold) -> float | None:
     return round((datetime.now(timezone.utc).replace(tzinfo=None) - committed).total_seconds(), 3)
 
 
-def run_continuous(spark, config: Config, progress=None, poll_seconds: float = POLL_SECONDS,
-                   max_loops: int | None = None, stop: threading.Event | None = None) -> ContinuousState:
+def run_continuous(
+    spark,
+    config: Config,
+    progress=None,
+    poll_seconds: float = POLL_SECONDS,
+    max_loops: int | None = None,
+    stop: threading.Event | None = None,
+) -> ContinuousState:
     """Loop capture -> silver -> gold until interrupted, ``stop`` is set or ``max_loops`` loops
     ran; returns the last state. SIGTERM sets ``stop`` (the loop in progress finishes and is
     recorded); Ctrl-C, or a second SIGTERM, ends it at once, between commits."""
@@ -137,11 +143,16 @@ def run_continuous(spark, config: Config, progress=None, poll_seconds: float = P
             if report.freshness_seconds is not None:
                 state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
             _write_state(lh, state)
-            log.info("continuous loop %d: %d change(s) captured, %d silver table(s), gold %s%s%s in %.1fs",
-                     report.loop, report.captured, report.silver_tables, report.gold,
-                     f" at {report.position}" if report.gold == "published" and report.position else "",
-                     f" (freshness {report.freshness_seconds:.1f}s)" if report.freshness_seconds is not None else "",
-                     report.seconds)
+            log.info(
+                "continuous loop %d: %d change(s) captured, %d silver table(s), gold %s%s%s in %.1fs",
+                report.loop,
+                report.captured,
+                report.silver_tables,
+                report.gold,
+                f" at {report.position}" if report.gold == "published" and report.position else "",
+                f" (freshness {report.freshness_seconds:.1f}s)" if report.freshness_seconds is not None else "",
+                report.seconds,
+            )
             pending = report.gold in ("not ready", "check failed")
             if not report.captured and not pending:
                 stop.wait(poll_seconds)

@@ -68,8 +68,10 @@ class EraseResult:
         lines = [f"erase: {self.rows} row(s) of {self.table} ({key}) removed in {self.seconds:.1f}s"]
         for e in self.erased:
             if e.rows:
-                lines.append(f"  {e.table}: {e.rows} row(s); versions before {e.first_clean_version} still hold them "
-                             "until VACUUM (binlake maintain, after maintenance.vacuum_retention_hours)")
+                lines.append(
+                    f"  {e.table}: {e.rows} row(s); versions before {e.first_clean_version} still hold them "
+                    "until VACUUM (binlake maintain, after maintenance.vacuum_retention_hours)"
+                )
         if not self.rows:
             lines.append("  nothing held this key")
         return "\n".join(lines)
@@ -83,14 +85,18 @@ def parse_key(schema: TableSchema, pairs: Sequence[str]) -> dict[str, str]:
         if not sep or not name:
             raise ConfigError(f"--key {pair!r} is not column=value: write it like --key id=42")
         if name not in schema.key:
-            raise ConfigError(f"--key {name} is not a key column of {schema.name}: its key is ({', '.join(schema.key)})")
+            raise ConfigError(
+                f"--key {name} is not a key column of {schema.name}: its key is ({', '.join(schema.key)})"
+            )
         if name in key:
             raise ConfigError(f"--key {name} is given twice: give each key column once")
         key[name] = value
     missing = [k for k in schema.key if k not in key]
     if missing:
-        raise ConfigError(f"--key misses {', '.join(missing)}: {schema.name}'s key is ({', '.join(schema.key)}); "
-                          "give every key column, e.g. " + " ".join(f"--key {k}=..." for k in schema.key))
+        raise ConfigError(
+            f"--key misses {', '.join(missing)}: {schema.name}'s key is ({', '.join(schema.key)}); "
+            "give every key column, e.g. " + " ".join(f"--key {k}=..." for k in schema.key)
+        )
     return key
 
 
@@ -124,15 +130,20 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
         with changelog_deletable(spark, lh):
             result.erased.append(_erase(spark, lh.changelog, "bronze/changelog", condition))
     if lh.snapshot_rows.exists(spark):
-        condition = f"db = {spark_string(db)} AND `table` = {spark_string(name)} AND `row` IS NOT NULL AND {bronze('`row`')}"
+        condition = (
+            f"db = {spark_string(db)} AND `table` = {spark_string(name)} AND `row` IS NOT NULL AND {bronze('`row`')}"
+        )
         result.erased.append(_erase(spark, lh.snapshot_rows, "bronze/snapshot_rows", condition))
     typed = _typed_predicate(schema, key)
-    for label, ref in ((f"silver/{db}/{name}", lh.silver(db, name)), (f"gold/{db}/{name}", lh.gold(db, name)),
-                       (f"gold/_quarantine/{db}/{name}", lh.quarantine(db, name)),
-                       # SCD type 2 history (docs/history.md): every version, and the records it is derived from.
-                       (f"silver/{db}/{name}__history", lh.silver_history(db, name)),
-                       (f"silver/{db}/{name}__history_events", lh.silver_history_events(db, name)),
-                       (f"gold/{db}/{name}__history", lh.gold_history(db, name))):
+    for label, ref in (
+        (f"silver/{db}/{name}", lh.silver(db, name)),
+        (f"gold/{db}/{name}", lh.gold(db, name)),
+        (f"gold/_quarantine/{db}/{name}", lh.quarantine(db, name)),
+        # SCD type 2 history (docs/history.md): every version, and the records it is derived from.
+        (f"silver/{db}/{name}__history", lh.silver_history(db, name)),
+        (f"silver/{db}/{name}__history_events", lh.silver_history_events(db, name)),
+        (f"gold/{db}/{name}__history", lh.gold_history(db, name)),
+    ):
         if ref.exists(spark):
             result.erased.append(_erase(spark, ref, label, typed))
     result.seconds = time.monotonic() - started
@@ -156,10 +167,16 @@ def _typed_predicate(schema: TableSchema, key: Mapping[str, str]) -> str:
 def _bronze_image_predicate(schema: TableSchema, key: Mapping[str, str]):
     """A function of a row-image column (``before``, ``after``, ```row```) to the SQL that
     matches the key in it, decoded as silver decodes it."""
+
     def matches(image: str) -> str:
-        return "(" + " AND ".join(
-            f"{spark_decode_sql(schema.column(c), f'{image}[{spark_string(c)}]')} = {_typed_literal(schema, c, v)}"
-            for c, v in key.items()) + ")"
+        return (
+            "("
+            + " AND ".join(
+                f"{spark_decode_sql(schema.column(c), f'{image}[{spark_string(c)}]')} = {_typed_literal(schema, c, v)}"
+                for c, v in key.items()
+            )
+            + ")"
+        )
 
     return matches
 
@@ -167,22 +184,35 @@ def _bronze_image_predicate(schema: TableSchema, key: Mapping[str, str]):
 def _check_gone_at_source(config: Config, schema: TableSchema, key: Mapping[str, str]) -> None:
     where = " AND ".join(f"{quote_ident(c)} = %s" for c in key)
     with connect(config.source) as conn:
-        present = query(conn, f"SELECT 1 AS x FROM {qualified(schema.database, schema.table)} WHERE {where} LIMIT 1",
-                        tuple(key.values()))
+        present = query(
+            conn,
+            f"SELECT 1 AS x FROM {qualified(schema.database, schema.table)} WHERE {where} LIMIT 1",
+            tuple(key.values()),
+        )
     if present:
-        raise ErasureRefused(f"{schema.name} still has this key on the source: delete it there first (binlake would "
-                             "capture or snapshot it again), then run binlake run and erase")
+        raise ErasureRefused(
+            f"{schema.name} still has this key on the source: delete it there first (binlake would "
+            "capture or snapshot it again), then run binlake run and erase"
+        )
 
 
-def _check_silver_applied_the_delete(spark, config: Config, lh: Lakehouse, schema: TableSchema,
-                                     key: Mapping[str, str]) -> None:
+def _check_silver_applied_the_delete(
+    spark, config: Config, lh: Lakehouse, schema: TableSchema, key: Mapping[str, str]
+) -> None:
     ref = lh.silver(schema.database, schema.table)
-    if ref.exists(spark) and ref.read(spark).where(_typed_predicate(schema, key)).where("NOT _cdc_deleted").limit(1).count():
-        raise ErasureRefused(f"silver still has this key of {schema.name} live: the source's delete is not applied "
-                             "yet; run binlake run (or capture and silver), then erase")
+    if (
+        ref.exists(spark)
+        and ref.read(spark).where(_typed_predicate(schema, key)).where("NOT _cdc_deleted").limit(1).count()
+    ):
+        raise ErasureRefused(
+            f"silver still has this key of {schema.name} live: the source's delete is not applied "
+            "yet; run binlake run (or capture and silver), then erase"
+        )
     states = [s for s in silver_progress(spark, config, lh) if s.name == schema.name]
     if states:
         blockers = snapshot_blockers(spark, lh, states, states[0].position)
         if blockers:
-            raise ErasureRefused(f"a snapshot of {schema.name} is in flight or not applied ({'; '.join(blockers[schema.name])}): "
-                                 "finish it with binlake run, then erase")
+            raise ErasureRefused(
+                f"a snapshot of {schema.name} is in flight or not applied ({'; '.join(blockers[schema.name])}): "
+                "finish it with binlake run, then erase"
+            )

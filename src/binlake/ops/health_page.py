@@ -43,8 +43,11 @@ def _views(spark, config: Config, since: datetime) -> dict[str, list[dict]]:
         return {}
     metrics.createOrReplaceTempView("binlake_metrics")
     since_sql = f"TIMESTAMP '{since.isoformat(sep=' ')}'"
-    return {name: [r.asDict() for r in spark.sql(health_view(name, "binlake_metrics", since_sql)).collect()]
-            for name in HEALTH_VIEWS if name not in _NOT_CHARTED}
+    return {
+        name: [r.asDict() for r in spark.sql(health_view(name, "binlake_metrics", since_sql)).collect()]
+        for name in HEALTH_VIEWS
+        if name not in _NOT_CHARTED
+    }
 
 
 # ---------------------------------------------------------------------------------------
@@ -59,33 +62,60 @@ def render_page(status: Mapping[str, Any], views: Mapping[str, list[dict]], days
         f"<h1>binlake health</h1><p class=meta>generated {html.escape(str(status.get('generated_at', '')))} UTC; "
         f"charts over the last {days} day(s) of the metrics table</p>",
         f"<h2>Status</h2><pre>{html.escape(format_status(status))}</pre>",
-        "<h2>Stopped tables</h2>" + (_table(["table", "why, and the command that recovers it"],
-                                            [[t["table"], t["stopped"]] for t in stopped]) if stopped
-                                     else "<p class=ok>none</p>"),
+        "<h2>Stopped tables</h2>"
+        + (
+            _table(["table", "why, and the command that recovers it"], [[t["table"], t["stopped"]] for t in stopped])
+            if stopped
+            else "<p class=ok>none</p>"
+        ),
     ]
     if not views:
         sections.append("<p>No metrics recorded yet: run any binlake command (run, capture, silver, gold).</p>")
     else:
         sections += [
             "<h2>Lag behind the source</h2>",
-            _figure("Capture lag (seconds; 0 = caught up, else an upper bound)",
-                    {"capture": _points(views["capture_lag"], "lag_seconds")}, "seconds"),
-            _figure("Gold lag per publish group (seconds)",
-                    {g: _points(rows, "lag_seconds") for g, rows in _by(views["gold_lag"], "publish_group").items()},
-                    "seconds"),
+            _figure(
+                "Capture lag (seconds; 0 = caught up, else an upper bound)",
+                {"capture": _points(views["capture_lag"], "lag_seconds")},
+                "seconds",
+            ),
+            _figure(
+                "Gold lag per publish group (seconds)",
+                {g: _points(rows, "lag_seconds") for g, rows in _by(views["gold_lag"], "publish_group").items()},
+                "seconds",
+            ),
             "<h2>Rows per run</h2>",
-            _figure("Row changes captured and applied to silver per run",
-                    {kind: _points(rows, "rows") for kind, rows in _by(views["rows_per_run"], "kind").items()},
-                    "rows", bars=True),
+            _figure(
+                "Row changes captured and applied to silver per run",
+                {kind: _points(rows, "rows") for kind, rows in _by(views["rows_per_run"], "kind").items()},
+                "rows",
+                bars=True,
+            ),
             "<h2>Step durations</h2>",
-            _figure("Seconds per step per run",
-                    {step: _points(rows, "seconds") for step, rows in _by(views["step_seconds"], "step").items()},
-                    "seconds"),
+            _figure(
+                "Seconds per step per run",
+                {step: _points(rows, "seconds") for step, rows in _by(views["step_seconds"], "step").items()},
+                "seconds",
+            ),
             "<h2>Failed checks, blocked and stopped tables</h2>",
-            _table(["time", "command", "step", "table", "group", "status", "failed checks", "detail"],
-                   [[r["started_at"], r["command"], r["step"], r["table"] or "-", r["publish_group"] or "-", r["status"],
-                     "" if r["checks_failed"] is None else r["checks_failed"], r["detail"] or ""]
-                    for r in views["problems"]]) if views["problems"] else "<p class=ok>none</p>",
+            _table(
+                ["time", "command", "step", "table", "group", "status", "failed checks", "detail"],
+                [
+                    [
+                        r["started_at"],
+                        r["command"],
+                        r["step"],
+                        r["table"] or "-",
+                        r["publish_group"] or "-",
+                        r["status"],
+                        "" if r["checks_failed"] is None else r["checks_failed"],
+                        r["detail"] or "",
+                    ]
+                    for r in views["problems"]
+                ],
+            )
+            if views["problems"]
+            else "<p class=ok>none</p>",
         ]
     return _PAGE.format(body="\n".join(sections))
 
@@ -152,7 +182,7 @@ def _figure(title: str, series: Mapping[str, list[tuple]], unit: str, bars: bool
     finally:
         plt.close(fig)
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]  # drop the XML prologue and DOCTYPE: inline in HTML
+    svg = svg[svg.index("<svg") :]  # drop the XML prologue and DOCTYPE: inline in HTML
     return f"<figure><figcaption>{html.escape(title)}</figcaption>{svg}</figure>"
 
 

@@ -65,10 +65,12 @@ class MaintainResult:
     seconds: float = 0.0
 
     def summary(self) -> str:
-        lines = [f"maintain: {sum(self.tombstones_removed.values())} silver tombstone(s) removed, "
-                 f"{self.snapshot_files_removed} snapshot file(s) and {self.changelog_rows_removed} "
-                 f"change-log row(s) removed, {len(self.optimized)} table(s) compacted, {self.vacuumed} vacuumed "
-                 f"in {self.seconds:.1f}s"]
+        lines = [
+            f"maintain: {sum(self.tombstones_removed.values())} silver tombstone(s) removed, "
+            f"{self.snapshot_files_removed} snapshot file(s) and {self.changelog_rows_removed} "
+            f"change-log row(s) removed, {len(self.optimized)} table(s) compacted, {self.vacuumed} vacuumed "
+            f"in {self.seconds:.1f}s"
+        ]
         lines += [f"  {name}: {n} tombstone(s) removed" for name, n in sorted(self.tombstones_removed.items()) if n]
         lines += [f"  {name}: tombstones kept: {why}" for name, why in sorted(self.tombstones_kept.items())]
         lines += [f"  compacted {name}" for name in self.optimized]
@@ -98,20 +100,41 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     states = silver_progress(spark, config, lh)
     facts = _snapshot_facts(spark, lh, states)
     now = datetime.now(timezone.utc).replace(tzinfo=None)
-    published = {name: (int(r["file_index"]), int(r["pos"]))
-                 for name, r in last_published(spark, lh, [s.name for s in states]).items()}
+    published = {
+        name: (int(r["file_index"]), int(r["pos"]))
+        for name, r in last_published(spark, lh, [s.name for s in states]).items()
+    }
     _compact_tombstones(spark, config, lh, states, facts, published, now, result)
     faults.point("maintain.after_tombstones")
     _prune_bronze(spark, config, lh, states, facts, now, result)
     faults.point("maintain.after_retention")
-    refs = [lh.changelog, *(lh.silver(s.db, s.table) for s in states), *(lh.gold(s.db, s.table) for s in states),
-            lh.metrics]
+    refs = [
+        lh.changelog,
+        *(lh.silver(s.db, s.table) for s in states),
+        *(lh.gold(s.db, s.table) for s in states),
+        lh.metrics,
+    ]
     # History tables: compacted and vacuumed like the others, never pruned (they are the history).
-    refs += [ref for s in states if config.history.table(s.db, s.table)
-             for ref in (lh.silver_history(s.db, s.table), lh.silver_history_events(s.db, s.table),
-                         lh.silver_history_facts(s.db, s.table), lh.gold_history(s.db, s.table))]
-    everything = [lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history, lh.silver_progress,
-                  lh.publish_log, *refs]
+    refs += [
+        ref
+        for s in states
+        if config.history.table(s.db, s.table)
+        for ref in (
+            lh.silver_history(s.db, s.table),
+            lh.silver_history_events(s.db, s.table),
+            lh.silver_history_facts(s.db, s.table),
+            lh.gold_history(s.db, s.table),
+        )
+    ]
+    everything = [
+        lh.snapshot_rows,
+        lh.snapshot_chunks,
+        lh.snapshot_plan,
+        lh.schema_history,
+        lh.silver_progress,
+        lh.publish_log,
+        *refs,
+    ]
     with ThreadPoolExecutor(TABLE_THREADS, thread_name_prefix="maintain") as pool:
         compacted = list(pool.map(lambda ref: _optimize(spark, config, ref), refs))
         result.optimized += [str(ref) for ref, done in zip(refs, compacted) if done]
@@ -147,23 +170,40 @@ def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[str,
     if not (facts and lh.snapshot_plan.exists(spark) and lh.snapshot_chunks.exists(spark)):
         return facts
     plans: dict[tuple[str, str], dict] = {}
-    for r in (lh.snapshot_plan.read(spark).groupBy("db", "table", "snapshot_id")
-              .agg(F.countDistinct("chunk_id").alias("n"), F.min("planned_at").alias("at"),
-                   F.collect_list(F.struct("chunk_id", "start_key", "end_key")).alias("chunks")).collect()):
+    for r in (
+        lh.snapshot_plan.read(spark)
+        .groupBy("db", "table", "snapshot_id")
+        .agg(
+            F.countDistinct("chunk_id").alias("n"),
+            F.min("planned_at").alias("at"),
+            F.collect_list(F.struct("chunk_id", "start_key", "end_key")).alias("chunks"),
+        )
+        .collect()
+    ):
         if f"{r['db']}.{r['table']}" in facts:
             plans[(f"{r['db']}.{r['table']}", r["snapshot_id"])] = r.asDict()
-    done = {(f"{r['db']}.{r['table']}", r["snapshot_id"]): r for r in (
-        lh.snapshot_chunks.read(spark).groupBy("db", "table", "snapshot_id")
-        .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect())}
+    done = {
+        (f"{r['db']}.{r['table']}", r["snapshot_id"]): r
+        for r in (
+            lh.snapshot_chunks.read(spark)
+            .groupBy("db", "table", "snapshot_id")
+            .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
+            .collect()
+        )
+    }
     latest = lh.snapshot_chunks.latest_version(spark)
     unapplied: set = set()  # (table, snapshot id) with a chunk silver has not applied
     for s in states:
         # Chunks committed after the manifest version silver recorded are not applied yet.
         first = 0 if s.chunks_version is None else int(s.chunks_version) + 1
         if first <= latest:
-            for r in (lh.snapshot_chunks.read_changes(spark, first, latest)
-                      .where((F.col("db") == s.db) & (F.col("table") == s.table))
-                      .groupBy("snapshot_id").agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect()):
+            for r in (
+                lh.snapshot_chunks.read_changes(spark, first, latest)
+                .where((F.col("db") == s.db) & (F.col("table") == s.table))
+                .groupBy("snapshot_id")
+                .agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
+                .collect()
+            ):
                 lw = (r["lw"]["lw_file_index"], r["lw"]["lw_pos"])
                 f = facts[s.name]
                 f.unapplied_lw = lw if f.unapplied_lw is None else min(f.unapplied_lw, lw)
@@ -187,12 +227,24 @@ def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[str,
 def _covers_everything(chunks) -> bool:
     """A full snapshot's chunks tile the whole key space; a repair's cover only some ranges."""
     ordered = sorted(chunks, key=lambda c: c["chunk_id"])
-    return (bool(ordered) and ordered[0]["start_key"] is None and ordered[-1]["end_key"] is None
-            and all(a["end_key"] == b["start_key"] for a, b in zip(ordered, ordered[1:])))
+    return (
+        bool(ordered)
+        and ordered[0]["start_key"] is None
+        and ordered[-1]["end_key"] is None
+        and all(a["end_key"] == b["start_key"] for a, b in zip(ordered, ordered[1:]))
+    )
 
 
-def _compact_tombstones(spark, config: Config, lh: Lakehouse, states: list[TableState], facts: dict[str, _Snapshots],
-                        published: dict[str, tuple[int, int]], now: datetime, result: MaintainResult) -> None:
+def _compact_tombstones(
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    states: list[TableState],
+    facts: dict[str, _Snapshots],
+    published: dict[str, tuple[int, int]],
+    now: datetime,
+    result: MaintainResult,
+) -> None:
     hours = config.maintenance.tombstone_retention_hours
     horizon = (now - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
     for s in states:
@@ -210,16 +262,25 @@ def _compact_tombstones(spark, config: Config, lh: Lakehouse, states: list[Table
             continue
         # Never published: gold's first publish rebuilds from the live rows, tombstones unneeded.
         bound = min(k for k in (s.position.key(), f.unapplied_lw, published.get(s.name)) if k is not None)
-        condition = (f"_cdc_deleted AND _cdc_seq < {seq_literal((bound[0], bound[1], DERIVED_ROW))} "
-                     f"AND (_cdc_commit_ts IS NULL OR _cdc_commit_ts < TIMESTAMP '{horizon}')")
+        condition = (
+            f"_cdc_deleted AND _cdc_seq < {seq_literal((bound[0], bound[1], DERIVED_ROW))} "
+            f"AND (_cdc_commit_ts IS NULL OR _cdc_commit_ts < TIMESTAMP '{horizon}')"
+        )
 
         removed = delete_where(spark, ref, condition, f"tombstone compaction of {ref}")
         result.tombstones_removed[s.name] = removed
         log.info("maintain %s: %d tombstone(s) below %s removed", s.name, removed, describe_key(bound))
 
 
-def _prune_bronze(spark, config: Config, lh: Lakehouse, states: list[TableState], facts: dict[str, _Snapshots],
-                  now: datetime, result: MaintainResult) -> None:
+def _prune_bronze(
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    states: list[TableState],
+    facts: dict[str, _Snapshots],
+    now: datetime,
+    result: MaintainResult,
+) -> None:
     from pyspark.sql import functions as F
 
     if lh.snapshot_rows.exists(spark):
@@ -231,22 +292,37 @@ def _prune_bronze(spark, config: Config, lh: Lakehouse, states: list[TableState]
                 result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, doomed)
             if f.complete:
                 # Killed attempts of complete snapshots: rows without a manifest row, never read.
-                kept = (lh.snapshot_chunks.read(spark).where(same & F.col("snapshot_id").isin(sorted(f.complete)))
-                        .select("snapshot_id", "chunk_id", "attempt_id").distinct())
-                orphans = (lh.snapshot_rows.read(spark).where(same & F.col("snapshot_id").isin(sorted(f.complete)))
-                           .select("snapshot_id", "chunk_id", "attempt_id").distinct()
-                           .join(kept, ["snapshot_id", "chunk_id", "attempt_id"], "left_anti").collect())
+                kept = (
+                    lh.snapshot_chunks.read(spark)
+                    .where(same & F.col("snapshot_id").isin(sorted(f.complete)))
+                    .select("snapshot_id", "chunk_id", "attempt_id")
+                    .distinct()
+                )
+                orphans = (
+                    lh.snapshot_rows.read(spark)
+                    .where(same & F.col("snapshot_id").isin(sorted(f.complete)))
+                    .select("snapshot_id", "chunk_id", "attempt_id")
+                    .distinct()
+                    .join(kept, ["snapshot_id", "chunk_id", "attempt_id"], "left_anti")
+                    .collect()
+                )
                 if orphans:
                     doomed = F.lit(False)
                     for o in orphans:
-                        doomed = doomed | ((F.col("snapshot_id") == o["snapshot_id"]) & (F.col("chunk_id") == o["chunk_id"])
-                                           & (F.col("attempt_id") == o["attempt_id"]))
+                        doomed = doomed | (
+                            (F.col("snapshot_id") == o["snapshot_id"])
+                            & (F.col("chunk_id") == o["chunk_id"])
+                            & (F.col("attempt_id") == o["attempt_id"])
+                        )
                     result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, same & doomed)
     if not lh.changelog.exists(spark) or not states:
         return
     horizon = (now - timedelta(days=config.maintenance.changelog_retention_days)).strftime("%Y-%m-%d %H:%M:%S")
-    bounds = {s.name: min(s.position.key(), facts[s.name].base_lw) for s in states
-              if facts[s.name].base_lw is not None and not s.stopped}
+    bounds = {
+        s.name: min(s.position.key(), facts[s.name].base_lw)
+        for s in states
+        if facts[s.name].base_lw is not None and not s.stopped
+    }
     if not bounds:
         return
     seq = "named_struct('a', file_index, 'b', pos)"
@@ -256,7 +332,8 @@ def _prune_bronze(spark, config: Config, lh: Lakehouse, states: list[TableState]
 
     per_table = " OR ".join(
         f"(db = '{name.split('.', 1)[0]}' AND `table` = '{name.split('.', 1)[1]}' AND {below(b)})"
-        for name, b in sorted(bounds.items()))
+        for name, b in sorted(bounds.items())
+    )
     # Heartbeats below every table's bound; the newest (capture's resume position) is above them all.
     everyone = min(bounds.values()) if len(bounds) == len(states) else None
     beats = f" OR (op = '{HEARTBEAT_OP}' AND {below(everyone)})" if everyone else ""

@@ -103,12 +103,25 @@ class MetricsRecorder:
         self.rows: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
 
-    def add(self, step: str, outcome: Any = None, seconds: float | None = None, error: BaseException | None = None,
-            started_at: datetime | None = None, head: SourceHead | None = None) -> None:
+    def add(
+        self,
+        step: str,
+        outcome: Any = None,
+        seconds: float | None = None,
+        error: BaseException | None = None,
+        started_at: datetime | None = None,
+        head: SourceHead | None = None,
+    ) -> None:
         """The rows of one step: ``outcome`` is the step's result object (or None when it
         failed before returning one), ``error`` what it raised."""
-        base = {"run_id": self.run_id, "command": self.command, "step": step, "job_run_id": self.job_run_id,
-                "host": self.host, "started_at": started_at or _utcnow()}
+        base = {
+            "run_id": self.run_id,
+            "command": self.command,
+            "step": step,
+            "job_run_id": self.job_run_id,
+            "host": self.host,
+            "started_at": started_at or _utcnow(),
+        }
         if outcome is None and error is not None:
             outcome = getattr(error, "result", None)  # what a blocked gold or a failed verify did do
         rows = list(_step_rows(step, outcome, head, self.config)) if outcome is not None else []
@@ -118,8 +131,13 @@ class MetricsRecorder:
             rows.insert(0, step_row)
         step_row["seconds"] = None if seconds is None else round(seconds, 3)
         if error is not None:
-            step_row["status"] = (INTERRUPTED if isinstance(error, KeyboardInterrupt)
-                                  else BLOCKED if getattr(error, "blocked", None) else FAILED)
+            step_row["status"] = (
+                INTERRUPTED
+                if isinstance(error, KeyboardInterrupt)
+                else BLOCKED
+                if getattr(error, "blocked", None)
+                else FAILED
+            )
             step_row["detail"] = _one_line(f"{type(error).__name__}: {error}")
             rows += _blocked_rows(error)
         step_row.setdefault("status", OK)
@@ -146,8 +164,9 @@ class MetricsRecorder:
             df = spark.createDataFrame([tuple(r[c] for c in COLUMNS) for r in rows], METRICS_SCHEMA)
             with_retry("metrics append", lambda: ref.save(df.write.format("delta").mode("append")))
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log.warning("metrics: %d row(s) not written to %s: %s", len(rows), ref,
-                        (str(exc).splitlines() or [""])[0][:200])
+            log.warning(
+                "metrics: %d row(s) not written to %s: %s", len(rows), ref, (str(exc).splitlines() or [""])[0][:200]
+            )
             return 0
         return len(rows)
 
@@ -182,27 +201,33 @@ def read_metrics(spark, config: Config, since: datetime | None = None):
 HEALTH_VIEWS = {
     "capture_lag": (
         "SELECT started_at AS t, lag_seconds, lag_bytes FROM {metrics} "
-        "WHERE step = 'capture' AND `table` IS NULL AND lag_seconds IS NOT NULL AND started_at >= {since} ORDER BY t"),
+        "WHERE step = 'capture' AND `table` IS NULL AND lag_seconds IS NOT NULL AND started_at >= {since} ORDER BY t"
+    ),
     "gold_lag": (
         "SELECT min(started_at) AS t, publish_group, max(lag_seconds) AS lag_seconds FROM {metrics} "
         "WHERE step = 'gold' AND `table` IS NOT NULL AND status = 'ok' AND lag_seconds IS NOT NULL "
-        "AND started_at >= {since} GROUP BY run_id, publish_group ORDER BY t"),
+        "AND started_at >= {since} GROUP BY run_id, publish_group ORDER BY t"
+    ),
     "rows_per_run": (
         "SELECT min(started_at) AS t, CASE step WHEN 'capture' THEN 'captured' ELSE 'applied to silver' END AS kind, "
         "sum(CASE step WHEN 'capture' THEN rows_in ELSE changes_applied END) AS `rows` FROM {metrics} "
         "WHERE `table` IS NULL AND step IN ('capture', 'silver') AND started_at >= {since} "
-        "GROUP BY run_id, step ORDER BY t"),
+        "GROUP BY run_id, step ORDER BY t"
+    ),
     "step_seconds": (
         "SELECT min(started_at) AS t, step, sum(seconds) AS seconds FROM {metrics} "
-        "WHERE `table` IS NULL AND seconds IS NOT NULL AND started_at >= {since} GROUP BY run_id, step ORDER BY t"),
+        "WHERE `table` IS NULL AND seconds IS NOT NULL AND started_at >= {since} GROUP BY run_id, step ORDER BY t"
+    ),
     "problems": (
         "SELECT started_at, command, step, `table`, publish_group, status, checks_failed, detail FROM {metrics} "
         "WHERE (status IN ('failed', 'blocked', 'stopped', 'mismatch') OR checks_failed > 0) "
-        "AND started_at >= {since} ORDER BY started_at DESC LIMIT 50"),
+        "AND started_at >= {since} ORDER BY started_at DESC LIMIT 50"
+    ),
     "stopped_tables": (
         "SELECT `table`, detail AS why, started_at AS since FROM (SELECT *, row_number() OVER "
         "(PARTITION BY `table` ORDER BY started_at DESC) AS n FROM {metrics} WHERE step = 'silver' AND `table` IS NOT NULL) "
-        "WHERE n = 1 AND status = 'stopped' ORDER BY `table`"),
+        "WHERE n = 1 AND status = 'stopped' ORDER BY `table`"
+    ),
     # What the bundle's lag alert evaluates: per layer (capture, each gold table) the lag last
     # measured plus the time since, an upper bound of the lag now that also grows when binlake
     # stops running and so stops measuring.
@@ -210,7 +235,8 @@ HEALTH_VIEWS = {
         "SELECT max(lag_seconds + timestampdiff(SECOND, started_at, current_timestamp())) AS lag_seconds FROM ("
         "SELECT lag_seconds, started_at, row_number() OVER (PARTITION BY step, `table` ORDER BY started_at DESC) AS n "
         "FROM {metrics} WHERE lag_seconds IS NOT NULL AND started_at >= {since} "
-        "AND ((step = 'capture' AND `table` IS NULL) OR (step = 'gold' AND `table` IS NOT NULL))) WHERE n = 1"),
+        "AND ((step = 'capture' AND `table` IS NULL) OR (step = 'gold' AND `table` IS NOT NULL))) WHERE n = 1"
+    ),
 }
 """Each health view's SQL: what the page and the dashboard chart (see their modules), and
 what the bundle's lag alert evaluates."""
@@ -242,54 +268,97 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
     from binlake.silver.run import SilverResult
 
     if isinstance(outcome, SnapshotResult):
-        yield {"rows_in": outcome.rows, "detail": f"{len(outcome.tables)} table(s) read, {len(outcome.skipped)} complete"}
+        yield {
+            "rows_in": outcome.rows,
+            "detail": f"{len(outcome.tables)} table(s) read, {len(outcome.skipped)} complete",
+        }
         for t in outcome.tables:
-            yield {"table": t.name, "status": OK, "rows_in": t.rows, "detail": f"{t.mode}: {t.chunks_read}/{t.chunks_total} chunks"}
+            yield {
+                "table": t.name,
+                "status": OK,
+                "rows_in": t.rows,
+                "detail": f"{t.mode}: {t.chunks_read}/{t.chunks_total} chunks",
+            }
     elif isinstance(outcome, CaptureResult):
         lag = head.lag_bytes(outcome.end) if head else None
         secs = head.lag_seconds(lag, _micros_to_dt(outcome.last_commit_ts)) if head else None
         detail = "; ".join(outcome.warnings + [f"source switch: {s}" for s in outcome.source_switches]) or None
-        yield {"rows_in": outcome.changes, "position": str(outcome.end) if outcome.end else None, "lag_bytes": lag,
-               "lag_seconds": secs, "detail": _one_line(detail) if detail else None}
+        yield {
+            "rows_in": outcome.changes,
+            "position": str(outcome.end) if outcome.end else None,
+            "lag_bytes": lag,
+            "lag_seconds": secs,
+            "detail": _one_line(detail) if detail else None,
+        }
         for name, n in sorted(outcome.table_changes.items()):
             yield {"table": name, "status": OK, "rows_in": n, "publish_group": _group(config, name)}
     elif isinstance(outcome, SilverResult):
         lag = head.lag_bytes(outcome.applied) if head else None
-        yield {"rows_in": sum(t.changes + t.snapshot_rows for t in outcome.tables),
-               "changes_applied": sum(t.merged for t in outcome.tables),
-               "position": str(outcome.applied) if outcome.applied else None, "lag_bytes": lag,
-               "status": STOPPED if outcome.failed else OK,
-               "detail": f"{len(outcome.failed)} table(s) stopped" if outcome.failed else None}
+        yield {
+            "rows_in": sum(t.changes + t.snapshot_rows for t in outcome.tables),
+            "changes_applied": sum(t.merged for t in outcome.tables),
+            "position": str(outcome.applied) if outcome.applied else None,
+            "lag_bytes": lag,
+            "status": STOPPED if outcome.failed else OK,
+            "detail": f"{len(outcome.failed)} table(s) stopped" if outcome.failed else None,
+        }
         for t in outcome.tables:
-            yield {"table": t.name, "publish_group": _group(config, t.name), "status": STOPPED if t.error else OK,
-                   "rows_in": t.changes + t.snapshot_rows, "changes_applied": t.merged,
-                   "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
-                   "lag_bytes": None if t.error else lag, "detail": _one_line(t.error) if t.error else None}
+            yield {
+                "table": t.name,
+                "publish_group": _group(config, t.name),
+                "status": STOPPED if t.error else OK,
+                "rows_in": t.changes + t.snapshot_rows,
+                "changes_applied": t.merged,
+                "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
+                "lag_bytes": None if t.error else lag,
+                "detail": _one_line(t.error) if t.error else None,
+            }
     elif isinstance(outcome, GoldResult):
         groups = outcome.groups or [outcome]
         published = sum(1 for g in groups if g.status == "published")
-        yield {"rows_out": sum(t.row_count or 0 for g in groups for t in g.tables),
-               "detail": f"{published} of {len(groups)} group(s) published"}
+        yield {
+            "rows_out": sum(t.row_count or 0 for g in groups for t in g.tables),
+            "detail": f"{published} of {len(groups)} group(s) published",
+        }
         for g in groups:
             lag = head.lag_bytes(g.position) if head else None
             newest = datetime.fromisoformat(str(g.source_time)) if g.source_time else None
             secs = head.lag_seconds(lag, newest) if head else None
             for t in g.tables:
                 failed, warned = _check_counts(t.checks)
-                yield {"table": t.name, "publish_group": g.group, "status": OK, "rows_out": t.row_count,
-                       "position": str(g.position), "lag_bytes": lag, "lag_seconds": secs,
-                       "checks_failed": failed, "checks_warned": warned, "detail": f"{g.status}, {t.mode}"}
+                yield {
+                    "table": t.name,
+                    "publish_group": g.group,
+                    "status": OK,
+                    "rows_out": t.row_count,
+                    "position": str(g.position),
+                    "lag_bytes": lag,
+                    "lag_seconds": secs,
+                    "checks_failed": failed,
+                    "checks_warned": warned,
+                    "detail": f"{g.status}, {t.mode}",
+                }
     elif isinstance(outcome, MaintainResult):
-        yield {"rows_out": sum(outcome.tombstones_removed.values()) + outcome.changelog_rows_removed,
-               "detail": _one_line(outcome.summary().splitlines()[0])}
+        yield {
+            "rows_out": sum(outcome.tombstones_removed.values()) + outcome.changelog_rows_removed,
+            "detail": _one_line(outcome.summary().splitlines()[0]),
+        }
         for name, n in sorted(outcome.tombstones_removed.items()):
             yield {"table": name, "status": OK, "rows_out": n, "detail": "tombstones removed"}
     elif isinstance(outcome, VerifyResult):
-        yield {"rows_in": sum(t.source_rows for t in outcome.tables), "status": OK if outcome.ok else MISMATCH,
-               "checks_failed": len(outcome.mismatches)}
+        yield {
+            "rows_in": sum(t.source_rows for t in outcome.tables),
+            "status": OK if outcome.ok else MISMATCH,
+            "checks_failed": len(outcome.mismatches),
+        }
         for t in outcome.tables:
-            yield {"table": t.name, "status": MISMATCH if t.mismatches else OK, "rows_in": t.source_rows,
-                   "checks_failed": len(t.mismatches), "detail": f"{len(t.chunks)} chunk(s) compared"}
+            yield {
+                "table": t.name,
+                "status": MISMATCH if t.mismatches else OK,
+                "rows_in": t.source_rows,
+                "checks_failed": len(t.mismatches),
+                "detail": f"{len(t.chunks)} chunk(s) compared",
+            }
 
 
 def _group(config: Config, name: str) -> str | None:
@@ -308,8 +377,10 @@ def _check_counts(checks: Any) -> tuple[int | None, int | None]:
     except (TypeError, ValueError):
         return None, None
     failed = [r for r in results if isinstance(r, dict) and not r.get("success", True)]
-    return (sum(1 for r in failed if str(r.get("severity", "")).lower() != "warn"),
-            sum(1 for r in failed if str(r.get("severity", "")).lower() == "warn"))
+    return (
+        sum(1 for r in failed if str(r.get("severity", "")).lower() != "warn"),
+        sum(1 for r in failed if str(r.get("severity", "")).lower() == "warn"),
+    )
 
 
 def _blocked_rows(error: BaseException) -> list[dict[str, Any]]:
@@ -318,8 +389,15 @@ def _blocked_rows(error: BaseException) -> list[dict[str, Any]]:
     for group, exc in (getattr(error, "blocked", None) or {}).items():
         failed = 1 if type(exc).__name__ == "QualityCheckFailed" else None
         for name in getattr(exc, "tables", None) or []:
-            rows.append({"table": name, "publish_group": group, "status": BLOCKED, "checks_failed": failed,
-                         "detail": _one_line(f"group {group}: {exc}")})
+            rows.append(
+                {
+                    "table": name,
+                    "publish_group": group,
+                    "status": BLOCKED,
+                    "checks_failed": failed,
+                    "detail": _one_line(f"group {group}: {exc}"),
+                }
+            )
     return rows
 
 
@@ -341,8 +419,15 @@ def recorded(spark, config: Config, command: str, run: Any) -> Any:
     return result
 
 
-def _record_safely(spark, recorder: MetricsRecorder, config: Config, result: Any, error: BaseException | None,
-                   started: datetime, seconds: float) -> None:
+def _record_safely(
+    spark,
+    recorder: MetricsRecorder,
+    config: Config,
+    result: Any,
+    error: BaseException | None,
+    started: datetime,
+    seconds: float,
+) -> None:
     try:
         record_command(recorder, config, result, error, started, seconds)
     except Exception as exc:  # noqa: BLE001 - a metrics bug must not change the command's outcome
@@ -351,8 +436,14 @@ def _record_safely(spark, recorder: MetricsRecorder, config: Config, result: Any
     recorder.flush(spark)
 
 
-def record_command(recorder: MetricsRecorder, config: Config, result: Any, error: BaseException | None,
-                   started: datetime, seconds: float) -> None:
+def record_command(
+    recorder: MetricsRecorder,
+    config: Config,
+    result: Any,
+    error: BaseException | None,
+    started: datetime,
+    seconds: float,
+) -> None:
     """The rows of one command's outcome: one set per step of a pipeline run."""
     from binlake.errors import SourceConnectionError
     from binlake.ops.pipeline import PipelineResult

@@ -111,8 +111,11 @@ def run_steps(steps: Sequence[tuple[str, Callable[[], Any]]]) -> PipelineResult:
         except BaseException as exc:
             result.steps.append(StepResult(name, time.monotonic() - started, error=exc))
             done = [s for s in result.steps if s.error is None]
-            log.error("run stopped at %s%s", name,
-                      "; completed before it:\n" + "\n".join(s.summary() for s in done) if done else " (first step)")
+            log.error(
+                "run stopped at %s%s",
+                name,
+                "; completed before it:\n" + "\n".join(s.summary() for s in done) if done else " (first step)",
+            )
             try:
                 exc.pipeline_result = result  # type: ignore[attr-defined]
             except AttributeError:  # pragma: no cover - exceptions with __slots__

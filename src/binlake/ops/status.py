@@ -39,7 +39,11 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if hasattr(value, "value") and type(value).__module__ != "builtins" and isinstance(getattr(value, "value"), (str, int)):
+    if (
+        hasattr(value, "value")
+        and type(value).__module__ != "builtins"
+        and isinstance(getattr(value, "value"), (str, int))
+    ):
         return value.value  # enums
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
@@ -96,7 +100,9 @@ def _last_batch(rows) -> tuple[Any, Any]:
     from pyspark.sql import functions as F
 
     r = rows.agg(
-        F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias("hb"),
+        F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file", "captured_at"))).alias(
+            "hb"
+        ),
         F.max("commit_ts").alias("last_commit_ts"),
     ).first()
     return r["hb"], r["last_commit_ts"]
@@ -121,9 +127,15 @@ def _last_attempts(spark, lh: Lakehouse) -> dict[str, dict]:
 
     if not lh.publish_log.exists(spark):
         return {}
-    return {f"{r['db']}.{r['table']}": r["a"].asDict()
-            for r in (lh.publish_log.read(spark).groupBy("db", "table")
-                      .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a")).collect())}
+    return {
+        f"{r['db']}.{r['table']}": r["a"].asDict()
+        for r in (
+            lh.publish_log.read(spark)
+            .groupBy("db", "table")
+            .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a"))
+            .collect()
+        )
+    }
 
 
 def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | None, now: datetime) -> float | None:
@@ -138,8 +150,9 @@ def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | 
     return round(max(0.0, (now - published["source_time"]).total_seconds()), 1)
 
 
-def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str], capture=None,
-                now: datetime | None = None) -> list[dict[str, Any]]:
+def _table_rows(
+    spark, config: Config, lh: Lakehouse, warnings: list[str], capture=None, now: datetime | None = None
+) -> list[dict[str, Any]]:
     progress = {s.name: s for s in silver_progress(spark, config, lh)}
     published = last_published(spark, lh)
     attempts = _last_attempts(spark, lh)
@@ -148,25 +161,29 @@ def _table_rows(spark, config: Config, lh: Lakehouse, warnings: list[str], captu
         db, table = name.split(".", 1)
         s, p, a = progress.get(name), published.get(name), attempts.get(name)
         gold_ref = lh.gold(db, table)
-        rows.append({
-            "table": name,
-            "group": config.gold.group_of(db, table),
-            "silver_position": str(s.position) if s else None,
-            "stopped": s.stopped if s else None,
-            "published_position": _position_text(p) if p else None,
-            "publish_id": p["publish_id"] if p else None,
-            "published_at": _plain(p["published_at"]) if p else None,
-            "source_time": _plain(p["source_time"]) if p else None,
-            "gold_version": gold_ref.latest_version(spark) if gold_ref.exists(spark) else None,
-            "published_gold_version": p["gold_version"] if p else None,
-            "last_attempt_status": a["status"] if a else None,
-            "gold_lag_seconds": _gold_lag(p, capture, now) if now else None,
-        })
+        rows.append(
+            {
+                "table": name,
+                "group": config.gold.group_of(db, table),
+                "silver_position": str(s.position) if s else None,
+                "stopped": s.stopped if s else None,
+                "published_position": _position_text(p) if p else None,
+                "publish_id": p["publish_id"] if p else None,
+                "published_at": _plain(p["published_at"]) if p else None,
+                "source_time": _plain(p["source_time"]) if p else None,
+                "gold_version": gold_ref.latest_version(spark) if gold_ref.exists(spark) else None,
+                "published_gold_version": p["gold_version"] if p else None,
+                "last_attempt_status": a["status"] if a else None,
+                "gold_lag_seconds": _gold_lag(p, capture, now) if now else None,
+            }
+        )
         if s and s.stopped:
             warnings.append(f"{name}: silver stopped it: {s.stopped}")
         if a and a["status"] != STATUS_PUBLISHED:
-            warnings.append(f"{name}: the last publish attempt {a['publish_id']} {a['status']}; gold still holds publish "
-                            f"{p['publish_id'] if p else '(none)'}")
+            warnings.append(
+                f"{name}: the last publish attempt {a['publish_id']} {a['status']}; gold still holds publish "
+                f"{p['publish_id'] if p else '(none)'}"
+            )
     return rows
 
 
@@ -194,7 +211,9 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     lag = _lag(capture, captured, now)
     purge = capture.get("purge_warning") if capture else None
     if purge:
-        warnings.append(purge if isinstance(purge, str) else "the resume position is close to being purged from the server")
+        warnings.append(
+            purge if isinstance(purge, str) else "the resume position is close to being purged from the server"
+        )
     if captured:
         captured["last_commit_ts"] = _plain(captured["last_commit_ts"])
     tables = _table_rows(spark, config, lh, warnings, capture, now)
@@ -220,8 +239,11 @@ def _continuous(lh: Lakehouse, now: datetime) -> dict[str, Any] | None:
     fresh = sorted(state.get("recent_freshness") or [])
     ended = datetime.fromisoformat(last["started_at"]) + timedelta(seconds=float(last["seconds"]))
     return {
-        "pid": state.get("pid"), "host": state.get("host"), "started_at": state.get("started_at"),
-        "loops": state.get("loops"), "last_loop": last,
+        "pid": state.get("pid"),
+        "host": state.get("host"),
+        "started_at": state.get("started_at"),
+        "loops": state.get("loops"),
+        "last_loop": last,
         "seconds_since_last_loop": round((now - ended).total_seconds(), 1),
         "freshness_p50_seconds": fresh[len(fresh) // 2] if fresh else None,
         "freshness_max_seconds": fresh[-1] if fresh else None,
@@ -234,8 +256,13 @@ def _last_publish(spark, lh: Lakehouse) -> dict[str, Any] | None:
 
     if not lh.publish_log.exists(spark):
         return None
-    r = (lh.publish_log.read(spark).where(F.col("status") == STATUS_PUBLISHED)
-         .orderBy(F.col("published_at").desc(), F.col("file_index").desc(), F.col("pos").desc()).limit(1).collect())
+    r = (
+        lh.publish_log.read(spark)
+        .where(F.col("status") == STATUS_PUBLISHED)
+        .orderBy(F.col("published_at").desc(), F.col("file_index").desc(), F.col("pos").desc())
+        .limit(1)
+        .collect()
+    )
     if not r:
         return None
     r = r[0]
@@ -274,38 +301,57 @@ def format_status(status: Mapping[str, Any]) -> str:
         if cap.get("oldest_binlog"):
             lines.append(f"oldest binlog on server: {cap['oldest_binlog']}")
     elif captured:
-        lines.append(f"capture: last batch ends at {captured['position']} (captured {captured['captured_at']}); "
-                     "source position unknown")
+        lines.append(
+            f"capture: last batch ends at {captured['position']} (captured {captured['captured_at']}); "
+            "source position unknown"
+        )
     else:
         lines.append("capture: nothing captured yet")
     cont = status.get("continuous")
     if cont:
         last = cont["last_loop"]
-        fresh = (f", freshness median {cont['freshness_p50_seconds']:.1f} s, max {cont['freshness_max_seconds']:.1f} s "
-                 f"over the last {cont['freshness_publishes']} publishes") if cont["freshness_publishes"] else ""
-        lines.append(f"continuous: loop {cont['loops']} ended {cont['seconds_since_last_loop']:,.0f} s ago "
-                     f"({last['seconds']:.1f} s: {last['captured']} changes, gold {last['gold']}){fresh}")
+        fresh = (
+            (
+                f", freshness median {cont['freshness_p50_seconds']:.1f} s, max {cont['freshness_max_seconds']:.1f} s "
+                f"over the last {cont['freshness_publishes']} publishes"
+            )
+            if cont["freshness_publishes"]
+            else ""
+        )
+        lines.append(
+            f"continuous: loop {cont['loops']} ended {cont['seconds_since_last_loop']:,.0f} s ago "
+            f"({last['seconds']:.1f} s: {last['captured']} changes, gold {last['gold']}){fresh}"
+        )
     for w in status.get("warnings") or []:
         lines.append(f"WARNING: {w}")
     for n in status.get("notes") or []:
         lines.append(f"note: {n}")
     last = status.get("last_publish")
     if last:
-        lines.append(f"last publish: {last['publish_id']} at {last['position']}"
-                     + (f" (GTID {last['gtid']})" if last.get("gtid") else "")
-                     + f", source time {last['source_time'] or '?'}, published {last['published_at']}")
+        lines.append(
+            f"last publish: {last['publish_id']} at {last['position']}"
+            + (f" (GTID {last['gtid']})" if last.get("gtid") else "")
+            + f", source time {last['source_time'] or '?'}, published {last['published_at']}"
+        )
     else:
         lines.append("last publish: none yet")
     tables = status.get("tables") or []
     if tables:
         header = ("table", "group", "silver applied", "gold published at", "gold lag", "gold version", "last attempt")
-        rows = [(t["table"], t.get("group") or "-",
-                 (t["silver_position"] or "-") + (" STOPPED" if t.get("stopped") else ""),
-                 t["published_position"] or "-",
-                 "-" if t.get("gold_lag_seconds") is None else ("<= " if t["gold_lag_seconds"] else "") + _fmt_seconds(t["gold_lag_seconds"]),
-                 "-" if t["gold_version"] is None else str(t["gold_version"]),
-                 t["last_attempt_status"] or "-")
-                for t in tables]
+        rows = [
+            (
+                t["table"],
+                t.get("group") or "-",
+                (t["silver_position"] or "-") + (" STOPPED" if t.get("stopped") else ""),
+                t["published_position"] or "-",
+                "-"
+                if t.get("gold_lag_seconds") is None
+                else ("<= " if t["gold_lag_seconds"] else "") + _fmt_seconds(t["gold_lag_seconds"]),
+                "-" if t["gold_version"] is None else str(t["gold_version"]),
+                t["last_attempt_status"] or "-",
+            )
+            for t in tables
+        ]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
         lines.append("")
         for r in [header, *rows]:
@@ -328,8 +374,11 @@ def check_lag(status: Mapping[str, Any], max_lag_seconds: float) -> None:
         if lag > max_lag_seconds:
             over.append(f"gold group {group} {lag:,.0f} s")
     if over:
-        raise LagExceededError(f"behind the source by more than health.max_lag_seconds={max_lag_seconds:,.0f}: "
-                               + "; ".join(over) + " (upper bounds; binlake status shows where each layer is)")
+        raise LagExceededError(
+            f"behind the source by more than health.max_lag_seconds={max_lag_seconds:,.0f}: "
+            + "; ".join(over)
+            + " (upper bounds; binlake status shows where each layer is)"
+        )
 
 
 def _group_lags(status: Mapping[str, Any]) -> dict[str, float]:

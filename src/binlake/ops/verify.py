@@ -138,10 +138,11 @@ class VerifyResult:
     def summary(self) -> str:
         n_chunks = sum(len(t.chunks) for t in self.tables)
         rows = sum(t.source_rows for t in self.tables)
-        verdict = ("source and silver agree" if self.ok
-                   else f"{len(self.mismatches)} chunk(s) differ")
-        lines = [f"verify: {len(self.tables)} table(s), {n_chunks} chunk(s), {rows:,} source rows in "
-                 f"{self.seconds:,.1f}s: {verdict}"]
+        verdict = "source and silver agree" if self.ok else f"{len(self.mismatches)} chunk(s) differ"
+        lines = [
+            f"verify: {len(self.tables)} table(s), {n_chunks} chunk(s), {rows:,} source rows in "
+            f"{self.seconds:,.1f}s: {verdict}"
+        ]
         for t in self.tables:
             state = "ok" if not t.mismatches else f"{len(t.mismatches)} chunk(s) differ"
             extra = f", repaired {t.repaired_chunks} chunk(s)" if t.repaired_chunks else ""
@@ -149,8 +150,10 @@ class VerifyResult:
             for c in t.mismatches:
                 lines.append(f"    {c.describe()}")
         if self.repaired:
-            lines.append(f"repair: re-read {len(self.repaired)} chunk(s) and verified again: "
-                         + ("clean" if self.ok else "still differing"))
+            lines.append(
+                f"repair: re-read {len(self.repaired)} chunk(s) and verified again: "
+                + ("clean" if self.ok else "still differing")
+            )
         return "\n".join(lines)
 
 
@@ -158,8 +161,9 @@ class VerifyResult:
 # Public entry point
 
 
-def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None,
-               progress: Progress | None = None) -> VerifyResult:
+def run_verify(
+    spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, progress: Progress | None = None
+) -> VerifyResult:
     """Compare source and silver chunk by chunk; with ``repair``, re-read differing chunks.
 
     ``tables``: ``"db.table"`` names (default: every captured table). Raises
@@ -178,15 +182,18 @@ def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str
         # A hashed key cannot be compared with the source's (comparable_columns): such tables
         # are left out of a verify of every table, and refused when named.
         with connect(config.source) as conn:
-            hashed_keys = [f"{db}.{t}" for db, t in targets if config.source.column_rule(db, t) is not None
-                           and set(config.source.column_rule(db, t).mask) & set(table_schema(conn, config.source, db, t).key)]
+            hashed_keys = [
+                f"{db}.{t}"
+                for db, t in targets
+                if config.source.column_rule(db, t) is not None
+                and set(config.source.column_rule(db, t).mask) & set(table_schema(conn, config.source, db, t).key)
+            ]
         if hashed_keys:
             log.warning("verify: %s left out: a key column is masked (source.columns)", ", ".join(hashed_keys))
         targets = [(db, t) for db, t in targets if f"{db}.{t}" not in hashed_keys]
 
     result = VerifyResult(tables=_verify_tables(spark, config, lh, targets, progress))
     if repair and result.mismatches:
-        
         by_table: dict[str, TableCheck] = {t.name: t for t in result.tables if t.mismatches}
         for name, t in by_table.items():
             ranges = [(c.start_key, c.end_key) for c in t.mismatches]
@@ -195,8 +202,9 @@ def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str
             resnapshot_chunks(spark, config, t.db, t.table, ranges, progress=progress)
             result.repaired += [(name, c) for c in t.mismatches]
         run_silver(spark, config)
-        again = {t.name: t for t in _verify_tables(spark, config, lh, [(t.db, t.table) for t in by_table.values()],
-                                                   progress)}
+        again = {
+            t.name: t for t in _verify_tables(spark, config, lh, [(t.db, t.table) for t in by_table.values()], progress)
+        }
         for i, t in enumerate(result.tables):
             if t.name in again:
                 again[t.name].repaired_chunks = len(t.mismatches)
@@ -205,10 +213,14 @@ def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str
     if result.mismatches:
         shown = "; ".join(f"{name} {c.describe()}" for name, c in result.mismatches[:5])
         more = f"; and {len(result.mismatches) - 5} more" if len(result.mismatches) > 5 else ""
-        fix = ("re-run when the tables are quieter, then binlake verify --repair" if repair
-               else "run binlake verify --repair to re-read only these chunks")
-        exc = VerifyMismatch(f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: "
-                             f"{shown}{more}: {fix}")
+        fix = (
+            "re-run when the tables are quieter, then binlake verify --repair"
+            if repair
+            else "run binlake verify --repair to re-read only these chunks"
+        )
+        exc = VerifyMismatch(
+            f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: {shown}{more}: {fix}"
+        )
         exc.result = result  # type: ignore[attr-defined]
         raise exc
     return result
@@ -219,8 +231,9 @@ def _targets(config: Config, names: Sequence[str]) -> list[tuple[str, str]]:
         return table_arguments(conn, config.source, names)
 
 
-def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: str,
-                        ranges: list[tuple[str | None, str | None]]) -> None:
+def _yield_snapshot_ties(
+    spark, config: Config, lh: Lakehouse, db: str, table: str, ranges: list[tuple[str | None, str | None]]
+) -> None:
     """Let the repair snapshot win against snapshot-made rows at the same position.
 
     Silver updates a row only for a strictly greater ``_cdc_seq``. On a source whose binlog
@@ -234,15 +247,17 @@ def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: s
     """
     from pyspark.sql import functions as F
 
-
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, table)
     in_ranges = None
     for start, end in ranges:
         pred = key_range_predicate(schema, start, end)
         in_ranges = pred if in_ranges is None else in_ranges | pred
-    demoted = F.struct(F.col("_cdc_seq.file_index").alias("file_index"), F.col("_cdc_seq.pos").alias("pos"),
-                       F.lit(DERIVED_ROW).cast("INT").alias("row"))
+    demoted = F.struct(
+        F.col("_cdc_seq.file_index").alias("file_index"),
+        F.col("_cdc_seq.pos").alias("pos"),
+        F.lit(DERIVED_ROW).cast("INT").alias("row"),
+    )
     lh.silver(db, table).delta(spark).update((F.col("_cdc_seq.row") == SNAPSHOT_ROW) & in_ranges, {"_cdc_seq": demoted})
 
 
@@ -250,20 +265,24 @@ def _yield_snapshot_ties(spark, config: Config, lh: Lakehouse, db: str, table: s
 # One pass over a list of tables
 
 
-def _verify_tables(spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]],
-                   progress: Progress) -> list[TableCheck]:
+def _verify_tables(
+    spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]], progress: Progress
+) -> list[TableCheck]:
 
     out = []
     with progress.task("verify", total=len(targets), unit="tables") as task:
         for db, table in targets:
             ref = lh.silver(db, table)
             if not ref.exists(spark):
-                raise NotReadyError(f"silver table {db}.{table} does not exist at {ref}: run binlake snapshot, "
-                                    "binlake capture and binlake silver first")
+                raise NotReadyError(
+                    f"silver table {db}.{table} does not exist at {ref}: run binlake snapshot, "
+                    "binlake capture and binlake silver first"
+                )
             with connect(config.source) as conn:
                 schema = table_schema(conn, config.source, db, table)
-                chunks = [(c.chunk_id, c.start_json, c.end_json)
-                          for c in plan_table(conn, schema, config.snapshot.chunk_size)]
+                chunks = [
+                    (c.chunk_id, c.start_json, c.end_json) for c in plan_table(conn, schema, config.snapshot.chunk_size)
+                ]
             schema = comparable_columns(config, schema)
             check = _verify_table(spark, config, lh, schema, chunks)
             if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):  # type: ignore[attr-defined]
@@ -289,8 +308,10 @@ def comparable_columns(config: Config, schema: TableSchema) -> TableSchema:
         return schema
     masked_key = [k for k in schema.key if k in rule.mask]
     if masked_key:
-        raise ConfigError(f"verify cannot compare {schema.name}: its key column {', '.join(masked_key)} is masked by "
-                          f"source.columns[{rule.pattern!r}]; leave it out with --table")
+        raise ConfigError(
+            f"verify cannot compare {schema.name}: its key column {', '.join(masked_key)} is masked by "
+            f"source.columns[{rule.pattern!r}]; leave it out with --table"
+        )
     return replace(schema, columns=tuple(c for c in schema.columns if rule.keeps(c.name) and c.name not in rule.mask))
 
 
@@ -299,8 +320,9 @@ def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:
     return replace(c, status=status)
 
 
-def _verify_table(spark, config: Config, lh: Lakehouse, schema: TableSchema,
-                  chunks: list[tuple[int, str | None, str | None]]) -> TableCheck:
+def _verify_table(
+    spark, config: Config, lh: Lakehouse, schema: TableSchema, chunks: list[tuple[int, str | None, str | None]]
+) -> TableCheck:
     source_stats, lw_min, hw_max = _source_side(spark, config, lh, schema, chunks)
     _catch_up(spark, config, lh, schema, hw_max)
     silver_stats = _silver_side(spark, lh, schema, chunks)
@@ -327,14 +349,16 @@ def _key_schema(schema: TableSchema) -> TableSchema:
     """The schema as seen on the aliased frame, so range predicates use the aliases."""
 
     alias = {c.name: f"_v{i}" for i, c in enumerate(schema.columns)}
-    return replace(schema, columns=tuple(replace(c, name=alias[c.name]) for c in schema.columns),
-                   key=tuple(alias[k] for k in schema.key))
+    return replace(
+        schema,
+        columns=tuple(replace(c, name=alias[c.name]) for c in schema.columns),
+        key=tuple(alias[k] for k in schema.key),
+    )
 
 
 def _chunk_of(schema: TableSchema, chunks: list[tuple[int, str | None, str | None]]):
     """A Column: the id of the chunk whose range holds the row's typed key (-1: none)."""
     from pyspark.sql import functions as F
-
 
     keyed = _key_schema(schema)
     expr = None
@@ -371,17 +395,25 @@ def _source_side(spark, config: Config, lh: Lakehouse, schema: TableSchema, chun
 def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
     from pyspark.sql import functions as F
 
-
     silver = lh.silver(schema.database, schema.table).read(spark)
     missing = [c.name for c in schema.columns if c.name not in silver.columns]
     if missing:
-        raise NotReadyError(f"silver table {schema.name} lacks column(s) {', '.join(missing)} that the source has: "
-                            "run binlake capture and binlake silver, then verify again")
+        raise NotReadyError(
+            f"silver table {schema.name} lacks column(s) {', '.join(missing)} that the source has: "
+            "run binlake capture and binlake silver, then verify again"
+        )
     typed = silver.where(~F.col("_cdc_deleted")).select(
-        *[F.col(quote_ident(c.name)).cast(c.spark_type).alias(v) for c, v in zip(schema.columns, _typed_columns(schema))])
+        *[
+            F.col(quote_ident(c.name)).cast(c.spark_type).alias(v)
+            for c, v in zip(schema.columns, _typed_columns(schema))
+        ]
+    )
     row_hash = F.expr(spark_row_hash_sql(schema, _typed_columns(schema)))
-    rows = (typed.groupBy(_chunk_of(schema, chunks).alias("g"))
-            .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h")).collect())
+    rows = (
+        typed.groupBy(_chunk_of(schema, chunks).alias("g"))
+        .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h"))
+        .collect()
+    )
     return {int(r["g"]): (int(r["n"]), Decimal(r["h"] or 0)) for r in rows}
 
 
@@ -394,8 +426,11 @@ def _applied(spark, lh: Lakehouse, schema: TableSchema) -> tuple[int, int] | Non
 
     if not lh.silver_progress.exists(spark):
         return None
-    rows = (lh.silver_progress.read(spark)
-            .where((F.col("db") == schema.database) & (F.col("table") == schema.table)).collect())
+    rows = (
+        lh.silver_progress.read(spark)
+        .where((F.col("db") == schema.database) & (F.col("table") == schema.table))
+        .collect()
+    )
     if not rows or rows[0]["applied_file_index"] is None:
         return None
     return int(rows[0]["applied_file_index"]), int(rows[0]["applied_pos"])
@@ -406,8 +441,12 @@ def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tup
     applied = _applied(spark, lh, schema)
     if applied is not None and applied >= hw:
         return
-    log.info("verify: silver of %s is at %s, the source was read up to %s; capturing and applying first",
-             schema.name, applied, hw)
+    log.info(
+        "verify: silver of %s is at %s, the source was read up to %s; capturing and applying first",
+        schema.name,
+        applied,
+        hw,
+    )
     run_capture(spark, config)
     run_silver(spark, config)
     applied = _applied(spark, lh, schema)
@@ -418,8 +457,9 @@ def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tup
         )
 
 
-def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int],
-                    chunks: list[ChunkCheck]) -> set[int]:
+def _changed_chunks(
+    spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int], chunks: list[ChunkCheck]
+) -> set[int]:
     """Ids of ``chunks`` that bronze recorded a change in after ``lw`` (by before or after
     image, so a key moved by an UPDATE touches both chunks; a TRUNCATE touches all)."""
     from pyspark.sql import functions as F
@@ -428,9 +468,12 @@ def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, in
         return set()
     fi, pos = lw
     after = (F.col("file_index") > fi) | ((F.col("file_index") == fi) & (F.col("pos") > pos))
-    changes = (lh.changelog.read(spark)
-               .where((F.col("db") == schema.database) & (F.col("table") == schema.table) & after
-                      & F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)))
+    changes = lh.changelog.read(spark).where(
+        (F.col("db") == schema.database)
+        & (F.col("table") == schema.table)
+        & after
+        & F.col("op").isin(*DATA_OPS, *EMPTYING_OPS)
+    )
     if changes.where(F.col("op").isin(*EMPTYING_OPS)).limit(1).count():
         return {c.chunk_id for c in chunks}
     # Images decode as silver decodes them: under the schema version each was written with.
@@ -440,11 +483,14 @@ def _changed_chunks(spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, in
     index = {c.name: i for i, c in enumerate(schema.columns)}
     images = None
     for image in ("before", "after"):
-        part = changes.select(*[F.expr(decoder.column_sql(c.name, image)).alias(f"_v{index[c.name]}")
-                                for c in schema.key_columns])
+        part = changes.select(
+            *[F.expr(decoder.column_sql(c.name, image)).alias(f"_v{index[c.name]}") for c in schema.key_columns]
+        )
         images = part if images is None else images.unionByName(part)
-    flags = [F.max(F.when(key_range_predicate(keyed, c.start_key, c.end_key), 1).otherwise(0)).alias(f"c{c.chunk_id}")
-             for c in chunks]
+    flags = [
+        F.max(F.when(key_range_predicate(keyed, c.start_key, c.end_key), 1).otherwise(0)).alias(f"c{c.chunk_id}")
+        for c in chunks
+    ]
     row = images.agg(*flags).collect()[0]
     return {c.chunk_id for c in chunks if row[f"c{c.chunk_id}"]}
 

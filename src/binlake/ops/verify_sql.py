@@ -69,8 +69,10 @@ def _float_text(x: str, *, mysql: bool) -> str:
     sign = f"CASE WHEN {x} < 0 THEN '-' ELSE '' END"
     # MySQL's FLOOR of a DOUBLE is a DOUBLE: both numbers go through an integer type before
     # becoming text, so no engine prints them in a floating-point format.
-    return (f"CASE WHEN {x} = 0 THEN '0' ELSE CONCAT({sign}, CAST(CAST({m} AS {integer}) AS {text}), 'p', "
-            f"CAST(CAST({e} AS {integer}) AS {text})) END")
+    return (
+        f"CASE WHEN {x} = 0 THEN '0' ELSE CONCAT({sign}, CAST(CAST({m} AS {integer}) AS {text}), 'p', "
+        f"CAST(CAST({e} AS {integer}) AS {text})) END"
+    )
 
 
 def _zero_date_null(c: str, formatted: str) -> str:
@@ -122,9 +124,11 @@ def spark_text_sql(col: Column, v: str) -> str:
         def two(expr: str) -> str:
             return f"lpad(CAST({expr} AS STRING), 2, '0')"
 
-        return (f"concat(date_format(date_from_unix_date(CAST(({us} - {r}) div {day} AS INT)), 'yyyy-MM-dd'), ' ', "
-                f"{two(f'{r} div 3600000000')}, ':', {two(f'({r} div 60000000) % 60')}, ':', "
-                f"{two(f'({r} div 1000000) % 60')}, '.', lpad(CAST({r} % 1000000 AS STRING), 6, '0'))")
+        return (
+            f"concat(date_format(date_from_unix_date(CAST(({us} - {r}) div {day} AS INT)), 'yyyy-MM-dd'), ' ', "
+            f"{two(f'{r} div 3600000000')}, ':', {two(f'({r} div 60000000) % 60')}, ':', "
+            f"{two(f'({r} div 1000000) % 60')}, '.', lpad(CAST({r} % 1000000 AS STRING), 6, '0'))"
+        )
     if k in (Kind.TIME, Kind.STRING, Kind.ENUM, Kind.SET, Kind.JSON):
         return f"CAST({v} AS STRING)"
     if k is Kind.BINARY:
@@ -160,7 +164,7 @@ def _key_operand(col: Column) -> tuple[str, str, Callable[[str], Any], Callable[
     """(column expression, placeholder, bound text -> parameter, bound text -> Python sort key)."""
     c = quote_ident(col.name)
     k = col.kind
-    as_bytes = (lambda t: t.encode("utf-8"))
+    as_bytes = lambda t: t.encode("utf-8")
     if k in (Kind.INT, Kind.UINT, Kind.YEAR):
         return c, "%s", int, int
     if k is Kind.BIT:
@@ -174,8 +178,10 @@ def _key_operand(col: Column) -> tuple[str, str, Callable[[str], Any], Callable[
     if k is Kind.DATETIME:
         return c, "CAST(%s AS DATETIME(6))", str, str
     if k is Kind.TIMESTAMP:
+
         def utc(t: str) -> str:
             return t.replace("T", " ").rstrip("Z")
+
         return c, "CAST(%s AS DATETIME(6))", utc, utc
     if k is Kind.BINARY:
         return c, "%s", base64.b64decode, base64.b64decode
@@ -237,6 +243,7 @@ def chunk_of_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) ->
         return "-1", params
     null_key = " OR ".join(f"{quote_ident(c.name)} IS NULL" for c in schema.key_columns)
     if _sorted_contiguous(schema, chunks):
+
         def search(lo: int, hi: int) -> str:
             if lo == hi:
                 return str(int(chunks[lo][0]))
@@ -261,10 +268,18 @@ def chunk_of_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) ->
 def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) -> tuple[str, list]:
     """One scan of the table: per chunk id ``g``, the row count ``n`` and checksum ``h``."""
     chunk, params = chunk_of_sql(schema, chunks)
-    sql = (f"SELECT {chunk} AS g, COUNT(*) AS n, SUM({mysql_row_hash_sql(schema)}) AS h "
-           f"FROM {qualified(schema.database, schema.table)} GROUP BY 1")
+    sql = (
+        f"SELECT {chunk} AS g, COUNT(*) AS n, SUM({mysql_row_hash_sql(schema)}) AS h "
+        f"FROM {qualified(schema.database, schema.table)} GROUP BY 1"
+    )
     return sql, params
 
 
-__all__ = ["chunk_of_sql", "chunk_stats_sql", "mysql_row_hash_sql", "mysql_text_sql", "spark_row_hash_sql",
-           "spark_text_sql"]
+__all__ = [
+    "chunk_of_sql",
+    "chunk_stats_sql",
+    "mysql_row_hash_sql",
+    "mysql_text_sql",
+    "spark_row_hash_sql",
+    "spark_text_sql",
+]

@@ -73,9 +73,16 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "kind": self.kind, "severity": self.severity.value, "success": self.success,
-            "column": self.column, "origin": self.origin, "unexpected_count": self.unexpected_count,
-            "observed_value": self.observed_value, "engine": self.engine, "error": self.error,
+            "name": self.name,
+            "kind": self.kind,
+            "severity": self.severity.value,
+            "success": self.success,
+            "column": self.column,
+            "origin": self.origin,
+            "unexpected_count": self.unexpected_count,
+            "observed_value": self.observed_value,
+            "engine": self.engine,
+            "error": self.error,
         }
 
 
@@ -101,8 +108,11 @@ class TableChecks:
     @property
     def dropping(self) -> list[Check]:
         """Row-level drop checks that failed: their rows go to quarantine."""
-        return [c for r, c in zip(self.results, self.checks)
-                if not r.success and c.severity is Severity.DROP and c.row_level]
+        return [
+            c
+            for r, c in zip(self.results, self.checks)
+            if not r.success and c.severity is Severity.DROP and c.row_level
+        ]
 
     @property
     def warnings(self) -> list[CheckResult]:
@@ -132,26 +142,42 @@ def rule_check(rule: CheckRule) -> Check:
     col = rule.column
     if kind == "between":
         lo, hi = rule.between  # type: ignore[misc]
-        conds = ([f"{quote_ident(col)} < {_lit(lo)}"] if lo is not None else []) + ([f"{quote_ident(col)} > {_lit(hi)}"] if hi is not None else [])
+        conds = ([f"{quote_ident(col)} < {_lit(lo)}"] if lo is not None else []) + (
+            [f"{quote_ident(col)} > {_lit(hi)}"] if hi is not None else []
+        )
         pred = f"{quote_ident(col)} IS NOT NULL AND ({' OR '.join(conds) or 'FALSE'})"
-        return Check(f"between({col}, {_fmt(lo)}, {_fmt(hi)})", kind, rule.severity, col,
-                     params=(("min_value", lo), ("max_value", hi)), failing_rows=pred)
+        return Check(
+            f"between({col}, {_fmt(lo)}, {_fmt(hi)})",
+            kind,
+            rule.severity,
+            col,
+            params=(("min_value", lo), ("max_value", hi)),
+            failing_rows=pred,
+        )
     if kind == "values":
         values = tuple(rule.values or ())
         listed = ", ".join(_lit(v) for v in values) or "NULL"
         pred = f"{quote_ident(col)} IS NOT NULL AND NOT ({quote_ident(col)} IN ({listed}))"
-        return Check(f"values({col}, {list(values)})", kind, rule.severity, col,
-                     params=(("value_set", values),), failing_rows=pred)
+        return Check(
+            f"values({col}, {list(values)})",
+            kind,
+            rule.severity,
+            col,
+            params=(("value_set", values),),
+            failing_rows=pred,
+        )
     if kind == "regex":
         # A search, Java syntax (RLIKE), as the rule has always meant: a match anywhere passes.
         pred = f"{quote_ident(col)} IS NOT NULL AND NOT (CAST({quote_ident(col)} AS STRING) RLIKE {_lit(rule.regex)})"
-        return Check(f"regex({col}, {rule.regex})", kind, rule.severity, col,
-                     params=(("regex", rule.regex),), failing_rows=pred)
+        return Check(
+            f"regex({col}, {rule.regex})", kind, rule.severity, col, params=(("regex", rule.regex),), failing_rows=pred
+        )
     if kind == "not_null":
         return Check(f"not_null({col})", kind, rule.severity, col, failing_rows=f"{quote_ident(col)} IS NULL")
     lo, hi = rule.row_count  # type: ignore[misc]
-    return Check(f"row_count({_fmt(lo)}, {_fmt(hi)})", "row_count", rule.severity,
-                 params=(("min_value", lo), ("max_value", hi)))
+    return Check(
+        f"row_count({_fmt(lo)}, {_fmt(hi)})", "row_count", rule.severity, params=(("min_value", lo), ("max_value", hi))
+    )
 
 
 ROW_COUNT_EQUALS_SILVER = "row_count_equals_silver"
@@ -166,29 +192,59 @@ def builtin_checks(schema: TableSchema, silver_live_rows: int | None = None) -> 
     key = list(schema.key)
     checks: list[Check] = []
     if len(key) == 1:
-        checks.append(Check(f"primary_key_unique({key[0]})", "primary_key_unique", Severity.FAIL, key[0], origin="builtin"))
+        checks.append(
+            Check(f"primary_key_unique({key[0]})", "primary_key_unique", Severity.FAIL, key[0], origin="builtin")
+        )
     else:
-        checks.append(Check(f"primary_key_unique({', '.join(key)})", "primary_key_unique", Severity.FAIL,
-                            origin="builtin", params=(("column_list", tuple(key)),)))
+        checks.append(
+            Check(
+                f"primary_key_unique({', '.join(key)})",
+                "primary_key_unique",
+                Severity.FAIL,
+                origin="builtin",
+                params=(("column_list", tuple(key)),),
+            )
+        )
     for k in key:
-        checks.append(Check(f"primary_key_not_null({k})", "primary_key_not_null", Severity.FAIL, k, origin="builtin",
-                            failing_rows=f"{quote_ident(k)} IS NULL"))
+        checks.append(
+            Check(
+                f"primary_key_not_null({k})",
+                "primary_key_not_null",
+                Severity.FAIL,
+                k,
+                origin="builtin",
+                failing_rows=f"{quote_ident(k)} IS NULL",
+            )
+        )
     for c in schema.columns:
         if c.nullable or c.name in key:
             continue
         # A NOT NULL DATE/DATETIME may hold MySQL's zero date, which silver maps to NULL by
         # design (docs/architecture.md, "Types"): that is recorded, not a reason to stop publishing.
         zero_date_capable = c.kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP)
-        checks.append(Check(f"not_null({c.name})", "not_null", Severity.WARN if zero_date_capable else Severity.FAIL,
-                            c.name, origin="builtin", failing_rows=f"{quote_ident(c.name)} IS NULL"))
+        checks.append(
+            Check(
+                f"not_null({c.name})",
+                "not_null",
+                Severity.WARN if zero_date_capable else Severity.FAIL,
+                c.name,
+                origin="builtin",
+                failing_rows=f"{quote_ident(c.name)} IS NULL",
+            )
+        )
     checks.append(row_count_check(silver_live_rows))
     return checks
 
 
 def row_count_check(silver_live_rows: int | None) -> Check:
     label = "?" if silver_live_rows is None else str(silver_live_rows)
-    return Check(f"{ROW_COUNT_EQUALS_SILVER}({label})", ROW_COUNT_EQUALS_SILVER, Severity.FAIL, origin="builtin",
-                 params=(("value", silver_live_rows),))
+    return Check(
+        f"{ROW_COUNT_EQUALS_SILVER}({label})",
+        ROW_COUNT_EQUALS_SILVER,
+        Severity.FAIL,
+        origin="builtin",
+        params=(("value", silver_live_rows),),
+    )
 
 
 def table_checks(schema: TableSchema, rules: Sequence[CheckRule], silver_live_rows: int | None = None) -> list[Check]:
@@ -227,23 +283,35 @@ def run_checks(df, checks: Sequence[Check], table: str = "", key: Sequence[str] 
         # One group per key: its size finds duplicates, its sums carry the row checks along.
         complete = functools.reduce(lambda a, b: a & b, [F.col(quote_ident(k)).isNotNull() for k in keys])
         groups = df.groupBy(*[F.col(quote_ident(k)) for k in keys]).agg(
-            F.count(F.lit(1)).alias("_n"), F.sum(F.when(held, 1).otherwise(0)).alias("_held"), *per_row)
+            F.count(F.lit(1)).alias("_n"), F.sum(F.when(held, 1).otherwise(0)).alias("_held"), *per_row
+        )
         totals = groups.agg(
-            F.sum("_n").alias("rows"), F.sum("_held").alias("held"),
+            F.sum("_n").alias("rows"),
+            F.sum("_held").alias("held"),
             F.sum(F.when((F.col("_n") > 1) & complete, F.col("_n")).otherwise(0)).alias("dup"),
-            *[F.sum(f"_f{i}").alias(f"_f{i}") for i in range(len(flags))]).first()
+            *[F.sum(f"_f{i}").alias(f"_f{i}") for i in range(len(flags))],
+        ).first()
     else:
-        totals = df.agg(F.count(F.lit(1)).alias("rows"), F.sum(F.when(held, 1).otherwise(0)).alias("held"),
-                        F.lit(0).alias("dup"), *per_row).first()
+        totals = df.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.sum(F.when(held, 1).otherwise(0)).alias("held"),
+            F.lit(0).alias("dup"),
+            *per_row,
+        ).first()
     outcome.rows, outcome.held_back = int(totals["rows"] or 0), int(totals["held"] or 0)
     failing = {c.name: int(totals[f"_f{i}"] or 0) for i, c in enumerate(row_checks)}
     for check in checks:
         if check.kind in COUNT_KINDS:
-            outcome.results.append(CheckResult(check.name, check.kind, check.severity, True, check.column, check.origin))
+            outcome.results.append(
+                CheckResult(check.name, check.kind, check.severity, True, check.column, check.origin)
+            )
             continue
         bad = int(totals["dup"] or 0) if check.kind == "primary_key_unique" else failing[check.name]
-        outcome.results.append(CheckResult(check.name, check.kind, check.severity, bad == 0, check.column, check.origin,
-                                           unexpected_count=bad))
+        outcome.results.append(
+            CheckResult(
+                check.name, check.kind, check.severity, bad == 0, check.column, check.origin, unexpected_count=bad
+            )
+        )
     return outcome
 
 
@@ -254,12 +322,14 @@ def settle_row_count_rules(outcome: TableChecks, gold_rows: int) -> None:
             p = dict(check.params)
             lo, hi = p.get("min_value"), p.get("max_value")
             ok = (lo is None or gold_rows >= lo) and (hi is None or gold_rows <= hi)
-            outcome.results[i] = CheckResult(check.name, check.kind, check.severity, ok, check.column, check.origin,
-                                             observed_value=gold_rows)
+            outcome.results[i] = CheckResult(
+                check.name, check.kind, check.severity, ok, check.column, check.origin, observed_value=gold_rows
+            )
 
 
-def settle_row_count_equals_silver(outcome: TableChecks, silver_live_rows: int, expected_gold_rows: int,
-                                   gold_rows: int) -> None:
+def settle_row_count_equals_silver(
+    outcome: TableChecks, silver_live_rows: int, expected_gold_rows: int, gold_rows: int
+) -> None:
     """Settle ``row_count_equals_silver`` once gold is written: ``gold_rows`` as Delta's commit
     metrics count them must be what silver's ``silver_live_rows`` less the rows the drop
     checks hold back make (``expected_gold_rows``)."""
@@ -267,8 +337,15 @@ def settle_row_count_equals_silver(outcome: TableChecks, silver_live_rows: int, 
         if check.kind == ROW_COUNT_EQUALS_SILVER:
             named = row_count_check(silver_live_rows)
             outcome.checks[i] = Check(named.name, named.kind, check.severity, origin=check.origin, params=named.params)
-            outcome.results[i] = CheckResult(named.name, check.kind, check.severity, gold_rows == expected_gold_rows,
-                                             check.column, check.origin, observed_value=gold_rows)
+            outcome.results[i] = CheckResult(
+                named.name,
+                check.kind,
+                check.severity,
+                gold_rows == expected_gold_rows,
+                check.column,
+                check.origin,
+                observed_value=gold_rows,
+            )
 
 
 def quarantine_frame(df, dropping: Sequence[Check]):

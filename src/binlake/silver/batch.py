@@ -68,8 +68,11 @@ class Decoder:
             versions = {v: m.get(col.name) for v, m in self.name_maps.items()}
             text = f"try_element_at({img}, {spark_string(col.name)})"
             if any(src not in (None, col.name) for src in versions.values()):
-                whens = " ".join(f"WHEN {spark_string(v)} THEN try_element_at({img}, {spark_string(src)})"
-                                 for v, src in versions.items() if src not in (None, col.name))
+                whens = " ".join(
+                    f"WHEN {spark_string(v)} THEN try_element_at({img}, {spark_string(src)})"
+                    for v, src in versions.items()
+                    if src not in (None, col.name)
+                )
                 text = f"(CASE schema_version {whens} ELSE {text} END)"
             z = is_zero_date_sql(col, text)
             if z:
@@ -120,9 +123,11 @@ def snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
         "snapshot_id STRING, chunk_id INT, attempt_id STRING",
     )
     snapshot_ids = sorted({c["snapshot_id"] for c in chunks})
-    rows = (lh.snapshot_rows.read(spark)
-            .where(F.col("snapshot_id").isin(snapshot_ids) & F.col("row").isNotNull())
-            .where((F.col("db") == chunks[0]["db"]) & (F.col("table") == chunks[0]["table"])))
+    rows = (
+        lh.snapshot_rows.read(spark)
+        .where(F.col("snapshot_id").isin(snapshot_ids) & F.col("row").isNotNull())
+        .where((F.col("db") == chunks[0]["db"]) & (F.col("table") == chunks[0]["table"]))
+    )
     return rows.join(F.broadcast(manifest), ["snapshot_id", "chunk_id", "attempt_id"], "left_semi")
 
 
@@ -143,15 +148,25 @@ def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
         f"NOT ({decoder.column_sql(k, 'before')} <=> {decoder.column_sql(k, 'after')})" for k in schema.key
     )
     moved = changes.where(f"op = '{UPDATE}' AND ({key_diff})").selectExpr(
-        f"'{DELETE}' AS op", "schema_version", f"{CHANGELOG_SEQ_SQL} AS seq",
-        "before AS img", "commit_ts", f"{PRIO_DERIVED} AS prio",
+        f"'{DELETE}' AS op",
+        "schema_version",
+        f"{CHANGELOG_SEQ_SQL} AS seq",
+        "before AS img",
+        "commit_ts",
+        f"{PRIO_DERIVED} AS prio",
     )
     parts = [unified, moved]
     if snaps is not None:
-        parts.append(snaps.selectExpr(
-            "'snapshot' AS op", "schema_version", seq_sql("lw_file_index", "lw_pos", str(SNAPSHOT_ROW)) + " AS seq",
-            "`row` AS img", "CAST(NULL AS TIMESTAMP) AS commit_ts", f"{PRIO_LOGGED} AS prio",
-        ))
+        parts.append(
+            snaps.selectExpr(
+                "'snapshot' AS op",
+                "schema_version",
+                seq_sql("lw_file_index", "lw_pos", str(SNAPSHOT_ROW)) + " AS seq",
+                "`row` AS img",
+                "CAST(NULL AS TIMESTAMP) AS commit_ts",
+                f"{PRIO_LOGGED} AS prio",
+            )
+        )
     records = parts[0]
     for p in parts[1:]:
         records = records.unionByName(p)
@@ -159,8 +174,15 @@ def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
     typed = [f"{decoder.column_sql(c.name)} AS {quote_ident(c.name)}" for c in schema.columns]
     # Zero dates become NULL; how many is counted where the records are applied.
     zero = f"CASE WHEN op = '{DELETE}' THEN 0 ELSE {decoder.zero_dates_sql('img')} END"
-    return records.selectExpr(*typed, "seq AS _cdc_seq", "op AS _cdc_op", f"op = '{DELETE}' AS _cdc_deleted",
-                              "commit_ts AS _cdc_commit_ts", "prio AS _prio", f"{zero} AS _zero_dates")
+    return records.selectExpr(
+        *typed,
+        "seq AS _cdc_seq",
+        "op AS _cdc_op",
+        f"op = '{DELETE}' AS _cdc_deleted",
+        "commit_ts AS _cdc_commit_ts",
+        "prio AS _prio",
+        f"{zero} AS _zero_dates",
+    )
 
 
 def logged_changes(schema: TableSchema, decoder: Decoder, changes):
@@ -168,10 +190,14 @@ def logged_changes(schema: TableSchema, decoder: Decoder, changes):
     of every column: what foreign-key actions of this table's children start from."""
     cols = [c.name for c in schema.columns]
     return changes.where(f"op IN ('{UPDATE}', '{DELETE}')").selectExpr(
-        "op AS kind", f"{CHANGELOG_SEQ_SQL} AS seq", "commit_ts AS ts",
+        "op AS kind",
+        f"{CHANGELOG_SEQ_SQL} AS seq",
+        "commit_ts AS ts",
         *[f"{decoder.column_sql(c, 'before')} AS {quote_ident(old(c))}" for c in cols],
-        *[f"CASE WHEN op = '{UPDATE}' THEN {decoder.column_sql(c, 'after')} END AS {quote_ident(new(c))}"
-          for c in cols],
+        *[
+            f"CASE WHEN op = '{UPDATE}' THEN {decoder.column_sql(c, 'after')} END AS {quote_ident(new(c))}"
+            for c in cols
+        ],
     )
 
 
@@ -186,12 +212,17 @@ def _prepare_table(spark, ref: TableRef, history, new_chunks, name: str):
         return None, False, [d for d in se.evolve(spark, ref, history) if d], False
     except SchemaChangeError:
         # Recovery: a snapshot taken with the new schema replaces the table's content.
-        fresh = [c for c in new_chunks if c["schema_version"] == target.version
-                 and (c["lw_file_index"], c["lw_pos"]) >= (target.file_index or 0, target.pos or 0)]
+        fresh = [
+            c
+            for c in new_chunks
+            if c["schema_version"] == target.version
+            and (c["lw_file_index"], c["lw_pos"]) >= (target.file_index or 0, target.pos or 0)
+        ]
         if not fresh:
             raise
-        log.warning("%s: incompatible schema change recovered by snapshot %s: rebuilding silver",
-                    name, fresh[0]["snapshot_id"])
+        log.warning(
+            "%s: incompatible schema change recovered by snapshot %s: rebuilding silver", name, fresh[0]["snapshot_id"]
+        )
         se.create_silver_table(spark, ref, target.schema, replace=True)
         se.set_table_property(spark, ref, se.SCHEMA_VERSION_PROPERTY, target.version)
         return target.seq, True, [], True
@@ -211,8 +242,18 @@ class TableNews:
         return bool(self.changes or self.ddl)
 
 
-def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_start: int | None,
-            news: TableNews, new_chunks: list[dict], applied_before: bool) -> TableBatch:
+def prepare(
+    spark,
+    lh: Lakehouse,
+    db: str,
+    table: str,
+    history: list,
+    cl,
+    cl_start: int | None,
+    news: TableNews,
+    new_chunks: list[dict],
+    applied_before: bool,
+) -> TableBatch:
     """Bring the table's schema up to date and decode its new records; writes no rows.
 
     ``history``: its schema versions (:func:`schema_evolution.load_history`); ``cl``: the
@@ -244,8 +285,11 @@ def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_sta
     # pos is where the statement's event ends: a snapshot whose low watermark is that same
     # position was read after it, and its rows, at (lw, -1), must outlive it. So the boundary
     # sorts just below them; no row event ends at a DDL statement's position.
-    bounds = sorted((t["file_index"], t["pos"], DERIVED_ROW) for t in news.emptied
-                    if cutoff is None or (t["file_index"], t["pos"], DERIVED_ROW) >= cutoff)
+    bounds = sorted(
+        (t["file_index"], t["pos"], DERIVED_ROW)
+        for t in news.emptied
+        if cutoff is None or (t["file_index"], t["pos"], DERIVED_ROW) >= cutoff
+    )
     batch_truncate = bounds[-1] if bounds else None
     truncated = max(stored_truncate or batch_truncate, batch_truncate) if batch_truncate else stored_truncate
     emptied = tuple(sorted({*bounds, *([stored_truncate] if stored_truncate else [])}))
@@ -253,16 +297,26 @@ def prepare(spark, lh: Lakehouse, db: str, table: str, history: list, cl, cl_sta
     snaps = snapshot_records(spark, lh, new_chunks) if new_chunks else None
     if records is None:
         records = spark.createDataFrame(
-            [], "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
-                "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP")
+            [],
+            "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
+            "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP",
+        )
     return TableBatch(
-        db=db, table=table, ref=ref, schema=schema,
+        db=db,
+        table=table,
+        ref=ref,
+        schema=schema,
         records=batch_records(schema, decoder, records, snaps),
         changes=logged_changes(schema, decoder, records) if news.updates_deletes else None,
-        truncated=truncated, batch_truncate=batch_truncate, emptied=emptied, chunks=new_chunks,
+        truncated=truncated,
+        batch_truncate=batch_truncate,
+        emptied=emptied,
+        chunks=new_chunks,
         fresh=empty,
         pending=bool(news.changes) or bool(new_chunks),
-        change_count=news.changes, snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
-        schema_changes=schema_changes, rebuilt=rebuilt,
+        change_count=news.changes,
+        snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
+        schema_changes=schema_changes,
+        rebuilt=rebuilt,
         snapshots_only=not news.changes and stored_truncate is None and not bounds,
     )

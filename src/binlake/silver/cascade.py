@@ -80,10 +80,15 @@ class Link:
 
     @staticmethod
     def of(child: str, fk: dict) -> "Link":
-        return Link(child=child, parent=fk["parent"], name=fk.get("name") or "",
-                    columns=tuple(fk["columns"]), parent_columns=tuple(fk["parent_columns"]),
-                    on_delete=(fk.get("on_delete") or "RESTRICT").upper(),
-                    on_update=(fk.get("on_update") or "RESTRICT").upper())
+        return Link(
+            child=child,
+            parent=fk["parent"],
+            name=fk.get("name") or "",
+            columns=tuple(fk["columns"]),
+            parent_columns=tuple(fk["parent_columns"]),
+            on_delete=(fk.get("on_delete") or "RESTRICT").upper(),
+            on_update=(fk.get("on_update") or "RESTRICT").upper(),
+        )
 
     @property
     def acts(self) -> bool:
@@ -92,8 +97,9 @@ class Link:
 
 def links_between(schemas: dict) -> list[Link]:
     """The acting foreign keys among ``schemas`` ({"db.t": TableSchema})."""
-    links = [Link.of(name, fk) for name, s in sorted(schemas.items()) for fk in s.foreign_keys
-             if fk.get("parent") in schemas]
+    links = [
+        Link.of(name, fk) for name, s in sorted(schemas.items()) for fk in s.foreign_keys if fk.get("parent") in schemas
+    ]
     return [link for link in links if link.acts]
 
 
@@ -157,11 +163,17 @@ def derived_records(changes, schema):
     moved = " OR ".join(f"NOT ({quote_ident(old(k))} <=> {quote_ident(new(k))})" for k in schema.key)
     meta = ["seq AS _cdc_seq", "ts AS _cdc_commit_ts", f"{PRIO_DERIVED} AS _prio", "0 AS _zero_dates"]
     after = changes.where(f"kind = '{UPDATE}'").selectExpr(
-        *[f"{quote_ident(new(c))} AS {quote_ident(c)}" for c in cols], *meta, f"'{UPDATE}' AS _cdc_op",
-        "false AS _cdc_deleted")
+        *[f"{quote_ident(new(c))} AS {quote_ident(c)}" for c in cols],
+        *meta,
+        f"'{UPDATE}' AS _cdc_op",
+        "false AS _cdc_deleted",
+    )
     gone = changes.where(f"kind = '{DELETE}' OR ({moved})").selectExpr(
-        *[f"{quote_ident(old(c))} AS {quote_ident(c)}" for c in cols], *meta, f"'{DELETE}' AS _cdc_op",
-        "true AS _cdc_deleted")
+        *[f"{quote_ident(old(c))} AS {quote_ident(c)}" for c in cols],
+        *meta,
+        f"'{DELETE}' AS _cdc_op",
+        "true AS _cdc_deleted",
+    )
     return after.unionByName(gone)
 
 
@@ -175,8 +187,13 @@ def _events(link: Link, logged, derived):
     if not frames:
         return None
     pcols = link.parent_columns
-    cols = ["kind", "seq", "ts", *[f"{quote_ident(old(p))} AS p{i}" for i, p in enumerate(pcols)],
-            *[f"{quote_ident(new(p))} AS q{i}" for i, p in enumerate(pcols)]]
+    cols = [
+        "kind",
+        "seq",
+        "ts",
+        *[f"{quote_ident(old(p))} AS p{i}" for i, p in enumerate(pcols)],
+        *[f"{quote_ident(new(p))} AS q{i}" for i, p in enumerate(pcols)],
+    ]
     events = frames[0].selectExpr(*cols)
     for f in frames[1:]:
         events = events.unionByName(f.selectExpr(*cols))
@@ -211,14 +228,18 @@ def _derive_link(link: Link, child: CascadeTable, events, state):
     # Candidates: (parent change, child key) where a record of the key referenced the old
     # parent values before the change.
     matches = " AND ".join(f"r.{quote_ident(c)} = e.p{i}" for i, c in enumerate(link.columns))
-    cand = (state.alias("r").join(events.alias("e"), F.expr(f"{matches} AND r._cdc_seq < e.seq"))
-            .select("e.*", *[F.col(f"r.{quote_ident(k)}").alias(f"k__{k}") for k in schema.key])
-            .dropDuplicates(["seq", *refs, *[f"k__{k}" for k in schema.key]]))
+    cand = (
+        state.alias("r")
+        .join(events.alias("e"), F.expr(f"{matches} AND r._cdc_seq < e.seq"))
+        .select("e.*", *[F.col(f"r.{quote_ident(k)}").alias(f"k__{k}") for k in schema.key])
+        .dropDuplicates(["seq", *refs, *[f"k__{k}" for k in schema.key]])
+    )
     # The key's state just before the parent change: its latest record older than it.
     same_key = " AND ".join(f"r.{quote_ident(k)} <=> c.{quote_ident('k__' + k)}" for k in schema.key)
     joined = cand.alias("c").join(state.alias("r"), F.expr(f"{same_key} AND r._cdc_seq < c.seq"))
-    w = Window.partitionBy("c.seq", *[f"c.{r}" for r in refs], *[f"c.{quote_ident('k__' + k)}" for k in schema.key]) \
-        .orderBy(F.col("r._cdc_seq").desc())
+    w = Window.partitionBy(
+        "c.seq", *[f"c.{r}" for r in refs], *[f"c.{quote_ident('k__' + k)}" for k in schema.key]
+    ).orderBy(F.col("r._cdc_seq").desc())
     latest = joined.withColumn("_rn", F.row_number().over(w)).where("_rn = 1")
     alive = "NOT r._cdc_deleted"
     if child.emptied:
@@ -247,7 +268,9 @@ def _derive_link(link: Link, child: CascadeTable, events, state):
         return value
 
     return hit.selectExpr(
-        f"{kind} AS kind", "c.seq AS seq", "c.ts AS ts",
+        f"{kind} AS kind",
+        "c.seq AS seq",
+        "c.ts AS ts",
         *[f"r.{quote_ident(c)} AS {quote_ident(old(c))}" for c in cols],
         *[f"{after(c)} AS {quote_ident(new(c))}" for c in cols],
         f"{spark_string(link.name)} AS _link",
@@ -265,7 +288,8 @@ def _one_change_per_row(frames, schema):
     for f in frames[1:]:
         df = df.unionByName(f)
     w = Window.partitionBy("seq", *[F.col(quote_ident(old(k))) for k in schema.key]).orderBy(
-        F.col("kind").asc(), F.col("_link").asc())  # 'delete' < 'update'
+        F.col("kind").asc(), F.col("_link").asc()
+    )  # 'delete' < 'update'
     return df.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn", "_link")
 
 

@@ -96,8 +96,10 @@ class HistorySpec:
         for key in ("track_columns", "except_columns"):
             missing = [c for c in (getattr(rule, key) or ()) if c not in names]
             if missing:
-                raise ConfigError(f"history.tables entry {rule.pattern!r}: {key} names {missing[0]!r}, which "
-                                  f"{schema.name} does not have: use its columns ({', '.join(names)})")
+                raise ConfigError(
+                    f"history.tables entry {rule.pattern!r}: {key} names {missing[0]!r}, which "
+                    f"{schema.name} does not have: use its columns ({', '.join(names)})"
+                )
         tracked = rule.tracked(names)
         return HistorySpec(tracked=tracked or tuple(schema.key))
 
@@ -111,8 +113,17 @@ def refs(lh: Lakehouse, db: str, table: str) -> tuple[TableRef, TableRef, TableR
 # Tables: created, evolved with silver, rebuilt with it
 
 
-def prepare_history(spark, lh: Lakehouse, db: str, table: str, entries: list, silver: TableRef,
-                    schema: TableSchema, spec: HistorySpec, fresh: bool) -> None:
+def prepare_history(
+    spark,
+    lh: Lakehouse,
+    db: str,
+    table: str,
+    entries: list,
+    silver: TableRef,
+    schema: TableSchema,
+    spec: HistorySpec,
+    fresh: bool,
+) -> None:
     """Create the history tables or bring them to silver's schema, before the batch applies.
 
     A compatible schema change is applied to the history and the event store as to silver
@@ -141,7 +152,9 @@ def prepare_history(spark, lh: Lakehouse, db: str, table: str, entries: list, si
             se.create_silver_table(spark, ref, schema, replace=True, metadata=meta, properties=props)
             if ref == events:
                 _drop_facts(spark, facts)
-    facts.create_if_missing(spark, FACTS_SCHEMA, comment=f"binlake history: TRUNCATEs and completed chunks of {db}.{table}")
+    facts.create_if_missing(
+        spark, FACTS_SCHEMA, comment=f"binlake history: TRUNCATEs and completed chunks of {db}.{table}"
+    )
     props = history.properties(spark)
     seeded = props.get(SEEDED_PROPERTY) == "true"
     if seeded and props.get(TRACKED_PROPERTY) == tracked:
@@ -168,11 +181,21 @@ def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts:
 
     truncated = parse_seq(silver.properties(spark).get(se.TRUNCATED_SEQ_PROPERTY))
     if truncated is not None:
-        merge_facts(spark, facts, spark.createDataFrame(
-            [(TRUNCATE_FACT, _seq(truncated), None, None, None, None, None, None, None)], FACTS_SCHEMA))
-    rows = silver.read(spark).select(*[F.col(quote_ident(c.name)) for c in schema.columns],
-                                     "_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts",
-                                     F.lit(2).alias("_cdc_prio"))
+        merge_facts(
+            spark,
+            facts,
+            spark.createDataFrame(
+                [(TRUNCATE_FACT, _seq(truncated), None, None, None, None, None, None, None)], FACTS_SCHEMA
+            ),
+        )
+    rows = silver.read(spark).select(
+        *[F.col(quote_ident(c.name)) for c in schema.columns],
+        "_cdc_seq",
+        "_cdc_op",
+        "_cdc_deleted",
+        "_cdc_commit_ts",
+        F.lit(2).alias("_cdc_prio"),
+    )
     merge_events(spark, events, schema, rows)
 
 
@@ -180,8 +203,9 @@ def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts:
 # Applying a batch
 
 
-def record_history(spark, lh: Lakehouse, batch, records, floors: dict | None, spec: HistorySpec,
-                   emptied: tuple = ()) -> int:
+def record_history(
+    spark, lh: Lakehouse, batch, records, floors: dict | None, spec: HistorySpec, emptied: tuple = ()
+) -> int:
     """Write what ``batch`` (a :class:`~binlake.silver.batch.TableBatch`) and its ``records``
     (the batch's and the derived ones, before dedup) add to the table's history; returns
     the number of history rows written or removed. ``emptied``: the batch's TRUNCATE-like
@@ -196,9 +220,19 @@ def record_history(spark, lh: Lakehouse, batch, records, floors: dict | None, sp
     new_facts = _facts(spark, batch, floors, emptied) if batch.batch_truncate is not None or batch.chunks else None
     if new_facts is not None:
         merge_facts(spark, facts, new_facts)
-    merge_events(spark, events, schema, records.select(
-        *[F.col(quote_ident(c.name)) for c in schema.columns], "_cdc_seq", "_cdc_op", "_cdc_deleted",
-        "_cdc_commit_ts", F.col("_prio").alias("_cdc_prio")))
+    merge_events(
+        spark,
+        events,
+        schema,
+        records.select(
+            *[F.col(quote_ident(c.name)) for c in schema.columns],
+            "_cdc_seq",
+            "_cdc_op",
+            "_cdc_deleted",
+            "_cdc_commit_ts",
+            F.col("_prio").alias("_cdc_prio"),
+        ),
+    )
     keys = None  # a TRUNCATE ends every key's version
     if batch.batch_truncate is None:
         keys = _key_frame(records, schema)
@@ -259,8 +293,9 @@ def _key_frame(df, schema: TableSchema):
 def _facts(spark, batch, floors: dict | None, emptied: tuple):
     """The batch's facts as a DataFrame of :data:`FACTS_SCHEMA` rows, or None."""
     times = {(int(t["file_index"]), int(t["pos"])): t["commit_ts"] for t in emptied}
-    rows = [(TRUNCATE_FACT, _seq(t), None, None, None, None, None, None, times.get((t[0], t[1])))
-            for t in batch.emptied]
+    rows = [
+        (TRUNCATE_FACT, _seq(t), None, None, None, None, None, None, times.get((t[0], t[1]))) for t in batch.emptied
+    ]
     by_snapshot: dict[str, list[dict]] = {}
     for c in batch.chunks:
         by_snapshot.setdefault(c["snapshot_id"], []).append(c)
@@ -268,8 +303,19 @@ def _facts(spark, batch, floors: dict | None, emptied: tuple):
         # The floor reconcile_chunks measures against: the snapshot's first low watermark.
         floor = (floors or {}).get(snapshot_id) or min((c["lw_file_index"], c["lw_pos"]) for c in members)
         for c in members:
-            rows.append((CHUNK_FACT, _seq((*floor, DERIVED_ROW)), snapshot_id, int(c["chunk_id"]), c["attempt_id"],
-                         c["start_key"], c["end_key"], _seq((c["lw_file_index"], c["lw_pos"], SNAPSHOT_ROW)), None))
+            rows.append(
+                (
+                    CHUNK_FACT,
+                    _seq((*floor, DERIVED_ROW)),
+                    snapshot_id,
+                    int(c["chunk_id"]),
+                    c["attempt_id"],
+                    c["start_key"],
+                    c["end_key"],
+                    _seq((c["lw_file_index"], c["lw_pos"], SNAPSHOT_ROW)),
+                    None,
+                )
+            )
     return spark.createDataFrame(rows, FACTS_SCHEMA) if rows else None
 
 
@@ -278,13 +324,23 @@ def _seq(t) -> dict:
 
 
 def merge_facts(spark, facts: TableRef, rows) -> None:
-    on = ("t.kind = s.kind AND t.seq = s.seq AND t.snapshot_id <=> s.snapshot_id AND t.chunk_id <=> s.chunk_id "
-          "AND t.attempt_id <=> s.attempt_id")
+    on = (
+        "t.kind = s.kind AND t.seq = s.seq AND t.snapshot_id <=> s.snapshot_id AND t.chunk_id <=> s.chunk_id "
+        "AND t.attempt_id <=> s.attempt_id"
+    )
     rows = rows.dropDuplicates(["kind", "seq", "snapshot_id", "chunk_id", "attempt_id"])
     # A TRUNCATE known without its time (from before history was enabled) gains it if it comes.
-    with_retry(f"MERGE into {facts}", lambda: facts.delta(spark).alias("t").merge(rows.alias("s"), on)
-               .whenMatchedUpdate(condition="t.ts IS NULL AND s.ts IS NOT NULL", set={"ts": "s.ts"})
-               .whenNotMatchedInsertAll().execute())
+    with_retry(
+        f"MERGE into {facts}",
+        lambda: (
+            facts.delta(spark)
+            .alias("t")
+            .merge(rows.alias("s"), on)
+            .whenMatchedUpdate(condition="t.ts IS NULL AND s.ts IS NOT NULL", set={"ts": "s.ts"})
+            .whenNotMatchedInsertAll()
+            .execute()
+        ),
+    )
 
 
 def merge_events(spark, events: TableRef, schema: TableSchema, rows) -> None:
@@ -300,9 +356,17 @@ def merge_events(spark, events: TableRef, schema: TableSchema, rows) -> None:
     on = " AND ".join([f"t.{k} = s.{k}" for k in key] + ["t._cdc_seq = s._cdc_seq"])
     cols = [quote_ident(c.name) for c in schema.columns] + _META
     assign = {c: f"s.{c}" for c in cols}
-    with_retry(f"MERGE into {events}", lambda: events.delta(spark).alias("t").merge(rows.alias("s"), on)
-               .whenMatchedUpdate(condition="s._cdc_prio > t._cdc_prio", set=assign)
-               .whenNotMatchedInsert(values=assign).execute())
+    with_retry(
+        f"MERGE into {events}",
+        lambda: (
+            events.delta(spark)
+            .alias("t")
+            .merge(rows.alias("s"), on)
+            .whenMatchedUpdate(condition="s._cdc_prio > t._cdc_prio", set=assign)
+            .whenNotMatchedInsert(values=assign)
+            .execute()
+        ),
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -318,7 +382,9 @@ def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema
     if keys is not None:
         ev = _within(ev, schema, bounds).join(keys, list(schema.key), "left_semi")
     # A facts table still at its creating commit holds nothing: no job to find out.
-    fact_rows = [] if facts.latest_version(spark) == 0 else [r.asDict(recursive=True) for r in facts.read(spark).collect()]
+    fact_rows = (
+        [] if facts.latest_version(spark) == 0 else [r.asDict(recursive=True) for r in facts.read(spark).collect()]
+    )
     if not fact_rows:
         return ev, []
     ev = ev.persist()
@@ -330,7 +396,9 @@ def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema
         if f["kind"] == TRUNCATE_FACT:
             truncates[_tuple(f["seq"])] = truncates.get(_tuple(f["seq"])) or f["ts"]
     for t, ts in sorted(truncates.items()):
-        synthetic.append(_deletes(first_seq.where(F.col("_first") < F.expr(seq_literal(t))), schema, t, TRUNCATE_OP, ts))
+        synthetic.append(
+            _deletes(first_seq.where(F.col("_first") < F.expr(seq_literal(t))), schema, t, TRUNCATE_OP, ts)
+        )
     snapshots: dict[str, list[dict]] = {}
     for f in fact_rows:
         if f["kind"] == CHUNK_FACT:
@@ -359,10 +427,15 @@ def _deletes(keys, schema: TableSchema, seq: tuple[int, int, int], op: str, ts=N
     from pyspark.sql import functions as F
 
     others = [F.lit(None).cast(c.spark_type).alias(c.name) for c in schema.columns if c.name not in schema.key]
-    return keys.select(*[F.col(quote_ident(k)) for k in schema.key], *others,
-                       F.expr(seq_literal(seq)).alias("_cdc_seq"), F.lit(op).alias("_cdc_op"),
-                       F.lit(True).alias("_cdc_deleted"), F.lit(ts).cast("timestamp").alias("_cdc_commit_ts"),
-                       F.lit(_PRIO_FACT).alias("_cdc_prio"))
+    return keys.select(
+        *[F.col(quote_ident(k)) for k in schema.key],
+        *others,
+        F.expr(seq_literal(seq)).alias("_cdc_seq"),
+        F.lit(op).alias("_cdc_op"),
+        F.lit(True).alias("_cdc_deleted"),
+        F.lit(ts).cast("timestamp").alias("_cdc_commit_ts"),
+        F.lit(_PRIO_FACT).alias("_cdc_prio"),
+    )
 
 
 def versions(events, schema: TableSchema, tracked: tuple[str, ...]):
@@ -383,27 +456,51 @@ def versions(events, schema: TableSchema, tracked: tuple[str, ...]):
     prev_deleted, prev_value = F.lag("_cdc_deleted").over(w), F.lag(value).over(w)
     opens = ~F.col("_cdc_deleted") & (prev_deleted.isNull() | prev_deleted | ~prev_value.eqNullSafe(value))
     closes = F.col("_cdc_deleted") & (prev_deleted == F.lit(False))
-    marked = (ev.withColumn("_opens", opens).withColumn("_closes", F.coalesce(closes, F.lit(False)))
-              .withColumn("_group", F.sum(F.when(F.col("_opens") | F.col("_closes"), 1).otherwise(0))
-                          .over(w.rowsBetween(Window.unboundedPreceding, Window.currentRow))))
+    marked = (
+        ev.withColumn("_opens", opens)
+        .withColumn("_closes", F.coalesce(closes, F.lit(False)))
+        .withColumn(
+            "_group",
+            F.sum(F.when(F.col("_opens") | F.col("_closes"), 1).otherwise(0)).over(
+                w.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+            ),
+        )
+    )
     columns = [c.name for c in schema.columns]
     others = [c for c in columns if c not in schema.key]  # none in a table that is all key
-    last = [F.max_by(F.struct(*[F.col(quote_ident(c)).alias(c) for c in others]), "_cdc_seq").alias("_last")] if others else []
-    groups = (marked.where("_group > 0")
-              .groupBy(*key, "_group")
-              .agg(F.min("_cdc_seq").alias("_cdc_valid_from"),
-                   F.min_by("_cdc_commit_ts", "_cdc_seq").alias("_cdc_valid_from_ts"),
-                   F.min_by("_opens", "_cdc_seq").alias("_opens"), *last))
+    last = (
+        [F.max_by(F.struct(*[F.col(quote_ident(c)).alias(c) for c in others]), "_cdc_seq").alias("_last")]
+        if others
+        else []
+    )
+    groups = (
+        marked.where("_group > 0")
+        .groupBy(*key, "_group")
+        .agg(
+            F.min("_cdc_seq").alias("_cdc_valid_from"),
+            F.min_by("_cdc_commit_ts", "_cdc_seq").alias("_cdc_valid_from_ts"),
+            F.min_by("_opens", "_cdc_seq").alias("_opens"),
+            *last,
+        )
+    )
     g = Window.partitionBy(*key).orderBy("_group")
-    return (groups
-            .withColumn("_cdc_valid_to", F.lead("_cdc_valid_from").over(g))
-            .withColumn("_cdc_valid_to_ts", F.lead("_cdc_valid_from_ts").over(g))
-            .withColumn("_cdc_ended_by_delete", F.coalesce(~F.lead("_opens").over(g), F.lit(False)))
-            .where("_opens")
-            .select(*key, *[F.col(f"_last.{quote_ident(c)}").alias(c) for c in others],
-                    "_cdc_valid_from", "_cdc_valid_to", "_cdc_valid_from_ts", "_cdc_valid_to_ts",
-                    F.col("_cdc_valid_to").isNull().alias("_cdc_is_current"), "_cdc_ended_by_delete")
-            .select(*[quote_ident(c) for c in columns], *[name for name, _, _ in HISTORY_METADATA_COLUMNS]))
+    return (
+        groups.withColumn("_cdc_valid_to", F.lead("_cdc_valid_from").over(g))
+        .withColumn("_cdc_valid_to_ts", F.lead("_cdc_valid_from_ts").over(g))
+        .withColumn("_cdc_ended_by_delete", F.coalesce(~F.lead("_opens").over(g), F.lit(False)))
+        .where("_opens")
+        .select(
+            *key,
+            *[F.col(f"_last.{quote_ident(c)}").alias(c) for c in others],
+            "_cdc_valid_from",
+            "_cdc_valid_to",
+            "_cdc_valid_from_ts",
+            "_cdc_valid_to_ts",
+            F.col("_cdc_valid_to").isNull().alias("_cdc_is_current"),
+            "_cdc_ended_by_delete",
+        )
+        .select(*[quote_ident(c) for c in columns], *[name for name, _, _ in HISTORY_METADATA_COLUMNS])
+    )
 
 
 def replace_versions(spark, history: TableRef, schema: TableSchema, keys, bounds, rows) -> int:
@@ -419,16 +516,26 @@ def replace_versions(spark, history: TableRef, schema: TableSchema, keys, bounds
         existing = _within(existing, schema, bounds).join(keys, list(schema.key), "left_semi")
     stale = existing.join(rows.select(*key, "_cdc_valid_from"), [*schema.key, "_cdc_valid_from"], "left_anti")
     cols = [quote_ident(c.name) for c in schema.columns] + [name for name, _, _ in HISTORY_METADATA_COLUMNS]
-    source = rows.withColumn("_drop", F.lit(False)).unionByName(stale.withColumn("_drop", F.lit(True)),
-                                                                allowMissingColumns=True)
+    source = rows.withColumn("_drop", F.lit(False)).unionByName(
+        stale.withColumn("_drop", F.lit(True)), allowMissingColumns=True
+    )
     on = F.expr(" AND ".join([f"t.{k} = s.{k}" for k in key] + ["t._cdc_valid_from = s._cdc_valid_from"]))
     if bounds is not None:
         first = F.col(f"t.{key[0]}")
         on = on & first.between(F.lit(bounds[0]), F.lit(bounds[1]))
     same = " AND ".join(f"t.{c} <=> s.{c}" for c in cols)
     assign = {c: f"s.{c}" for c in cols}
-    metrics = with_retry(f"MERGE into {history}", lambda: history.delta(spark).alias("t").merge(source.alias("s"), on)
-                         .whenMatchedDelete(condition="s._drop")
-                         .whenMatchedUpdate(condition=f"NOT ({same})", set=assign)
-                         .whenNotMatchedInsert(condition="NOT s._drop", values=assign).execute().first())
+    metrics = with_retry(
+        f"MERGE into {history}",
+        lambda: (
+            history.delta(spark)
+            .alias("t")
+            .merge(source.alias("s"), on)
+            .whenMatchedDelete(condition="s._drop")
+            .whenMatchedUpdate(condition=f"NOT ({same})", set=assign)
+            .whenNotMatchedInsert(condition="NOT s._drop", values=assign)
+            .execute()
+            .first()
+        ),
+    )
     return int(metrics["num_affected_rows"] or 0)

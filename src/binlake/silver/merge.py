@@ -96,17 +96,25 @@ def bulk_load(spark, batch: TableBatch) -> Applied:
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    columns = [quote_ident(c.name) for c in batch.schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted",
-                                                                      "_cdc_commit_ts"]
+    columns = [quote_ident(c.name) for c in batch.schema.columns] + [
+        "_cdc_seq",
+        "_cdc_op",
+        "_cdc_deleted",
+        "_cdc_commit_ts",
+    ]
     counted = Observation("binlake_bulk_load")
-    rows = (batch.records.observe(counted, F.count(F.lit(1)).alias("rows"), F.sum("_zero_dates").alias("zero"))
-            .selectExpr(*columns))
+    rows = batch.records.observe(
+        counted, F.count(F.lit(1)).alias("rows"), F.sum("_zero_dates").alias("zero")
+    ).selectExpr(*columns)
     tag = f"binlake silver bulk load {uuid.uuid4().hex}"
     since = batch.ref.latest_version(spark)
-    batch.ref.save(rows.write.format("delta").mode("append")
-                   .option("txnAppId", f"binlake.silver.bulk_load:{batch.name}")
-                   .option("txnVersion", str(max(int(c["_commit_version"]) for c in batch.chunks)))
-                   .option("userMetadata", tag))
+    batch.ref.save(
+        rows.write.format("delta")
+        .mode("append")
+        .option("txnAppId", f"binlake.silver.bulk_load:{batch.name}")
+        .option("txnVersion", str(max(int(c["_commit_version"]) for c in batch.chunks)))
+        .option("userMetadata", tag)
+    )
     faults.point("silver.after_bulk_load")
     if not _committed(spark, batch.ref, since, tag):
         # Delta skipped the write: another run loaded this snapshot first. The observation
@@ -123,8 +131,9 @@ def _committed(spark, ref: TableRef, since: int, tag: str) -> bool:
     latest = ref.latest_version(spark)
     if latest <= since:
         return False
-    return any(r["userMetadata"] == tag
-               for r in ref.delta(spark).history(latest - since).select("userMetadata").collect())
+    return any(
+        r["userMetadata"] == tag for r in ref.delta(spark).history(latest - since).select("userMetadata").collect()
+    )
 
 
 def latest_per_key(records, schema: TableSchema, truncated: tuple | None):
@@ -135,11 +144,14 @@ def latest_per_key(records, schema: TableSchema, truncated: tuple | None):
     if truncated is not None:
         # Anything older than a TRUNCATE is gone, whatever order the batches arrive in.
         older = F.col("_cdc_seq") < F.expr(seq_literal(truncated))
-        records = (records
-                   .withColumn("_cdc_deleted", F.when(older, F.lit(True)).otherwise(F.col("_cdc_deleted")))
-                   .withColumn("_cdc_op", F.when(older, F.lit(TRUNCATE_OP)).otherwise(F.col("_cdc_op")))
-                   .withColumn("_cdc_seq", F.when(older, F.expr(seq_literal(truncated))).otherwise(F.col("_cdc_seq"))))
-    w = Window.partitionBy(*[F.col(quote_ident(k)) for k in schema.key]).orderBy(F.col("_cdc_seq").desc(), F.col("_prio").desc())
+        records = (
+            records.withColumn("_cdc_deleted", F.when(older, F.lit(True)).otherwise(F.col("_cdc_deleted")))
+            .withColumn("_cdc_op", F.when(older, F.lit(TRUNCATE_OP)).otherwise(F.col("_cdc_op")))
+            .withColumn("_cdc_seq", F.when(older, F.expr(seq_literal(truncated))).otherwise(F.col("_cdc_seq")))
+        )
+    w = Window.partitionBy(*[F.col(quote_ident(k)) for k in schema.key]).orderBy(
+        F.col("_cdc_seq").desc(), F.col("_prio").desc()
+    )
     return records.withColumn("_rn", F.row_number().over(w)).where("_rn = 1").drop("_rn", "_prio")
 
 
@@ -156,8 +168,9 @@ def is_numeric_type(spark_type: str) -> bool:
 DRIVER_KEYS = 10_000
 
 
-def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS, bounds: tuple | None = None,
-                  rows: int | None = None) -> list[tuple]:
+def key_intervals(
+    df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS, bounds: tuple | None = None, rows: int | None = None
+) -> list[tuple]:
     """Closed intervals ``[(lo, hi), ...]`` that hold every value of ``column`` in ``df``.
 
     One interval, the batch's min and max, can span a whole table: a typical batch updates
@@ -169,8 +182,11 @@ def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS,
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    lo, hi = bounds if bounds is not None else tuple(
-        df.agg(F.min(F.col(column)).alias("lo"), F.max(F.col(column)).alias("hi")).first())
+    lo, hi = (
+        bounds
+        if bounds is not None
+        else tuple(df.agg(F.min(F.col(column)).alias("lo"), F.max(F.col(column)).alias("hi")).first())
+    )
     if lo is None:
         return []
     if not numeric or most < 2 or lo == hi:
@@ -179,14 +195,18 @@ def key_intervals(df, column: str, numeric: bool, most: int = MAX_KEY_INTERVALS,
     if rows is not None and rows <= DRIVER_KEYS:
         values = sorted(r["k"] for r in keys.collect())
         widest = sorted(zip(values[1:], values[:-1]), key=lambda kb: float(kb[0]) - float(kb[1]), reverse=True)
-        cuts = sorted(widest[:most - 1])
+        cuts = sorted(widest[: most - 1])
     else:
         # Doubles for the gap only: it ranks the cuts, while the bounds keep the exact values
         # (and BIGINT differences near 2^63 would overflow under ANSI mode).
-        gaps = (keys.select("k", F.lag("k").over(Window.orderBy("k")).alias("below"))
-                .where(F.col("below").isNotNull())
-                .withColumn("gap", F.col("k").cast("double") - F.col("below").cast("double"))
-                .orderBy(F.col("gap").desc()).limit(most - 1).collect())
+        gaps = (
+            keys.select("k", F.lag("k").over(Window.orderBy("k")).alias("below"))
+            .where(F.col("below").isNotNull())
+            .withColumn("gap", F.col("k").cast("double") - F.col("below").cast("double"))
+            .orderBy(F.col("gap").desc())
+            .limit(most - 1)
+            .collect()
+        )
         cuts = sorted((r["k"], r["below"]) for r in gaps)
     out = []
     for k, below in cuts:
@@ -213,20 +233,30 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
     typ = schema.column(first).spark_type
     source = source.persist()
     try:
-        stats = source.agg(F.min(F.col(quote_ident(first))).alias("lo"), F.max(F.col(quote_ident(first))).alias("hi"),
-                           F.coalesce(F.sum("_zero_dates"), F.lit(0)).alias("zero"), F.count(F.lit(1)).alias("n")).first()
-        intervals = key_intervals(source, quote_ident(first), numeric=is_numeric_type(typ), bounds=(stats["lo"], stats["hi"]),
-                                  rows=stats["n"])
+        stats = source.agg(
+            F.min(F.col(quote_ident(first))).alias("lo"),
+            F.max(F.col(quote_ident(first))).alias("hi"),
+            F.coalesce(F.sum("_zero_dates"), F.lit(0)).alias("zero"),
+            F.count(F.lit(1)).alias("n"),
+        ).first()
+        intervals = key_intervals(
+            source, quote_ident(first), numeric=is_numeric_type(typ), bounds=(stats["lo"], stats["hi"]), rows=stats["n"]
+        )
         if intervals:
             tk = F.col(f"t.{quote_ident(first)}")
             inside = [(tk >= F.lit(lo).cast(typ)) & (tk <= F.lit(hi).cast(typ)) for lo, hi in intervals]
             on = on & functools.reduce(lambda a, b: a | b, inside)
 
         def run():
-            return (ref.delta(spark).alias("t").merge(source.alias("s"), on)
-                    .whenMatchedUpdate(condition="s._cdc_seq > t._cdc_seq", set=assign)
-                    .whenNotMatchedInsert(values=assign)
-                    .execute().first())
+            return (
+                ref.delta(spark)
+                .alias("t")
+                .merge(source.alias("s"), on)
+                .whenMatchedUpdate(condition="s._cdc_seq > t._cdc_seq", set=assign)
+                .whenNotMatchedInsert(values=assign)
+                .execute()
+                .first()
+            )
 
         faults.point("silver.before_merge")
         metrics = with_retry(f"MERGE into {ref}", run)
@@ -235,8 +265,14 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
     return {k: int(v or 0) for k, v in metrics.asDict().items()}, int(stats["zero"] or 0)
 
 
-def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dict],
-                     floors: dict[str, tuple[int, int]] | None = None, group: int = 64) -> int:
+def reconcile_chunks(
+    spark,
+    ref: TableRef,
+    schema: TableSchema,
+    chunks: list[dict],
+    floors: dict[str, tuple[int, int]] | None = None,
+    group: int = 64,
+) -> int:
     """Tombstone keys a completed chunk proves gone: inside [start, end) and older than the
     *snapshot's* first low watermark ``T`` (``floors[snapshot_id]``; default: the smallest lw
     among ``chunks`` of that snapshot).
@@ -267,10 +303,15 @@ def reconcile_chunks(spark, ref: TableRef, schema: TableSchema, chunks: list[dic
             condition = (~F.col("_cdc_deleted")) & older & inside
 
             def run(condition=condition, floor=floor):
-                ref.delta(spark).update(condition, {
-                    "_cdc_seq": F.expr(seq_literal((*floor, DERIVED_ROW))), "_cdc_deleted": F.lit(True),
-                    "_cdc_op": F.lit("delete"), "_cdc_commit_ts": F.lit(None).cast("timestamp"),
-                })
+                ref.delta(spark).update(
+                    condition,
+                    {
+                        "_cdc_seq": F.expr(seq_literal((*floor, DERIVED_ROW))),
+                        "_cdc_deleted": F.lit(True),
+                        "_cdc_op": F.lit("delete"),
+                        "_cdc_commit_ts": F.lit(None).cast("timestamp"),
+                    },
+                )
 
             before = ref.latest_version(spark)
             with_retry(f"chunk reconciliation of {ref}", run)
@@ -284,14 +325,17 @@ def apply_truncate(spark, ref: TableRef, seq: tuple[int, int, int]) -> int:
     lit = F.expr(seq_literal(seq))
 
     def run():
-        ref.delta(spark).update((~F.col("_cdc_deleted")) & (F.col("_cdc_seq") < lit), {
-            "_cdc_seq": lit, "_cdc_deleted": F.lit(True), "_cdc_op": F.lit(TRUNCATE_OP),
-        })
+        ref.delta(spark).update(
+            (~F.col("_cdc_deleted")) & (F.col("_cdc_seq") < lit),
+            {
+                "_cdc_seq": lit,
+                "_cdc_deleted": F.lit(True),
+                "_cdc_op": F.lit(TRUNCATE_OP),
+            },
+        )
 
     before = ref.latest_version(spark)
     with_retry(f"TRUNCATE of {ref}", run)
     n = ref.last_commit(spark, since=before)[1].get("numUpdatedRows", 0)
     se.set_table_property(spark, ref, se.TRUNCATED_SEQ_PROPERTY, seq_text(seq))
     return n
-
-

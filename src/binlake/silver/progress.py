@@ -26,7 +26,9 @@ _ROW_WRITES = ("MERGE", "UPDATE", "WRITE", "DELETE", "STREAMING UPDATE", "RESTOR
 
 def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
-    lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table")
+    lh.silver_progress.create_if_missing(
+        spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table"
+    )
     current = lh.silver_progress.read(spark)
     for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING"), ("history_version", "BIGINT")):
         if column not in current.columns:
@@ -77,7 +79,11 @@ def state_after_last_run(spark, ref, schema, recorded: ProgressRow | None, fresh
     then = ref.read_version(spark, version)
     missing = [c.name for c in schema.columns if c.name not in then.columns]
     if missing:
-        log.warning("%s: columns %s are newer than silver version %d; foreign-key actions start from the "
-                    "current table", ref, missing, version)
+        log.warning(
+            "%s: columns %s are newer than silver version %d; foreign-key actions start from the current table",
+            ref,
+            missing,
+            version,
+        )
         return current
     return then

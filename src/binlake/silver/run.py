@@ -113,15 +113,22 @@ class SilverResult:
                 lines.append(f"  {t.name}: STOPPED: {t.error}")
                 continue
             extra = "".join(
-                f", {n} {label}" for n, label in (
-                    (t.reconciled, "reconciled tombstones"), (t.truncated, "truncated"), (t.cascaded, "cascaded"),
-                    (t.zero_dates, "zero dates -> NULL"), (len(t.schema_changes), "schema changes"),
+                f", {n} {label}"
+                for n, label in (
+                    (t.reconciled, "reconciled tombstones"),
+                    (t.truncated, "truncated"),
+                    (t.cascaded, "cascaded"),
+                    (t.zero_dates, "zero dates -> NULL"),
+                    (len(t.schema_changes), "schema changes"),
                     (t.history, "history rows"),
-                ) if n
+                )
+                if n
             )
             how = "bulk-loaded" if t.bulk_loaded else "merged"
-            lines.append(f"  {t.name}: {t.changes} changes, {t.snapshot_rows} snapshot rows in {t.chunks} chunks, "
-                         f"{t.merged} rows {how}{extra}")
+            lines.append(
+                f"  {t.name}: {t.changes} changes, {t.snapshot_rows} snapshot rows in {t.chunks} chunks, "
+                f"{t.merged} rows {how}{extra}"
+            )
         return "\n".join(lines)
 
 
@@ -163,26 +170,40 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
         start = 0 if done is None else int(done) + 1
         return start if start <= end else None
 
-    new = NewBronze(cl_end, ch_end, {t: next_version(t, "changelog_version", cl_end) for t in tables},
-                    {t: next_version(t, "chunks_version", ch_end) for t in tables})
+    new = NewBronze(
+        cl_end,
+        ch_end,
+        {t: next_version(t, "changelog_version", cl_end) for t in tables},
+        {t: next_version(t, "chunks_version", ch_end) for t in tables},
+    )
     starts = {t: s for t, s in new.changelog_start.items() if s is not None}
     if starts:
-        new.changes = lh.changelog.read_changes(spark, min(starts.values()), cl_end).persist(StorageLevel.MEMORY_AND_DISK)
+        new.changes = lh.changelog.read_changes(spark, min(starts.values()), cl_end).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
         # Commits append heartbeats in binlog order, so the newest one is the largest.
-        top = (new.changes.where(F.col("op") == HEARTBEAT_OP)
-               .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb")).first()["hb"])
+        top = (
+            new.changes.where(F.col("op") == HEARTBEAT_OP)
+            .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb"))
+            .first()["hb"]
+        )
         new.applied = BinlogPosition.from_log(top["binlog_file"], top["file_index"], top["pos"]) if top else None
-        firsts = spark.createDataFrame([(db, t, v) for (db, t), v in sorted(starts.items())],
-                                       "db STRING, `table` STRING, _first BIGINT")
+        firsts = spark.createDataFrame(
+            [(db, t, v) for (db, t), v in sorted(starts.items())], "db STRING, `table` STRING, _first BIGINT"
+        )
         data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
-        for r in (new.changes.join(F.broadcast(firsts), ["db", "table"])
-                  .where("_commit_version >= _first")
-                  .groupBy("db", "table")
-                  .agg(F.expr(f"count_if(op IN ({data}))").alias("changes"),
-                       F.expr(f"count_if(op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
-                       F.expr(f"count_if(op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
-                       F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"))
-                  .collect()):
+        for r in (
+            new.changes.join(F.broadcast(firsts), ["db", "table"])
+            .where("_commit_version >= _first")
+            .groupBy("db", "table")
+            .agg(
+                F.expr(f"count_if(op IN ({data}))").alias("changes"),
+                F.expr(f"count_if(op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
+                F.expr(f"count_if(op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
+                F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
+            )
+            .collect()
+        ):
             news = TableNews(int(r["changes"]), int(r["updates_deletes"]), int(r["ddl"]), tuple(r["emptied"] or ()))
             if news.any:
                 new.news[(r["db"], r["table"])] = news
@@ -219,28 +240,44 @@ def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, 
 
     if not snapshot_ids:
         return {}
-    rows = (lh.snapshot_chunks.read(spark).where(F.col("snapshot_id").isin(sorted(snapshot_ids)))
-            .groupBy("snapshot_id").agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw")).collect())
+    rows = (
+        lh.snapshot_chunks.read(spark)
+        .where(F.col("snapshot_id").isin(sorted(snapshot_ids)))
+        .groupBy("snapshot_id")
+        .agg(F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
+        .collect()
+    )
     return {r["snapshot_id"]: (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) for r in rows}
 
 
-def _progress_row(new: NewBronze, key: tuple[str, str], previous: ProgressRow | None, now,
-                  silver_version: int | None, zero_dates: int = 0, history_version: int | None = None) -> ProgressRow:
+def _progress_row(
+    new: NewBronze,
+    key: tuple[str, str],
+    previous: ProgressRow | None,
+    now,
+    silver_version: int | None,
+    zero_dates: int = 0,
+    history_version: int | None = None,
+) -> ProgressRow:
     applied = new.applied if new.changelog_start[key] is not None else None
     return ProgressRow(
-        db=key[0], table=key[1],
-        changelog_version=new.changelog_end if new.changelog_start[key] is not None else (
-            previous.changelog_version if previous else None),
-        chunks_version=new.chunks_end if new.chunks_start[key] is not None else (
-            previous.chunks_version if previous else None),
+        db=key[0],
+        table=key[1],
+        changelog_version=new.changelog_end
+        if new.changelog_start[key] is not None
+        else (previous.changelog_version if previous else None),
+        chunks_version=new.chunks_end
+        if new.chunks_start[key] is not None
+        else (previous.chunks_version if previous else None),
         applied_file=applied.file if applied else (previous.applied_file if previous else None),
         applied_file_index=applied.log_index if applied else (previous.applied_file_index if previous else None),
         applied_pos=applied.pos if applied else (previous.applied_pos if previous else None),
         zero_dates=(int(previous.zero_dates or 0) if previous else 0) + zero_dates,
         updated_at=now,
         silver_version=silver_version,
-        history_version=history_version if history_version is not None else (
-            previous.history_version if previous else None),
+        history_version=history_version
+        if history_version is not None
+        else (previous.history_version if previous else None),
     )
 
 
@@ -253,8 +290,11 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
-    for ref, what in ((lh.changelog, "bronze changelog"), (lh.snapshot_chunks, "bronze snapshot_chunks"),
-                      (lh.schema_history, "bronze schema_history")):
+    for ref, what in (
+        (lh.changelog, "bronze changelog"),
+        (lh.snapshot_chunks, "bronze snapshot_chunks"),
+        (lh.schema_history, "bronze schema_history"),
+    ):
         if not ref.exists(spark):
             raise NotReadyError(f"{what} does not exist at {ref}: run binlake snapshot or binlake capture first")
 
@@ -276,9 +316,18 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
                 # The config's rule is not the one bronze's rows were read under: applying them
                 # would publish what the new rule hides (or hide what it now shows).
                 raise se.rules_changed_error(f"{db}.{table}")
-            batch = prepare(spark, lh, db, table, history, new.changes, new.changelog_start[(db, table)],
-                            new.news.get((db, table), TableNews()), new.chunks_of(db, table),
-                            applied_before=(db, table) in previous)
+            batch = prepare(
+                spark,
+                lh,
+                db,
+                table,
+                history,
+                new.changes,
+                new.changelog_start[(db, table)],
+                new.news.get((db, table), TableNews()),
+                new.chunks_of(db, table),
+                applied_before=(db, table) in previous,
+            )
         except (SchemaChangeError, NotReadyError) as exc:
             res.error = str(exc)
             log.error("%s", exc)
@@ -296,17 +345,26 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
         spec = specs.get(batch.name)
         emptied = new.news.get((batch.db, batch.table), TableNews()).emptied
-        record = None if spec is None else (
-            lambda records: hist.record_history(spark, lh, batch, records, floors, spec, emptied))
+        record = (
+            None
+            if spec is None
+            else (lambda records: hist.record_history(spark, lh, batch, records, floors, spec, emptied))
+        )
         done = apply(spark, batch, derived, floors, history=record)
         res = results[batch.name]
-        res.merged, res.cascaded, res.truncated, res.reconciled = done.merged, done.cascaded, done.truncated, done.reconciled
+        res.merged, res.cascaded, res.truncated, res.reconciled = (
+            done.merged,
+            done.cascaded,
+            done.truncated,
+            done.reconciled,
+        )
         res.zero_dates, res.bulk_loaded, res.history = done.zero_dates, done.bulk_loaded, done.history
         key = (batch.db, batch.table)
         # Gold publishes the history table as of this version, the one matching silver's.
         history_version = lh.silver_history(*key).latest_version(spark) if spec is not None else None
-        return _progress_row(new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates,
-                             history_version)
+        return _progress_row(
+            new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates, history_version
+        )
 
     rows: list[ProgressRow] = []
     try:
@@ -314,8 +372,9 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
             task = stack.enter_context(progress.task("silver", len(work), "tables")) if progress is not None else None
             # Every write is conditional on _cdc_seq: a failure in one table leaves the others
             # correct, and the progress rows are written only when all have finished.
-            pool = stack.enter_context(ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))),
-                                                          thread_name_prefix="silver"))
+            pool = stack.enter_context(
+                ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver")
+            )
             prepared = [pool.submit(prepare_one, db, table) for db, table in work]
             batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
             if task:
@@ -323,12 +382,21 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
 
             # Foreign-key actions become records of the child tables, derived before any
             # table is merged, from silver as the last completed run left it.
-            derived = derive(spark, {
-                name: CascadeTable(schema=b.schema, records=b.records, changes=b.changes, emptied=b.emptied,
-                                   base=functools.partial(state_after_last_run, spark, b.ref, b.schema,
-                                                          previous.get((b.db, b.table)), b.fresh))
-                for name, b in batches.items()
-            })
+            derived = derive(
+                spark,
+                {
+                    name: CascadeTable(
+                        schema=b.schema,
+                        records=b.records,
+                        changes=b.changes,
+                        emptied=b.emptied,
+                        base=functools.partial(
+                            state_after_last_run, spark, b.ref, b.schema, previous.get((b.db, b.table)), b.fresh
+                        ),
+                    )
+                    for name, b in batches.items()
+                },
+            )
             futures = [pool.submit(apply_one, b, derived.get(name)) for name, b in batches.items()]
             for _ in as_completed(futures):
                 if task:
@@ -338,20 +406,30 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
         # Tables with nothing new move their progress forward without being touched.
         stopped = {tuple(r.name.split(".", 1)) for r in results.values() if r.error}
         done = {(r.db, r.table) for r in rows}
-        rows += [_progress_row(new, t, previous.get(t), now, previous[t].silver_version)
-                 for t in tables if t not in done and t not in stopped and t in previous]
+        rows += [
+            _progress_row(new, t, previous.get(t), now, previous[t].silver_version)
+            for t in tables
+            if t not in done and t not in stopped and t in previous
+        ]
         # A stopped table keeps its progress, with the reason: status, gold and the job's
         # result name it and the command that recovers it.
-        rows += [previous[t]._replace(stopped=results[f"{t[0]}.{t[1]}"].error, updated_at=now)
-                 for t in sorted(stopped) if t in previous and previous[t].stopped != results[f"{t[0]}.{t[1]}"].error]
+        rows += [
+            previous[t]._replace(stopped=results[f"{t[0]}.{t[1]}"].error, updated_at=now)
+            for t in sorted(stopped)
+            if t in previous and previous[t].stopped != results[f"{t[0]}.{t[1]}"].error
+        ]
         faults.point("silver.before_progress")
         if new.changes is not None or new.manifest or done or any(r.stopped for r in rows):  # else no commit
             write_progress(spark, lh, rows, previous)
     finally:
         if new.changes is not None:
             new.changes.unpersist()
-    positions = [BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos) for r in rows if r.applied_file]
-    result = SilverResult(list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work))
+    positions = [
+        BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos) for r in rows if r.applied_file
+    ]
+    result = SilverResult(
+        list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work)
+    )
     failed = result.failed
     if failed:
         # The CLI prints only the error line; the per-table summary goes to the log.

@@ -57,17 +57,31 @@ class HistoryEntry:
 def load_histories(spark, lh) -> dict[tuple[str, str], list[HistoryEntry]]:
     """Every table's schema versions in binlog order, from one read of schema_history (a few
     rows per table)."""
-    rows = lh.schema_history.read(spark).select(
-        "db", "table", "schema_version", "file_index", "pos", "ddl", "schema_json", "recorded_at").collect()
+    rows = (
+        lh.schema_history.read(spark)
+        .select("db", "table", "schema_version", "file_index", "pos", "ddl", "schema_json", "recorded_at")
+        .collect()
+    )
     by_table: dict[tuple[str, str], list] = {}
     for r in rows:
         by_table.setdefault((r["db"], r["table"]), []).append(r)
     out = {}
     for key, entries in by_table.items():
-        entries.sort(key=lambda r: (r["file_index"] is not None, r["file_index"] or 0, r["pos"] is not None,
-                                    r["pos"] or 0, r["recorded_at"]))
-        out[key] = [HistoryEntry(TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"],
-                                 r["ddl"]) for r in entries]
+        entries.sort(
+            key=lambda r: (
+                r["file_index"] is not None,
+                r["file_index"] or 0,
+                r["pos"] is not None,
+                r["pos"] or 0,
+                r["recorded_at"],
+            )
+        )
+        out[key] = [
+            HistoryEntry(
+                TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"], r["ddl"]
+            )
+            for r in entries
+        ]
     return out
 
 
@@ -91,9 +105,13 @@ def _with_ddl_texts(spark, lh, db: str, table: str, entries: list[HistoryEntry])
 
     from pyspark.sql import functions as F
 
-    gaps = [i for i in range(1, len(entries)) if entries[i].ddl is None
-            and {c.name for c in entries[i - 1].schema.columns} - {c.name for c in entries[i].schema.columns}
-            and {c.name for c in entries[i].schema.columns} - {c.name for c in entries[i - 1].schema.columns}]
+    gaps = [
+        i
+        for i in range(1, len(entries))
+        if entries[i].ddl is None
+        and {c.name for c in entries[i - 1].schema.columns} - {c.name for c in entries[i].schema.columns}
+        and {c.name for c in entries[i].schema.columns} - {c.name for c in entries[i - 1].schema.columns}
+    ]
     if not gaps or not lh.changelog.exists(spark):
         return entries
     lo = min((entries[i - 1].file_index or 0, entries[i - 1].pos or 0) for i in gaps)
@@ -104,7 +122,8 @@ def _with_ddl_texts(spark, lh, db: str, table: str, entries: list[HistoryEntry])
         ((r["file_index"], r["pos"], r["row"]), r["ddl"])
         for r in lh.changelog.read(spark)
         .where((F.col("db") == db) & (F.col("table") == table) & (F.col("op") == "ddl") & after_lo & upto_hi)
-        .select("file_index", "pos", "row", "ddl").collect()
+        .select("file_index", "pos", "row", "ddl")
+        .collect()
     )
     out = list(entries)
     for i in gaps:
@@ -117,6 +136,7 @@ def _with_ddl_texts(spark, lh, db: str, table: str, entries: list[HistoryEntry])
 
 # ---------------------------------------------------------------------------------------
 # DDL steps
+
 
 @dataclass(frozen=True)
 class Step:
@@ -165,7 +185,9 @@ def diff(prev: TableSchema, nxt: TableSchema, ddl: str | None) -> Step:
     """The silver changes that take ``prev`` to ``nxt``."""
     prev_names = [c.name for c in prev.columns]
     next_names = [c.name for c in nxt.columns]
-    renames = tuple((a, b) for a, b in column_renames(ddl) if a in prev_names and b in next_names and a not in next_names)
+    renames = tuple(
+        (a, b) for a, b in column_renames(ddl) if a in prev_names and b in next_names and a not in next_names
+    )
     renamed_from = {b: a for a, b in renames}
     renamed_to = {a: b for a, b in renames}
     drops = tuple(n for n in prev_names if n not in next_names and n not in renamed_to)
@@ -230,8 +252,14 @@ def _column_ddl(c: Column) -> str:
     return f"{quote_ident(c.name)} {c.spark_type}" + (f" COMMENT {spark_string(c.comment)}" if c.comment else "")
 
 
-def create_silver_table(spark, ref: TableRef, schema: TableSchema, replace: bool = False,
-                        metadata: tuple = SILVER_METADATA_COLUMNS, properties: dict | None = None) -> bool:
+def create_silver_table(
+    spark,
+    ref: TableRef,
+    schema: TableSchema,
+    replace: bool = False,
+    metadata: tuple = SILVER_METADATA_COLUMNS,
+    properties: dict | None = None,
+) -> bool:
     """Create the silver table for ``schema`` if missing (or replace it); True if created.
     ``metadata``: the ``(name, type, comment)`` columns after the source's (a history table's
     differ from silver's); ``properties``: more table properties to create it with.
@@ -323,13 +351,16 @@ def _apply_step(spark, ref: TableRef, step: Step) -> None:
         spark.sql(f"ALTER TABLE {ref.sql} ALTER COLUMN {quote_ident(col.name)} COMMENT {spark_string(col.comment)}")
 
 
-RULES_CHANGED = ("its column rules (source.columns, or the mask salt) changed since its rows were read, and rows "
-                 "read under the old and the new rules must not mix")
+RULES_CHANGED = (
+    "its column rules (source.columns, or the mask salt) changed since its rows were read, and rows "
+    "read under the old and the new rules must not mix"
+)
 
 
 def rules_changed_error(name: str) -> SchemaChangeError:
-    return SchemaChangeError(f"silver stopped {name}: {RULES_CHANGED}; the other tables go on; "
-                             f"recover with: binlake snapshot --table {name}")
+    return SchemaChangeError(
+        f"silver stopped {name}: {RULES_CHANGED}; the other tables go on; recover with: binlake snapshot --table {name}"
+    )
 
 
 def incompatible_error(schema: TableSchema, entry: HistoryEntry, problem: str) -> SchemaChangeError:

@@ -152,8 +152,7 @@ def _scan_for_timestamp(source: SourceConfig, server_id: int, file: BinlogFile, 
 
     target = when.timestamp()
     boundary = file.start
-    stream = open_stream(source, server_id, file.start,
-                         only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
+    stream = open_stream(source, server_id, file.start, only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
     try:
         for event in stream:
             if stream.log_file != file.name:
@@ -220,21 +219,27 @@ def purge_warning(
         return f"the server lists no binlog files; capture cannot resume at {resume}"
     oldest = files[0]
     if resume.file_index < oldest.index:
-        return (f"resume file {resume.file} has been purged (oldest on server: {oldest.name}); "
-                "run: binlake snapshot --reset-capture")
+        return (
+            f"resume file {resume.file} has been purged (oldest on server: {oldest.name}); "
+            "run: binlake snapshot --reset-capture"
+        )
     if not expire_after:
         return None
     ahead = resume.file_index - oldest.index
     if ahead < warning_files:
-        return (f"resume file {resume.file} is {ahead} file(s) from the oldest binlog {oldest.name} "
-                f"(capture.purge_warning_files={warning_files}): run capture now or raise the server's binlog retention")
+        return (
+            f"resume file {resume.file} is {ahead} file(s) from the oldest binlog {oldest.name} "
+            f"(capture.purge_warning_files={warning_files}): run capture now or raise the server's binlog retention"
+        )
     if resume_file_closed_at is not None:
         now = now or dt.datetime.now(dt.timezone.utc)
         age = (now - resume_file_closed_at).total_seconds()
         if age >= 0.8 * expire_after:
             left = max(0, expire_after - age)
-            return (f"resume file {resume.file} will be expired by the server in about {left / 3600:.1f} h "
-                    f"(binlog expiry {expire_after / 3600:.1f} h): run capture now")
+            return (
+                f"resume file {resume.file} will be expired by the server in about {left / 3600:.1f} h "
+                f"(binlog expiry {expire_after / 3600:.1f} h): run capture now"
+            )
     return None
 
 

@@ -27,8 +27,9 @@ def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) 
     return [(r["db"], r["t"]) for r in rows if source.captures(r["db"], r["t"])]
 
 
-def table_arguments(conn: pymysql.connections.Connection, source: SourceConfig,
-                    names: Sequence[str]) -> list[tuple[str, str]]:
+def table_arguments(
+    conn: pymysql.connections.Connection, source: SourceConfig, names: Sequence[str]
+) -> list[tuple[str, str]]:
     """The ``--table db.t`` arguments of a command as (database, table) pairs, each checked
     to be a captured table; all captured tables when ``names`` is empty."""
     wanted: list[tuple[str, str]] = []
@@ -41,8 +42,10 @@ def table_arguments(conn: pymysql.connections.Connection, source: SourceConfig,
     captured = captured_tables(conn, source)
     for db, table in wanted:
         if (db, table) not in captured:
-            raise ConfigError(f"--table {db}.{table} is not a captured table: it must exist and match source.tables "
-                              "(and no source.exclude pattern)")
+            raise ConfigError(
+                f"--table {db}.{table} is not a captured table: it must exist and match source.tables "
+                "(and no source.exclude pattern)"
+            )
     return wanted or captured
 
 
@@ -74,8 +77,14 @@ def foreign_keys(conn: pymysql.connections.Connection, database: str, table: str
     for r in rows:
         fk = fks.setdefault(
             r["name"],
-            {"name": r["name"], "columns": [], "parent": f"{r['pdb']}.{r['ptable']}", "parent_columns": [],
-             "on_delete": r["on_delete"], "on_update": r["on_update"]},
+            {
+                "name": r["name"],
+                "columns": [],
+                "parent": f"{r['pdb']}.{r['ptable']}",
+                "parent_columns": [],
+                "on_delete": r["on_delete"],
+                "on_update": r["on_update"],
+            },
         )
         fk["columns"].append(r["col"])
         fk["parent_columns"].append(r["pcol"])
@@ -104,9 +113,7 @@ def _foreign_key_rules(conn: pymysql.connections.Connection, database: str, tabl
     return out
 
 
-def table_schema(
-    conn: pymysql.connections.Connection, source: SourceConfig, database: str, table: str
-) -> TableSchema:
+def table_schema(conn: pymysql.connections.Connection, source: SourceConfig, database: str, table: str) -> TableSchema:
     """The table's current schema. The key is the primary key, else the configured chunk key
     (empty if neither exists: preflight reports that)."""
     cols = query(

@@ -91,8 +91,9 @@ def event_gtid_at(conn: pymysql.connections.Connection, pos: BinlogPosition) -> 
     return True, (m.group(1) if m else None)
 
 
-def position_after(source: SourceConfig, server_id: int, conn: pymysql.connections.Connection,
-                   position: str) -> BinlogPosition:
+def position_after(
+    source: SourceConfig, server_id: int, conn: pymysql.connections.Connection, position: str
+) -> BinlogPosition:
     """Where, in this server's binlog, the history named by the GTID position ends: the
     transaction boundary right after its last transaction of every domain.
 
@@ -116,9 +117,15 @@ def position_after(source: SourceConfig, server_id: int, conn: pymysql.connectio
     end = master_status(conn)
     if parse(gtid_at(conn, end)) == parse(position):
         return end  # nothing after the position: it is the binlog's end
-    stream = BinLogStreamReader(connection_settings=stream_settings(source), server_id=server_id,
-                                auto_position=position, is_mariadb=True, blocking=False, enable_logging=False,
-                                only_events=[RotateEvent, MariadbGtidListEvent, MariadbGtidEvent])
+    stream = BinLogStreamReader(
+        connection_settings=stream_settings(source),
+        server_id=server_id,
+        auto_position=position,
+        is_mariadb=True,
+        blocking=False,
+        enable_logging=False,
+        only_events=[RotateEvent, MariadbGtidListEvent, MariadbGtidEvent],
+    )
     file, start = None, None
     try:
         for event in stream:

@@ -85,7 +85,9 @@ def connect(source: SourceConfig, database: str | None = None, **overrides: Any)
             raise SourceConnectionError(
                 f"cannot reach MySQL at {where}: check source.host and source.port, and that the server is running"
             ) from None
-        raise SourceConnectionError(f"cannot connect to MySQL at {where} (error {code}): check the source settings") from None
+        raise SourceConnectionError(
+            f"cannot connect to MySQL at {where} (error {code}): check the source settings"
+        ) from None
     except ssl.SSLError:
         raise SourceConnectionError(
             f"TLS handshake with {where} failed: check source.tls (ca, cert, key) matches the server's certificates"
@@ -201,7 +203,9 @@ class consistent_read:
         if is_mariadb(conn):
             with conn.cursor() as cur:
                 cur.execute("START TRANSACTION WITH CONSISTENT SNAPSHOT")
-            status = {r["Variable_name"].lower(): r["Value"] for r in query(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")}
+            status = {
+                r["Variable_name"].lower(): r["Value"] for r in query(conn, "SHOW STATUS LIKE 'binlog_snapshot_%'")
+            }
             at = BinlogPosition(status["binlog_snapshot_file"], int(status["binlog_snapshot_position"]))
             self.read = ConsistentRead(at, at, exact=True)
         else:

@@ -128,8 +128,14 @@ def check_source(source: SourceConfig) -> PreflightReport:
 
 
 def _variables(conn) -> dict[str, str]:
-    names = ("log_bin", "binlog_format", "binlog_row_image", "binlog_row_metadata",
-             "binlog_expire_logs_seconds", "expire_logs_days")
+    names = (
+        "log_bin",
+        "binlog_format",
+        "binlog_row_image",
+        "binlog_row_metadata",
+        "binlog_expire_logs_seconds",
+        "expire_logs_days",
+    )
     rows = query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN %s", (names,))
     return {r["Variable_name"].lower(): str(r["Value"]) for r in rows}
 
@@ -139,42 +145,57 @@ def _check_binlog(report: PreflightReport, v: dict[str, str], version: str, mari
     if log_bin in ("ON", "1"):
         report.add("log_bin", Status.OK, "ON")
     else:
-        report.add("log_bin", Status.FAIL,
-                   "log_bin is OFF, so there is no binlog to capture: start the server with log_bin=mysql-bin "
-                   "(in the [mysqld] section of my.cnf) and restart it")
+        report.add(
+            "log_bin",
+            Status.FAIL,
+            "log_bin is OFF, so there is no binlog to capture: start the server with log_bin=mysql-bin "
+            "(in the [mysqld] section of my.cnf) and restart it",
+        )
 
     fmt = v.get("binlog_format", "").upper()
     if fmt == "ROW":
         report.add("binlog_format", Status.OK, "ROW")
     else:
-        report.add("binlog_format", Status.FAIL,
-                   f"binlog_format is {fmt or 'unset'}, binlake needs ROW ({fmt or 'it'} logs SQL statements, "
-                   "not the changed rows): run SET GLOBAL binlog_format = 'ROW' and put binlog_format=ROW in my.cnf; "
-                   "sessions already connected keep the old format until they reconnect")
+        report.add(
+            "binlog_format",
+            Status.FAIL,
+            f"binlog_format is {fmt or 'unset'}, binlake needs ROW ({fmt or 'it'} logs SQL statements, "
+            "not the changed rows): run SET GLOBAL binlog_format = 'ROW' and put binlog_format=ROW in my.cnf; "
+            "sessions already connected keep the old format until they reconnect",
+        )
 
     image = v.get("binlog_row_image", "FULL").upper()
     if image == "FULL":
         report.add("binlog_row_image", Status.OK, "FULL")
     else:
-        report.add("binlog_row_image", Status.FAIL,
-                   f"binlog_row_image is {image}, binlake needs FULL ({image} leaves unchanged columns out of "
-                   "row images, so silver could not rebuild whole rows): run SET GLOBAL binlog_row_image = 'FULL' "
-                   "and put binlog_row_image=FULL in my.cnf")
+        report.add(
+            "binlog_row_image",
+            Status.FAIL,
+            f"binlog_row_image is {image}, binlake needs FULL ({image} leaves unchanged columns out of "
+            "row images, so silver could not rebuild whole rows): run SET GLOBAL binlog_row_image = 'FULL' "
+            "and put binlog_row_image=FULL in my.cnf",
+        )
 
     metadata = v.get("binlog_row_metadata")
     if metadata is None:
         need = "MariaDB 10.5" if mariadb else "MySQL 8.0.1"
-        report.add("binlog_row_metadata", Status.FAIL,
-                   f"server {version} has no binlog_row_metadata (it needs {need} or newer), so binlog rows carry "
-                   "no column names and would be decoded as UNKNOWN_COL0, UNKNOWN_COL1, ...: "
-                   f"upgrade the server to {need}+ and set binlog_row_metadata=FULL")
+        report.add(
+            "binlog_row_metadata",
+            Status.FAIL,
+            f"server {version} has no binlog_row_metadata (it needs {need} or newer), so binlog rows carry "
+            "no column names and would be decoded as UNKNOWN_COL0, UNKNOWN_COL1, ...: "
+            f"upgrade the server to {need}+ and set binlog_row_metadata=FULL",
+        )
     elif metadata.upper() == "FULL":
         report.add("binlog_row_metadata", Status.OK, "FULL")
     else:
-        report.add("binlog_row_metadata", Status.FAIL,
-                   f"binlog_row_metadata is {metadata.upper()}, binlake needs FULL (without it binlog rows carry "
-                   "no column names and would be decoded as UNKNOWN_COL0, UNKNOWN_COL1, ...): "
-                   "run SET GLOBAL binlog_row_metadata = 'FULL' and put binlog_row_metadata=FULL in my.cnf")
+        report.add(
+            "binlog_row_metadata",
+            Status.FAIL,
+            f"binlog_row_metadata is {metadata.upper()}, binlake needs FULL (without it binlog rows carry "
+            "no column names and would be decoded as UNKNOWN_COL0, UNKNOWN_COL1, ...): "
+            "run SET GLOBAL binlog_row_metadata = 'FULL' and put binlog_row_metadata=FULL in my.cnf",
+        )
 
 
 def _check_expiry(report: PreflightReport, conn, v: dict[str, str]) -> None:
@@ -189,12 +210,18 @@ def _check_expiry(report: PreflightReport, conn, v: dict[str, str]) -> None:
         except pymysql.err.MySQLError:
             pass  # the privilege check reports why
     if seconds == 0:
-        report.add("binlog expiry", Status.INFO,
-                   f"binlogs never expire automatically{oldest}; capture still warns before its resume file is purged")
+        report.add(
+            "binlog expiry",
+            Status.INFO,
+            f"binlogs never expire automatically{oldest}; capture still warns before its resume file is purged",
+        )
     elif seconds < SHORT_EXPIRY_SECONDS:
-        report.add("binlog expiry", Status.WARN,
-                   f"binlogs expire after {_duration(seconds)}{oldest}: a capture stopped for longer must re-snapshot; "
-                   "raise binlog_expire_logs_seconds to at least 604800 (7 days) unless capture runs continuously")
+        report.add(
+            "binlog expiry",
+            Status.WARN,
+            f"binlogs expire after {_duration(seconds)}{oldest}: a capture stopped for longer must re-snapshot; "
+            "raise binlog_expire_logs_seconds to at least 604800 (7 days) unless capture runs continuously",
+        )
     else:
         report.add("binlog expiry", Status.OK, f"binlogs expire after {_duration(seconds)}{oldest}")
 
@@ -293,8 +320,9 @@ def _db_grant_matches(pattern: str, db: str) -> bool:
     return re.fullmatch(regex, db) is not None
 
 
-def _check_privileges(report: PreflightReport, grants: _Grants, source: SourceConfig,
-                      tables: list[tuple[str, str]]) -> None:
+def _check_privileges(
+    report: PreflightReport, grants: _Grants, source: SourceConfig, tables: list[tuple[str, str]]
+) -> None:
     missing = []
     if not grants.has_global("REPLICATION CLIENT", "BINLOG MONITOR"):
         missing.append("REPLICATION CLIENT")
@@ -307,26 +335,35 @@ def _check_privileges(report: PreflightReport, grants: _Grants, source: SourceCo
             why.append("REPLICATION CLIENT (BINLOG MONITOR on MariaDB) to read binlog positions")
         if "REPLICATION SLAVE" in missing:
             why.append("REPLICATION SLAVE to read the binlog")
-        roles = (" (privileges held through roles are not counted: grant them to the user itself)"
-                 if grants.has_roles else "")
-        report.add("privileges", Status.FAIL,
-                   f"user {report.user} lacks {names} ({'; '.join(why)}): run GRANT {names} ON *.* TO {report.user}"
-                   + roles)
+        roles = (
+            " (privileges held through roles are not counted: grant them to the user itself)"
+            if grants.has_roles
+            else ""
+        )
+        report.add(
+            "privileges",
+            Status.FAIL,
+            f"user {report.user} lacks {names} ({'; '.join(why)}): run GRANT {names} ON *.* TO {report.user}" + roles,
+        )
 
     # Tables the user cannot SELECT are invisible in information_schema, so literal database
     # names in the patterns are checked too: otherwise "no table matches" hides the cause.
     dbs = {db for db, _ in tables}
     dbs |= {p.split(".", 1)[0] for p in source.tables if not any(ch in p.split(".", 1)[0] for ch in "*?[")}
     no_select = sorted(
-        db for db in dbs
+        db
+        for db in dbs
         if not grants.can_select(db)
         and not (any(d == db for d, _ in tables) and all(grants.can_select(d, t) for d, t in tables if d == db))
     )
     if no_select:
         statements = "; ".join(f"GRANT SELECT ON {quote_ident(db)}.* TO {report.user}" for db in no_select)
-        report.add("privileges", Status.FAIL,
-                   f"user {report.user} cannot SELECT from database(s) {', '.join(no_select)} "
-                   f"(the snapshot reads them): run {statements}")
+        report.add(
+            "privileges",
+            Status.FAIL,
+            f"user {report.user} cannot SELECT from database(s) {', '.join(no_select)} "
+            f"(the snapshot reads them): run {statements}",
+        )
     if not missing and not no_select:
         report.add("privileges", Status.OK, f"{report.user} has SELECT, REPLICATION CLIENT, REPLICATION SLAVE")
 
@@ -346,23 +383,36 @@ def _check_server_id(report: PreflightReport, conn, source: SourceConfig, own_id
     if clashes:
         free = _free_server_id(set(taken))
         what = "; ".join(f"{i} is {who}" for i, who in sorted(clashes.items()))
-        report.add("server_id", Status.FAIL,
-                   f"source.server_id {source.server_id} collides ({what}; binlake's binlog readers use {span}): "
-                   f"set source.server_id to an unused number, e.g. {free} (the server drops one of two binlog "
-                   "readers that share a server id)")
+        report.add(
+            "server_id",
+            Status.FAIL,
+            f"source.server_id {source.server_id} collides ({what}; binlake's binlog readers use {span}): "
+            f"set source.server_id to an unused number, e.g. {free} (the server drops one of two binlog "
+            "readers that share a server id)",
+        )
     else:
-        report.add("server_id", Status.OK, f"{span} differ from the server's {own_id}"
-                   + (f" and {len(replicas)} registered replica(s)" if listed else ""))
+        report.add(
+            "server_id",
+            Status.OK,
+            f"{span} differ from the server's {own_id}"
+            + (f" and {len(replicas)} registered replica(s)" if listed else ""),
+        )
     if not listed:
         need = "REPLICATION MASTER ADMIN" if mariadb else "REPLICATION SLAVE"
-        report.add("server_id", Status.INFO,
-                   f"could not list registered replicas (SHOW SLAVE HOSTS needs {need}): make sure no replica "
-                   f"or other binlog reader of this server uses a server id in {span}")
+        report.add(
+            "server_id",
+            Status.INFO,
+            f"could not list registered replicas (SHOW SLAVE HOSTS needs {need}): make sure no replica "
+            f"or other binlog reader of this server uses a server id in {span}",
+        )
     dumps = _binlog_dumps(conn)
     if dumps:
-        report.add("server_id", Status.INFO,
-                   f"{dumps} binlog reader(s) are connected (Binlog Dump threads); unregistered readers do not "
-                   f"show their server id: make sure none uses {span}")
+        report.add(
+            "server_id",
+            Status.INFO,
+            f"{dumps} binlog reader(s) are connected (Binlog Dump threads); unregistered readers do not "
+            f"show their server id: make sure none uses {span}",
+        )
 
 
 def _replicas(conn) -> tuple[list[tuple[int, str]], bool]:
@@ -386,8 +436,9 @@ def _replicas(conn) -> tuple[list[tuple[int, str]], bool]:
 
 def _binlog_dumps(conn) -> int:
     try:
-        rows = query(conn, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE COMMAND LIKE %s",
-                     ("Binlog Dump%",))
+        rows = query(
+            conn, "SELECT COUNT(*) AS n FROM information_schema.PROCESSLIST WHERE COMMAND LIKE %s", ("Binlog Dump%",)
+        )
     except pymysql.err.MySQLError:
         return 0
     return int(rows[0]["n"])
@@ -404,19 +455,26 @@ def _free_server_id(taken: set[int]) -> int:
 # tables: keys, types, foreign keys
 
 
-def _check_tables(report: PreflightReport, conn, source: SourceConfig, tables: list[tuple[str, str]],
-                  grants: _Grants) -> None:
+def _check_tables(
+    report: PreflightReport, conn, source: SourceConfig, tables: list[tuple[str, str]], grants: _Grants
+) -> None:
     if not tables:
         excl = f" minus exclude {json.dumps(list(source.exclude))}" if source.exclude else ""
-        report.add("tables", Status.FAIL,
-                   f"no table matches source.tables {json.dumps(list(source.tables))}{excl}: check the "
-                   "database and table names (patterns are case-sensitive, db.* or db.prefix_*); tables the "
-                   "user cannot SELECT are not visible to it")
+        report.add(
+            "tables",
+            Status.FAIL,
+            f"no table matches source.tables {json.dumps(list(source.tables))}{excl}: check the "
+            "database and table names (patterns are case-sensitive, db.* or db.prefix_*); tables the "
+            "user cannot SELECT are not visible to it",
+        )
         return
     captured = {f"{db}.{t}" for db, t in tables}
     for name in sorted(set(source.chunk_keys) - captured):
-        report.add("chunk_keys", Status.WARN,
-                   f"source.chunk_keys names {name}, which is not captured: remove the entry or fix the name")
+        report.add(
+            "chunk_keys",
+            Status.WARN,
+            f"source.chunk_keys names {name}, which is not captured: remove the entry or fix the name",
+        )
     keyed, typed = 0, 0
     for db, table in tables:
         keyed += _check_key(report, conn, source, db, table)
@@ -424,8 +482,11 @@ def _check_tables(report: PreflightReport, conn, source: SourceConfig, tables: l
         _check_column_rule(report, conn, source, db, table)
     for rule in source.columns:
         if not any(rule.matches(db, t) for db, t in tables):
-            report.add("columns", Status.WARN, f"source.columns entry {rule.pattern!r} matches no captured table: "
-                                               "remove it or fix the pattern")
+            report.add(
+                "columns",
+                Status.WARN,
+                f"source.columns entry {rule.pattern!r} matches no captured table: remove it or fix the pattern",
+            )
     if keyed == len(tables):
         report.add("keys", Status.OK, f"all {len(tables)} table(s) have a primary key or a configured chunk key")
     if typed == len(tables):
@@ -474,40 +535,66 @@ def _check_key(report: PreflightReport, conn, source: SourceConfig, db: str, tab
         candidates = [i for i in indexes.values() if i["unique"] and i["not_null"]]
         if candidates:
             cols = candidates[0]["columns"]
-            fix = (f"set source.chunk_keys: {{{json.dumps(name)}: {json.dumps(cols)}}} (its unique NOT NULL key), "
-                   f"or add a primary key")
+            fix = (
+                f"set source.chunk_keys: {{{json.dumps(name)}: {json.dumps(cols)}}} (its unique NOT NULL key), "
+                f"or add a primary key"
+            )
         else:
-            fix = (f"add one (ALTER TABLE {qname} ADD PRIMARY KEY (...)), or add a unique NOT NULL key and name it "
-                   f"in source.chunk_keys, or exclude the table (source.exclude)")
-        report.add("keys", Status.FAIL,
-                   f"table {name} has no primary key, so its rows cannot be chunked or merged by key: {fix}")
+            fix = (
+                f"add one (ALTER TABLE {qname} ADD PRIMARY KEY (...)), or add a unique NOT NULL key and name it "
+                f"in source.chunk_keys, or exclude the table (source.exclude)"
+            )
+        report.add(
+            "keys",
+            Status.FAIL,
+            f"table {name} has no primary key, so its rows cannot be chunked or merged by key: {fix}",
+        )
         return False
-    columns = {r["c"]: r["n"] for r in query(
-        conn, "SELECT COLUMN_NAME AS c, IS_NULLABLE AS n FROM information_schema.COLUMNS "
-              "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s", (db, table))}
+    columns = {
+        r["c"]: r["n"]
+        for r in query(
+            conn,
+            "SELECT COLUMN_NAME AS c, IS_NULLABLE AS n FROM information_schema.COLUMNS "
+            "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s",
+            (db, table),
+        )
+    }
     unknown = [c for c in configured if c not in columns]
     if unknown:
-        report.add("keys", Status.FAIL,
-                   f"source.chunk_keys for {name} names column(s) {', '.join(unknown)} that {name} does not have: "
-                   f"use columns of a unique NOT NULL key of the table")
+        report.add(
+            "keys",
+            Status.FAIL,
+            f"source.chunk_keys for {name} names column(s) {', '.join(unknown)} that {name} does not have: "
+            f"use columns of a unique NOT NULL key of the table",
+        )
         return False
     nullable = [c for c in configured if columns[c] == "YES"]
     if nullable:
         cols = ", ".join(f"{quote_ident(c)}" for c in nullable)
-        report.add("keys", Status.FAIL,
-                   f"source.chunk_keys for {name} includes nullable column(s) {', '.join(nullable)}: make them "
-                   f"NOT NULL (ALTER TABLE {qname} MODIFY {cols} ... NOT NULL) or choose NOT NULL columns")
+        report.add(
+            "keys",
+            Status.FAIL,
+            f"source.chunk_keys for {name} includes nullable column(s) {', '.join(nullable)}: make them "
+            f"NOT NULL (ALTER TABLE {qname} MODIFY {cols} ... NOT NULL) or choose NOT NULL columns",
+        )
         return False
     # A unique index on a subset of the chunk key makes the chunk key unique too.
     if not any(i["unique"] and set(i["columns"]) <= set(configured) for i in indexes.values()):
         cols = ", ".join(quote_ident(c) for c in configured)
-        report.add("keys", Status.FAIL,
-                   f"source.chunk_keys for {name} is ({', '.join(configured)}), but no unique index covers it, so "
-                   f"two rows could share a key: run CREATE UNIQUE INDEX binlake_chunk_key ON {qname} ({cols}), "
-                   "or name the columns of an existing unique index")
+        report.add(
+            "keys",
+            Status.FAIL,
+            f"source.chunk_keys for {name} is ({', '.join(configured)}), but no unique index covers it, so "
+            f"two rows could share a key: run CREATE UNIQUE INDEX binlake_chunk_key ON {qname} ({cols}), "
+            "or name the columns of an existing unique index",
+        )
         return False
-    report.add("keys", Status.INFO, f"{name} has no primary key; chunked and merged by source.chunk_keys "
-                                    f"({', '.join(configured)}), a unique NOT NULL key")
+    report.add(
+        "keys",
+        Status.INFO,
+        f"{name} has no primary key; chunked and merged by source.chunk_keys "
+        f"({', '.join(configured)}), a unique NOT NULL key",
+    )
     return True
 
 
@@ -521,14 +608,23 @@ def _check_types(report: PreflightReport, conn, db: str, table: str) -> bool:
     bad = []
     for c in rows:
         try:
-            column_from_information_schema(c["COLUMN_NAME"], c["DATA_TYPE"], c["COLUMN_TYPE"], c["NUMERIC_PRECISION"],
-                                           c["NUMERIC_SCALE"], c["DATETIME_PRECISION"])
+            column_from_information_schema(
+                c["COLUMN_NAME"],
+                c["DATA_TYPE"],
+                c["COLUMN_TYPE"],
+                c["NUMERIC_PRECISION"],
+                c["NUMERIC_SCALE"],
+                c["DATETIME_PRECISION"],
+            )
         except UnsupportedTypeError:
             bad.append(f"{c['COLUMN_NAME']} ({c['COLUMN_TYPE']})")
     if bad:
-        report.add("types", Status.FAIL,
-                   f"table {db}.{table} has column type(s) binlake does not map: {', '.join(bad)}: exclude the "
-                   f"table (source.exclude: [{json.dumps(f'{db}.{table}')}]) or change the column type")
+        report.add(
+            "types",
+            Status.FAIL,
+            f"table {db}.{table} has column type(s) binlake does not map: {', '.join(bad)}: exclude the "
+            f"table (source.exclude: [{json.dumps(f'{db}.{table}')}]) or change the column type",
+        )
     return not bad
 
 
@@ -538,22 +634,34 @@ def _check_foreign_keys(report: PreflightReport, conn, tables: list[tuple[str, s
     for db, table in tables:
         for fk in catalog.foreign_keys(conn, db, table):
             child = f"{db}.{table}"
-            actions = {f"ON {what.upper()} {fk[key]}" for what, key in (("delete", "on_delete"), ("update", "on_update"))
-                       if fk[key] in ("CASCADE", "SET NULL")}
+            actions = {
+                f"ON {what.upper()} {fk[key]}"
+                for what, key in (("delete", "on_delete"), ("update", "on_update"))
+                if fk[key] in ("CASCADE", "SET NULL")
+            }
             rules = f"ON DELETE {fk['on_delete']}, ON UPDATE {fk['on_update']}"
             link = f"{child} ({', '.join(fk['columns'])}) -> {fk['parent']} ({', '.join(fk['parent_columns'])})"
             if not actions:
-                report.add("foreign keys", Status.INFO, f"{link}, {rules}: nothing for binlake to do (the server "
-                                                        "rejects violating changes)")
+                report.add(
+                    "foreign keys",
+                    Status.INFO,
+                    f"{link}, {rules}: nothing for binlake to do (the server rejects violating changes)",
+                )
             elif fk["parent"] in captured:
-                report.add("foreign keys", Status.INFO,
-                           f"{link}, {rules}: the server does not log the rows it changes by "
-                           f"{' / '.join(sorted(actions))}, so silver applies them itself")
+                report.add(
+                    "foreign keys",
+                    Status.INFO,
+                    f"{link}, {rules}: the server does not log the rows it changes by "
+                    f"{' / '.join(sorted(actions))}, so silver applies them itself",
+                )
             else:
-                report.add("foreign keys", Status.WARN,
-                           f"{link}, {rules}: {fk['parent']} is not captured, so the rows the server changes by "
-                           f"{' / '.join(sorted(actions))} (not in the binlog) stay unchanged in silver: "
-                           f"capture {fk['parent']} too")
+                report.add(
+                    "foreign keys",
+                    Status.WARN,
+                    f"{link}, {rules}: {fk['parent']} is not captured, so the rows the server changes by "
+                    f"{' / '.join(sorted(actions))} (not in the binlog) stay unchanged in silver: "
+                    f"capture {fk['parent']} too",
+                )
 
 
 __all__ = ["Check", "PreflightReport", "Status", "check_source", "run_preflight", "READER_IDS"]

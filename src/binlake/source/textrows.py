@@ -104,8 +104,9 @@ class RowBlock:
         all_binary = all(self.binary[c] for c in cols)
         kind = pa.binary() if all_binary else pa.string()
         validity = pa.py_buffer(np.packbits(~null, bitorder="little")) if null.any() else None
-        arr = pa.Array.from_buffers(kind, len(length), [validity, pa.py_buffer(offsets), pa.py_buffer(data)],
-                                    null_count=int(null.sum()))
+        arr = pa.Array.from_buffers(
+            kind, len(length), [validity, pa.py_buffer(offsets), pa.py_buffer(data)], null_count=int(null.sum())
+        )
         if not all_binary:
             arr.validate(full=True)  # the utf8mb4 the connection asked for; pymysql would raise too
         return arr
@@ -173,7 +174,9 @@ class PacketReader:
                 if e.errno == errno.EINTR:
                     continue
                 conn._force_close()
-                raise pymysql.err.OperationalError(CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({e})")
+                raise pymysql.err.OperationalError(
+                    CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({e})"
+                )
             except BaseException:
                 conn._force_close()
                 raise
@@ -227,7 +230,7 @@ class PacketReader:
             if first == 0xFF:
                 self.finished = True
                 self.conn._next_seq_id = (seq + 1) % 256
-                pymysql.protocol.MysqlPacket(bytes(data[pos + 4:end]), self.conn.encoding).raise_for_error()
+                pymysql.protocol.MysqlPacket(bytes(data[pos + 4 : end]), self.conn.encoding).raise_for_error()
             if first == 0xFE and length < 9:  # EOF: the result is complete
                 self.warning_count = data[pos + 5] | data[pos + 6] << 8 if length >= 5 else 0
                 status = data[pos + 7] | data[pos + 8] << 8 if length >= 5 else 0
@@ -236,7 +239,9 @@ class PacketReader:
                 done = self.finished = True
                 break
             self.conn._force_close()
-            raise pymysql.err.InternalError(f"Unexpected packet in a result set (first byte {first:#04x}, {length} bytes)")
+            raise pymysql.err.InternalError(
+                f"Unexpected packet in a result set (first byte {first:#04x}, {length} bytes)"
+            )
         buf = np.frombuffer(bytes(data[:pos]), dtype=np.uint8)
         at = np.array(starts, dtype=np.int64)
         wrong = np.flatnonzero(buf[at - 1] != (first_seq + np.arange(len(at))) % 256)
@@ -264,7 +269,7 @@ class PacketReader:
             if data[pos + 3] != seq:
                 self.conn._force_close()
                 raise pymysql.err.InternalError(f"Packet sequence number wrong - got {data[pos + 3]} expected {seq}")
-            payload += data[pos + 4:pos + 4 + length]
+            payload += data[pos + 4 : pos + 4 + length]
             seq = (seq + 1) % 256
             pos += 4 + length
             if length < _MAX_PACKET:
