@@ -28,7 +28,7 @@ _EXPORTS = {
     # a Spark session with Delta (the cluster's on Databricks, local Spark elsewhere)
     "get_spark": "binlake.spark",
     # the steps, each idempotent and safe to re-run after a kill
-    "run_preflight": "binlake.source.preflight",
+    "run_preflight": "binlake.ops.preflight",
     "run_snapshot": "binlake.bronze.snapshot",
     "run_capture": "binlake.bronze.capture",
     "run_silver": "binlake.silver.run",

@@ -21,6 +21,7 @@ COMMANDS = (
     "gold",
     "run",
     "status",
+    "checks",
     "verify",
     "maintain",
     "erase",
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="exit 12 when capture or gold is further behind the source than health.max_lag_seconds",
     )
+
+    p = sub.add_parser("checks", help="gold's Great Expectations results per table; --docs renders GE's Data Docs")
+    p.add_argument("--table", action="append", default=[], metavar="DB.TABLE", help="only these tables (repeatable)")
+    p.add_argument("--last", type=int, default=1, help="publish attempts per table (default: the newest)")
+    p.add_argument("--json", action="store_true", help="GE's result JSON, one entry per table and attempt")
+    p.add_argument("--docs", metavar="DIR", help="also render GE's Data Docs site of these results into DIR")
 
     p = sub.add_parser("verify", help="compare source and silver chunk by chunk (count + checksum)")
     p.add_argument("--repair", action="store_true", help="re-snapshot only the chunks that differ")
@@ -142,7 +149,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     cmd = args.command
     if cmd == "preflight":
-        from binlake.source.preflight import run_preflight
+        from binlake.ops.preflight import run_preflight
 
         report = run_preflight(config)
         print(report.text())
@@ -176,6 +183,15 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"health page written to {write_health_page(spark, config, status, args.html, days=args.days)}")
         if args.check:
             check_lag(status, config.health.max_lag_seconds)
+        return 0
+
+    if cmd == "checks":
+        from binlake.ops.check_results import format_results, results_json, stored_results, write_data_docs
+
+        results = stored_results(get_spark(), config, tables=args.table or None, last=args.last)
+        print(results_json(results) if args.json else format_results(results))
+        if args.docs:
+            print(f"Data Docs written to {write_data_docs(results, args.docs)}")
         return 0
 
     spark = get_spark()

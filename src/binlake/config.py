@@ -460,8 +460,39 @@ class LakehouseConfig:
 
 
 @dataclass(frozen=True)
+class Expectation:
+    """One Great Expectations expectation as gold runs it: GE's own JSON form (``type``,
+    ``kwargs``, ``meta``) plus binlake's severity (``meta.severity``) and the name binlake
+    reports and quarantines it under (``meta.name``, else one made from the type and kwargs).
+    ``where`` says where it was declared, for error messages."""
+
+    type: str
+    kwargs: Mapping[str, Any]
+    severity: Severity
+    name: str
+    where: str
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The expectation in GE's suite format, severity and name in its meta."""
+        return {
+            "type": self.type,
+            "kwargs": dict(self.kwargs),
+            "meta": {**self.meta, "severity": self.severity.value, "name": self.name},
+        }
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns its kwargs name (column, column_A, column_B, column_list)."""
+        named = [self.kwargs.get(k) for k in ("column", "column_A", "column_B")]
+        named += list(self.kwargs.get("column_list") or ())
+        return tuple(c for c in named if isinstance(c, str))
+
+
+@dataclass(frozen=True)
 class CheckRule:
-    """One per-table gold check from the config."""
+    """One per-table gold check from the config's shorthand (``gold.checks``): a convenience
+    that compiles to one GE expectation (:meth:`expectation`)."""
 
     severity: Severity
     column: str | None = None
@@ -478,10 +509,71 @@ class CheckRule:
                 return name
         return "not_null"
 
+    def expectation(self, where: str) -> Expectation:
+        """The GE expectation this rule means, named as the rule always was (``between(price, 0, 100)``)."""
+        col = self.column
+        if self.kind in ("between", "row_count"):
+            lo, hi = self.between if self.kind == "between" else self.row_count  # type: ignore[misc]
+            bounds = {k: v for k, v in (("min_value", lo), ("max_value", hi)) if v is not None}
+            if self.kind == "between":
+                return Expectation(
+                    "expect_column_values_to_be_between",
+                    {"column": col, **bounds},
+                    self.severity,
+                    f"between({col}, {_text(lo)}, {_text(hi)})",
+                    where,
+                )
+            return Expectation(
+                "expect_table_row_count_to_be_between",
+                bounds,
+                self.severity,
+                f"row_count({_text(lo)}, {_text(hi)})",
+                where,
+            )
+        if self.kind == "values":
+            values = list(self.values or ())
+            return Expectation(
+                "expect_column_values_to_be_in_set",
+                {"column": col, "value_set": values},
+                self.severity,
+                f"values({col}, {values})",
+                where,
+            )
+        if self.kind == "regex":
+            return Expectation(
+                "expect_column_values_to_match_regex",
+                {"column": col, "regex": self.regex},
+                self.severity,
+                f"regex({col}, {self.regex})",
+                where,
+            )
+        return Expectation(
+            "expect_column_values_to_not_be_null", {"column": col}, self.severity, f"not_null({col})", where
+        )
+
+
+def _text(value: Any) -> str:
+    return "null" if value is None else str(value)
+
+
+@dataclass(frozen=True)
+class SuiteFile:
+    """A GE expectation suite file that ``gold.expectations`` applies to matching tables."""
+
+    pattern: str
+    path: str
+    name: str
+    expectations: tuple[Expectation, ...]
+
+    def matches(self, db: str, table: str) -> bool:
+        return fnmatch.fnmatchcase(f"{db}.{table}", self.pattern)
+
 
 @dataclass(frozen=True)
 class GoldConfig:
     checks: Mapping[str, tuple[CheckRule, ...]] = field(default_factory=dict)
+    # Expectation suites in GE's JSON format, per "db.table" pattern (the first match wins).
+    expectations: tuple[SuiteFile, ...] = ()
     # Publish groups: name -> "db.table" patterns. A group's tables are published together
     # at one binlog position; a table no group names is in its database's group.
     groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -494,6 +586,17 @@ class GoldConfig:
             if any(fnmatch.fnmatchcase(name, p) for p in patterns):
                 return group
         return db
+
+    def suite_file(self, db: str, table: str) -> SuiteFile | None:
+        return next((s for s in self.expectations if s.matches(db, table)), None)
+
+    def suite(self, db: str, table: str) -> tuple[Expectation, ...]:
+        """Every expectation gold checks ``db.table`` with: its suite file's, then its
+        ``gold.checks`` rules compiled to GE expectations."""
+        found = self.suite_file(db, table)
+        rules = self.checks.get(f"{db}.{table}", ())
+        compiled = tuple(r.expectation(f"gold.checks.{db}.{table}[{i}]") for i, r in enumerate(rules))
+        return (found.expectations if found else ()) + compiled
 
 
 @dataclass(frozen=True)
@@ -610,6 +713,18 @@ class Config:
                         f"gold.checks.{table}[{i}] checks column {check.column}, which "
                         f"source.columns[{rule.pattern!r}] drops: remove the check or keep the column"
                     )
+        for suite in self.gold.expectations:
+            # A pattern's tables are only known at preflight and publish, which check them; a
+            # plain name is checked here.
+            db, _, name = suite.pattern.partition(".")
+            rule = None if any(ch in suite.pattern for ch in "*?[") else self.source.column_rule(db, name)
+            for e in suite.expectations if rule is not None else ():
+                dropped = [c for c in e.columns if not rule.keeps(c)]
+                if dropped:
+                    raise ConfigError(
+                        f"{e.where} ({e.type}) names column {dropped[0]}, which source.columns[{rule.pattern!r}] "
+                        "drops: remove the expectation or keep the column"
+                    )
 
     @property
     def lakehouse_root(self) -> str | None:
@@ -641,7 +756,7 @@ _SECTIONS = {
     "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
     "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
     "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
-    "gold": {"checks", "groups"},
+    "gold": {"checks", "expectations", "groups"},
     "maintenance": {
         "optimize_min_files",
         "tombstone_retention_hours",
@@ -715,7 +830,7 @@ def load_config_text(
             chunks_per_commit=_int(sections["snapshot"], "snapshot.chunks_per_commit", 0),
         ),
         capture=_capture(sections["capture"]),
-        gold=_gold(sections["gold"]),
+        gold=_gold(sections["gold"], base_dir),
         maintenance=MaintenanceConfig(
             **{
                 k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
@@ -919,7 +1034,7 @@ def _capture(s: Mapping[str, Any]) -> CaptureConfig:
     )
 
 
-def _gold(s: Mapping[str, Any]) -> GoldConfig:
+def _gold(s: Mapping[str, Any], base_dir: str = ".") -> GoldConfig:
     checks_raw = s.get("checks") or {}
     if not isinstance(checks_raw, dict):
         raise ConfigError('gold.checks must map "db.table" to a list of rules')
@@ -968,7 +1083,107 @@ def _gold(s: Mapping[str, Any]) -> GoldConfig:
                 )
             )
         checks[str(table)] = tuple(parsed)
-    return GoldConfig(checks=checks, groups=_groups(s.get("groups")))
+    return GoldConfig(
+        checks=checks, expectations=_suite_files(s.get("expectations"), base_dir), groups=_groups(s.get("groups"))
+    )
+
+
+_SUITE_EXAMPLE = '{"name": "shop_orders", "expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]}'
+
+
+def _suite_files(raw: Any, base_dir: str) -> tuple[SuiteFile, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise ConfigError(
+            'gold.expectations must map a "db.table" pattern to an expectation suite file in Great Expectations\' '
+            'JSON format, e.g. {"shop.orders": expectations/shop_orders.json}'
+        )
+    suites = []
+    for pattern, path in raw.items():
+        where = f"gold.expectations[{pattern!r}]"
+        if not isinstance(pattern, str) or not _TABLE_PATTERN.match(pattern):
+            raise ConfigError(
+                f'gold.expectations key {pattern!r} is not a "db.table" pattern such as "shop.orders" or "shop.*"'
+            )
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError(f"{where} must be the path of a suite file, e.g. expectations/shop_orders.json")
+        suites.append(_suite_file(pattern, path, base_dir, where))
+    return tuple(suites)
+
+
+def _suite_file(pattern: str, path: str, base_dir: str, where: str) -> SuiteFile:
+    full = Path(path) if Path(path).is_absolute() else Path(base_dir) / path
+    try:
+        text = full.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{where}: suite file {path} not found (a relative path is read from the config file's directory "
+            f"{base_dir}): fix the path"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(
+            f"{where}: suite file {path} cannot be read ({exc.strerror}): check its permissions"
+        ) from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): fix the syntax"
+        ) from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("expectations"), list):
+        raise ConfigError(f"{path} is not an expectation suite: write it in GE's format, {_SUITE_EXAMPLE}")
+    _refuse_unknown_keys(raw, _SUITE_KEYS, path)
+    expectations = tuple(
+        _suite_expectation(item, f"{path} expectations[{i}]") for i, item in enumerate(raw["expectations"])
+    )
+    names = [e.name for e in expectations]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"{path} has two expectations named {twice[0]!r}: give one of them another meta.name")
+    return SuiteFile(pattern, path, str(raw.get("name") or Path(path).stem), expectations)
+
+
+# The keys of GE 1.x's suite JSON (what ExpectationSuite.to_json_dict writes).
+_SUITE_KEYS = {"name", "id", "expectations", "meta", "notes", "suite_parameters", "data_asset_type"}
+_EXPECTATION_KEYS = {"type", "kwargs", "meta", "id", "notes", "description", "rendered_content", "severity"}
+
+
+def _suite_expectation(item: Any, where: str) -> Expectation:
+    if not isinstance(item, dict):
+        raise ConfigError(
+            f'{where} must be an object such as {{"type": "expect_column_values_to_not_be_null", "kwargs": {{"column": "id"}}}}'
+        )
+    if "expectation_type" in item and "type" not in item:
+        raise ConfigError(f'{where} uses "expectation_type" (Great Expectations 0.x): rename it to "type"')
+    _refuse_unknown_keys(item, _EXPECTATION_KEYS, where)
+    kind = item.get("type")
+    if not isinstance(kind, str) or not kind.startswith("expect_"):
+        raise ConfigError(f'{where} has no expectation "type": name one such as expect_column_values_to_not_be_null')
+    kwargs = item.get("kwargs", {})
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"{where} ({kind}): kwargs must be an object of the expectation's arguments")
+    meta = item.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ConfigError(f"{where} ({kind}): meta must be an object")
+    severity = meta.get("severity", Severity.FAIL.value)
+    if severity not in [s.value for s in Severity]:
+        raise ConfigError(f"{where} ({kind}): meta.severity must be warn, drop or fail, got {severity!r}")
+    name = meta.get("name") or _expectation_name(kind, kwargs)
+    if not isinstance(name, str):
+        raise ConfigError(f"{where} ({kind}): meta.name must be a string")
+    rest = {k: v for k, v in meta.items() if k not in ("severity", "name")}
+    return Expectation(kind, kwargs, Severity(severity), name, where, rest)
+
+
+def _expectation_name(kind: str, kwargs: Mapping[str, Any]) -> str:
+    """A readable default name: the type and its arguments, long lists cut short."""
+
+    def short(v: Any) -> str:
+        text = json.dumps(v, default=str)
+        return text if len(text) <= 40 else text[:37] + "..."
+
+    return f"{kind}({', '.join(f'{k}={short(v)}' for k, v in kwargs.items())})"
 
 
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

@@ -4,9 +4,9 @@
    ENUM, JSON and an unsigned BIGINT) in the local MariaDB;
 2. runs ``binlake run`` (snapshot, capture, silver, gold);
 3. applies inserts, updates and deletes, and runs ``binlake run`` again;
-4. prints what an analyst sees: a per-table summary, one SQL query on gold, the masked
-   email column (``source.columns``) and a customer's two moves in the history table
-   (``history.tables``);
+4. prints what an analyst sees: a per-table summary, one SQL query on gold, the order a Great
+   Expectations suite quarantined (``gold.expectations``), the masked email column
+   (``source.columns``) and a customer's two moves in the history table (``history.tables``);
 5. runs ``binlake run --continuous`` for a few seconds: a change made on the source appears
    in gold, and the freshness it measured is printed.
 """
@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -79,7 +80,23 @@ CHANGES = [
     "DELETE FROM shop.orders WHERE customer_id = 4",
     "DELETE FROM shop.customers WHERE id = 4",
     "UPDATE shop.products SET status = 'discontinued' WHERE sku = 1001",
+    # A typo on the source: the orders suite's drop expectation keeps it out of gold.
+    "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) VALUES (1, 3, 1003, 5000, '2026-05-04 08:00:00')",
 ]
+
+# The orders' expectation suite, in Great Expectations' own JSON format (gold.expectations).
+ORDERS_SUITE = {
+    "name": "shop_orders",
+    "expectations": [
+        {
+            "type": "expect_column_values_to_be_between",
+            "kwargs": {"column": "quantity", "min_value": 1, "max_value": 100},
+            "meta": {"severity": "drop", "name": "quantity between 1 and 100"},
+        },
+        {"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "placed_at"}},
+        {"type": "expect_table_row_count_to_be_between", "kwargs": {"min_value": 1}, "meta": {"severity": "warn"}},
+    ],
+}
 
 ANALYST_SQL = """
 SELECT c.name, c.country, COUNT(*) AS orders, SUM(o.quantity) AS items,
@@ -108,12 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     config_path = work / "binlake.yml"
+    suite = work / "expectations" / "shop_orders.json"
+    suite.parent.mkdir()
+    suite.write_text(json.dumps(ORDERS_SUITE, indent=2))
     config_path.write_text(
         db.config_yaml(
             str(work / "lakehouse"),
             ["shop.*"],
             snapshot={"chunk_size": 2, "parallelism": 2},
-            gold={"checks": {"shop.products": [{"column": "price", "between": [0, 100000], "severity": "drop"}]}},
+            gold={
+                "checks": {"shop.products": [{"column": "price", "between": [0, 100000], "severity": "drop"}]},
+                "expectations": {"shop.orders": str(suite)},
+            },
             # The customers' email is stored as a salted hash in every layer (a real
             # deployment keeps the salt in a secret: {{secrets/scope/key}}).
             source={"columns": {"shop.customers": {"mask": {"email": "hash"}}}, "mask_salt": "${BINLAKE_DEMO_SALT}"},
@@ -161,7 +184,8 @@ def _show(config_path: Path, db) -> int:
     lh = Lakehouse(config)
     spark = get_spark()
     print(
-        f"\n     {'table':16} {'source rows':>11} {'silver live':>11} {'tombstones':>10} {'gold rows':>9}  published at"
+        f"\n     {'table':16} {'source rows':>11} {'silver live':>11} {'tombstones':>10} {'gold rows':>9} "
+        f"{'quarantined':>11}  published at"
     )
     publish = {}
     if lh.publish_log.exists(spark):
@@ -177,9 +201,10 @@ def _show(config_path: Path, db) -> int:
             tombstones = silver.where("_cdc_deleted").count()
             gold_rows = lh.gold("shop", table).read(spark).count()
             p = publish.get(("shop", table))
+            held = (p["silver_rows"] - p["row_count"]) if p else 0
             where = f"{p['binlog_file']}:{p['pos']}" if p else "-"
-            all_equal &= source_rows == live == gold_rows
-            print(f"     {table:16} {source_rows:>11} {live:>11} {tombstones:>10} {gold_rows:>9}  {where}")
+            all_equal &= source_rows == live == gold_rows + held
+            print(f"     {table:16} {source_rows:>11} {live:>11} {tombstones:>10} {gold_rows:>9} {held:>11}  {where}")
     names = {t: lh.gold("shop", t).sql for t in ("customers", "orders", "products")}
     sql = ANALYST_SQL.format(**names)
     print(
@@ -187,7 +212,19 @@ def _show(config_path: Path, db) -> int:
         + "\n       ".join(line for line in sql.replace(str(Path(config.lakehouse_root)), "<lakehouse>").splitlines())
     )
     spark.sql(sql).show(truncate=False)
-    print("     gold row counts equal the source" if all_equal else "     MISMATCH between source and gold row counts")
+    print(
+        "     gold row counts equal the source, less the quarantined rows"
+        if all_equal
+        else "     MISMATCH between source and gold row counts"
+    )
+    print("\n     the order the expectation suite's drop expectation held back (gold/_quarantine), and GE's result:")
+    spark.sql(
+        "SELECT customer_id, order_no, quantity, _quarantine_check, _publish_id "
+        f"FROM {lh.quarantine('shop', 'orders').sql} ORDER BY _quarantined_at DESC LIMIT 1"
+    ).show(truncate=False)
+    from binlake.ops.check_results import format_results, stored_results
+
+    print("     " + format_results(stored_results(spark, config, ["shop.orders"])).replace("\n", "\n     "))
     print("\n     shop.customers.email is masked (source.columns): gold holds a salted SHA-256, joinable, not readable")
     spark.sql(f"SELECT id, name, left(email, 16) || '...' AS email FROM {names['customers']} ORDER BY id").show(
         truncate=False

@@ -60,6 +60,7 @@ class Lake:
         tables: Sequence[str] = ("shop.*",),
         checks: dict | None = None,
         groups: dict | None = None,
+        expectations: dict | None = None,
     ):
         self.spark = spark
         doc = {
@@ -75,16 +76,20 @@ class Lake:
         }
         if checks:
             doc.setdefault("gold", {})["checks"] = checks
+        if expectations:
+            doc.setdefault("gold", {})["expectations"] = expectations
         if groups:
             doc.setdefault("gold", {})["groups"] = groups
+        self.doc = doc
         self.config = load_config_text(yaml.safe_dump(doc))
         self.lh = Lakehouse(self.config)
         self.schemas: dict[tuple[str, str], TableSchema] = {}
         ensure_bronze_tables(spark, self.lh)
         self.lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA)
 
-    def with_checks(self, checks: dict) -> "Lake":
-        """The same lakehouse with other gold.checks (a config change between runs)."""
+    def with_checks(self, checks: dict, expectations: dict | None = None) -> "Lake":
+        """The same lakehouse with other gold.checks and gold.expectations (suite files by
+        absolute path): a config change between runs."""
         other = object.__new__(Lake)
         other.__dict__.update(self.__dict__)
         doc = {
@@ -97,11 +102,17 @@ class Lake:
                 "tables": list(self.config.source.tables),
             },
             "lakehouse": {"path": self.config.lakehouse.path},
-            "gold": {"checks": checks},
+            "gold": {"checks": checks, **({"expectations": expectations} if expectations else {})},
         }
+        other.doc = doc
         other.config = load_config_text(yaml.safe_dump(doc))
         other.lh = Lakehouse(other.config)
         return other
+
+    def config_file(self, path: Path) -> Path:
+        """The config written as a binlake.yml, for commands run through the CLI."""
+        path.write_text(yaml.safe_dump(self.doc))
+        return path
 
     # -- bronze -----------------------------------------------------------------------
     def add_table(self, schema: TableSchema, at: tuple[int, int] = (1, 4)) -> None:

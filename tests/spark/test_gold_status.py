@@ -134,6 +134,23 @@ def test_status_degrades_with_a_note_when_the_source_side_is_unavailable(spark, 
     assert "note: source position, lag and purge risk unavailable" in text
 
 
+def test_status_names_the_checks_the_last_attempt_failed(spark, lake, monkeypatch):
+    capture_module(monkeypatch, _unreachable)
+
+    status = collect_status(spark, lake.config)
+
+    assert status["tables"][0]["failing_checks"] == [
+        {
+            "name": "between(price, 0, null)",
+            "severity": "fail",
+            "unexpected_count": 1,
+            "observed_value": None,
+            "error": None,
+        }
+    ]
+    assert "  shop.items between(price, 0, null) (fail): 1 unexpected rows" in format_status(status)
+
+
 def test_status_reads_only_the_latest_commits_of_a_long_change_log(spark, tmp_path, monkeypatch):
     import binlake.ops.status as status_module
 

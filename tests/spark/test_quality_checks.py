@@ -10,10 +10,10 @@ import pytest
 from chispa import assert_df_equality
 from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
-from binlake.config import CheckRule, Severity
+from binlake.config import Severity
 from binlake.errors import ConfigError, QualityCheckFailed
 from binlake.gold.publish import run_gold
-from binlake.quality.checks import builtin_checks, rule_check, run_checks, table_checks
+from binlake.quality.checks import builtin_checks, check_rows, keep_frame, table_plan
 
 ITEMS = table_schema(
     "shop",
@@ -174,7 +174,8 @@ def test_fail_publishes_nothing_keeps_the_last_good_gold_and_raises(spark, lake_
 def test_a_duplicate_primary_key_in_silver_fails_the_built_in_check(spark, lake_with):
     lake = lake_with([item(1, "pen", 2.5, 100), item(1, "pen again", 2.5, 200)])
 
-    with pytest.raises(QualityCheckFailed, match=r"shop\.items primary_key_unique\(id\) \(fail\): 2 unexpected rows"):
+    # Rows beyond the first of a key are the unexpected ones.
+    with pytest.raises(QualityCheckFailed, match=r"shop\.items primary_key_unique\(id\) \(fail\): 1 unexpected rows"):
         run_gold(spark, lake.config)
 
     assert not lake.lh.gold("shop", "items").exists(spark)
@@ -201,40 +202,50 @@ def test_built_in_checks_cover_the_key_and_declared_not_null_columns():
     assert by_name["not_null(added)"].severity is Severity.WARN
 
 
-def test_rules_that_name_an_unknown_column_are_refused():
+def test_rules_that_name_an_unknown_column_are_refused(base):
+    lake = base.with_checks({"shop.items": [{"column": "cost", "not_null": True, "severity": "warn"}]})
+
     with pytest.raises(
         ConfigError,
-        match=r"gold\.checks\.shop\.items names column 'cost', which shop\.items does not "
-        r"have: use one of id, name, price, added",
+        match=r"gold\.checks\.shop\.items\[0\] \(expect_column_values_to_not_be_null\) names column 'cost', "
+        r"which shop\.items does not have \(or source\.columns drops\): use one of id, name, price, added",
     ):
-        table_checks(ITEMS, [CheckRule(Severity.WARN, column="cost", not_null=True)], 0)
+        table_plan(lake.config, ITEMS)
 
 
-def test_each_rule_kind_agrees_with_its_quarantine_predicate(spark):
+AGREE = table_schema("shop", "agree", [col("id", "int", False), col("code", "string"), col("n", "int")], key=["id"])
+
+
+def test_each_rule_kind_quarantines_exactly_the_rows_ge_counts_as_unexpected(spark, base):
     df = spark.createDataFrame(
         [(1, "a1", 5), (2, "b2", 50), (3, None, None), (4, "zz", 7)], "id INT, code STRING, n INT"
     )
     rules = [
-        CheckRule(Severity.DROP, column="n", between=(0, 10)),
-        CheckRule(Severity.DROP, column="code", values=("a1", "zz")),
-        CheckRule(Severity.DROP, column="code", regex="^[a-b][0-9]$"),
-        CheckRule(Severity.DROP, column="code", not_null=True),
-        CheckRule(Severity.DROP, column="n", between=(None, 6)),
+        {"column": "n", "between": [0, 10], "severity": "drop"},
+        {"column": "code", "values": ["a1", "zz"], "severity": "drop"},
+        {"column": "code", "regex": "^[a-b][0-9]$", "severity": "drop"},
+        {"column": "code", "not_null": True, "severity": "drop"},
+        {"column": "n", "between": [None, 6], "severity": "drop"},
     ]
-    checks = [rule_check(r) for r in rules]
+    plan = table_plan(base.with_checks({"shop.agree": rules}).config, AGREE)
 
-    outcome = run_checks(df, checks, table="agree")
+    outcome = check_rows(df, plan, table_level=True)
 
-    for check, result in zip(checks, outcome.results):
-        assert result.unexpected_count == df.where(check.failing_rows).count(), check.name
-    assert [r.unexpected_count for r in outcome.results] == [1, 1, 1, 1, 2]
+    counts = {r.name: r.unexpected_count for r in outcome.results if r.origin == "expectation"}
+    assert list(counts.values()) == [1, 1, 1, 1, 2]
+    for name, condition in outcome.conditions.items():
+        assert df.where(condition).count() == counts[name], name
+    assert outcome.held_back == 3  # ids 2, 3 and 4 (a row failing two rules is held back once)
+    assert sorted(r["id"] for r in keep_frame(df, outcome).collect()) == [1]
 
 
-def test_checks_leave_the_checked_frame_uncached(spark):
-    df = spark.createDataFrame([(1, 5), (2, 50)], "id INT, n INT")
-    checks = [rule_check(CheckRule(Severity.WARN, column="n", between=(0, 10)))]
+def test_checks_leave_the_checked_frame_uncached(spark, base):
+    df = spark.createDataFrame([(1, "x", 5), (2, "y", 50)], "id INT, code STRING, n INT")
+    plan = table_plan(
+        base.with_checks({"shop.agree": [{"column": "n", "between": [0, 10], "severity": "warn"}]}).config, AGREE
+    )
 
-    outcome = run_checks(df, checks, table="cache")
+    outcome = check_rows(df, plan, table_level=True)
 
-    assert [r.unexpected_count for r in outcome.results] == [1]
+    assert [r.unexpected_count for r in outcome.results if r.origin == "expectation"] == [1]
     assert not df.is_cached

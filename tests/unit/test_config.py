@@ -354,15 +354,21 @@ def _readme() -> str:
     return path.read_text()
 
 
-def test_the_readme_config_example_loads_as_written():
+def test_the_readme_config_example_loads_as_written(tmp_path):
     text = _readme()
     section = text.split("## Configuration", 1)
     assert len(section) == 2, "README.md has no '## Configuration' section with the binlake.yml example"
     blocks = re.findall(r"```yaml\n(.*?)```", section[1], re.S)
     assert blocks, "README.md's Configuration section has no ```yaml block"
-    cfg = load_config_text(blocks[0], environ=ENV, origin="README example")
+    # The suite file the example names is the README's own suite example.
+    suites = re.findall(r"```json\n(.*?)```", section[1], re.S)
+    assert suites, "README.md's Configuration section has no ```json expectation suite"
+    (tmp_path / "expectations").mkdir()
+    (tmp_path / "expectations" / "shop_orders.json").write_text(suites[0])
+    cfg = load_config_text(blocks[0], environ=ENV, origin="README example", base_dir=str(tmp_path))
     assert cfg.source.tables == ("shop.*", "crm.customers")
     assert [r.severity for r in cfg.gold.checks["shop.products"]] == [Severity.DROP, Severity.FAIL]
+    assert [e.severity for e in cfg.gold.suite("shop", "orders")] == [Severity.DROP, Severity.FAIL, Severity.WARN]
 
 
 def test_the_readme_quickstart_commands_are_make_targets_and_ci_runs_make_test():

@@ -13,6 +13,7 @@ Locally tables are directories under ``lakehouse.path``::
                                        with __history_events and __history_facts beside it
     <path>/gold/<db>/<table>           validated current state
     <path>/gold/_publish_log           one row per table per publish
+    <path>/gold/_check_results         Great Expectations' validation result per table per publish
     <path>/gold/_quarantine            rows dropped by checks with severity drop
     <path>/gold/_metrics               one row per command run, step and table (health)
     <path>/_system/continuous          the continuous mode's state (a JSON file)
@@ -243,6 +244,17 @@ PUBLISH_LOG_SCHEMA = (
 """gold/_publish_log: one row per table per publish attempt. ``row_count``: the rows gold
 holds; ``silver_rows``: silver's live rows at ``silver_version`` (they differ by the rows drop
 checks hold back)."""
+
+
+CHECK_RESULTS_SCHEMA = (
+    "publish_id STRING, publish_group STRING, db STRING, `table` STRING, status STRING, success BOOLEAN, "
+    "checked_at TIMESTAMP, ge_version STRING, result STRING"
+)
+"""gold/_check_results: Great Expectations' validation result (``result``: the
+``ExpectationSuiteValidationResult`` JSON GE produces) of each table a publish attempt checked
+with expectations, linked to the publish log by ``publish_id``; ``status`` is the attempt's.
+A publish repeated after a kill appends its results again: the newest ``checked_at`` of a
+``publish_id`` and table is the one that stands."""
 
 
 METRICS_SCHEMA = (
@@ -509,6 +521,10 @@ class Lakehouse:
     @property
     def publish_log(self) -> TableRef:
         return self._ref("gold", "_publish_log")
+
+    @property
+    def check_results(self) -> TableRef:
+        return self._ref("gold", "_check_results")
 
     @property
     def metrics(self) -> TableRef:

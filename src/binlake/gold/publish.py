@@ -41,7 +41,7 @@ from typing import Any, Iterator
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
-from binlake.config import Config, Severity
+from binlake.config import Config
 from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
@@ -60,6 +60,7 @@ from binlake.errors import (
 from binlake.gold.publish_log import (
     STATUS_FAILED,
     STATUS_PUBLISHED,
+    append_check_results,
     append_log,
     ensure_publish_log,
     last_published,
@@ -72,13 +73,18 @@ from binlake.gold.readiness import (
     silver_progress,
 )
 from binlake.quality.checks import (
+    ChecksPlan,
     TableChecks,
+    check_rows,
+    check_table,
     keep_frame,
     quarantine_frame,
-    run_checks,
+    recheck_table,
+    rejected,
     settle_row_count_equals_silver,
-    settle_row_count_rules,
-    table_checks,
+    table_plan,
+    unexpected_conditions,
+    validation_json,
 )
 from binlake.silver.merge import is_numeric_type, key_intervals
 
@@ -194,6 +200,7 @@ class _Work:
     schema: TableSchema
     digest: str
     previous: dict | None
+    plan: ChecksPlan | None = None
     frame: Any = None  # the live rows checked (all of silver's, or those of the changed keys)
     source: Any = None  # incremental: the changed keys' rows at the new silver version
     outcome: TableChecks | None = None
@@ -236,11 +243,10 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
     return gtid, source_time
 
 
-def _rules_digest(config: Config, name: str) -> str:
-    rules = config.gold.checks.get(name, ())
-    text = json.dumps(
-        [[r.severity.value, r.kind, r.column, r.between, r.values, r.regex, r.row_count] for r in rules], default=str
-    )
+def _rules_digest(plan: ChecksPlan) -> str:
+    """What the table is checked with: a change rebuilds its gold table (rows an older rule
+    set kept or dropped are checked again)."""
+    text = json.dumps(plan.digest_source, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -429,7 +435,8 @@ def _plan(
         if problems:
             blockers.setdefault(s.name, []).extend(problems)
             continue
-        digest = _rules_digest(config, s.name)
+        plan = table_plan(config, schema)  # a bad expectation stops the run here, before anything is read
+        digest = _rules_digest(plan)
         t = TablePublish(
             s.db,
             s.table,
@@ -441,7 +448,7 @@ def _plan(
         if t.reused:
             t.gold_version, t.row_count, t.silver_rows = prev["gold_version"], prev["row_count"], prev["silver_rows"]
             t.checks = prev["checks"]
-        work.append(_Work(t, schema, digest, prev))
+        work.append(_Work(t, schema, digest, prev, plan))
     return work, blockers
 
 
@@ -467,24 +474,27 @@ def _key_bounds(keys, schema: TableSchema, rows: int, bounds: tuple):
 
 
 def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
-    """Read what the publish needs of one table and run its checks."""
+    """Read what the publish needs of one table and run its checks: the built-ins and the
+    row-level expectations on the rows read, the table-level ones on the table as it will be
+    published."""
     from pyspark.sql import functions as F
 
-    t, schema = w.publish, w.schema
+    t, schema, plan = w.publish, w.schema, w.plan
     silver = lh.silver(t.db, t.table).read_version(spark, t.silver_version)
-    checks = table_checks(schema, config.gold.checks.get(t.name, ()))
-    if t.mode == INCREMENTAL and not _check_changes(spark, lh, w, silver, checks):
+    if t.mode == INCREMENTAL and not _check_changes(spark, lh, w, silver):
         t.mode = REBUILD
     if t.mode == REBUILD:
         w.frame = _gold_frame(silver.where(~F.col("_cdc_deleted")), schema)
-        w.outcome = run_checks(w.frame, checks, table=f"{t.db}__{t.table}", key=schema.key)
+        w.outcome = check_rows(w.frame, plan, table_level=True)
+        if w.outcome.dropping and plan.expectations.table_level:
+            # Table-level expectations judge the table as published: without the dropped rows.
+            recheck_table(keep_frame(w.frame, w.outcome), plan, w.outcome)
         t.silver_rows = w.outcome.rows
         w.expected_gold_rows = w.outcome.rows - w.outcome.held_back
-    settle_row_count_rules(w.outcome, w.expected_gold_rows)
     t.checks = w.outcome
 
 
-def _check_changes(spark, lh: Lakehouse, w: _Work, silver, checks) -> bool:
+def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
     """The keys silver's change feed names since the last publish, their rows at the pinned
     version (checked, and the MERGE's source), and what gold held for them; False when the
     feed does not cover that range (kept only from a later version on, or cleaned up)."""
@@ -492,15 +502,14 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver, checks) -> bool:
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    t, schema = w.publish, w.schema
+    t, schema, plan = w.publish, w.schema, w.plan
     since = int(w.previous["silver_version"])
     keys = [quote_ident(k) for k in schema.key]
     # A key's row as the last publish read it is its first pre-image in the feed (a key whose
-    # first change is an insert had none); a drop rule that rejects it kept it out of gold.
-    drops = [c for c in checks if c.severity is Severity.DROP and c.row_level]
-    rejected = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in drops) or "FALSE"
+    # first change is an insert had none); a drop expectation that rejects it kept it out of gold.
+    drops = unexpected_conditions(silver, [p for p in plan.expectations.drops])
     order = F.struct(F.col("_commit_version"), F.when(F.col("_change_type") == "update_postimage", 1).otherwise(0))
-    first = F.struct((F.col("_change_type") == "update_preimage") & ~F.col("_cdc_deleted"), F.expr(f"NOT ({rejected})"))
+    first = F.struct((F.col("_change_type") == "update_preimage") & ~F.col("_cdc_deleted"), ~rejected(drops.values()))
     try:
         feed = lh.silver(t.db, t.table).read_changes(spark, since + 1, t.silver_version, inserts_only=False)
         per_key = feed.groupBy(*keys).agg(F.min_by(first, order).alias("_before"))
@@ -529,9 +538,15 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver, checks) -> bool:
     now = silver.where(bounds).join(F.broadcast(changed), list(schema.key), "left_semi")
     w.source = now.persist(StorageLevel.MEMORY_AND_DISK)
     w.frame = _gold_frame(w.source.where(~F.col("_cdc_deleted")), schema)
-    w.outcome = run_checks(w.frame, checks, table=f"{t.db}__{t.table}", key=schema.key)
+    w.outcome = check_rows(w.frame, plan, table_level=False)
     t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - before["live"]
     w.expected_gold_rows = int(w.previous["row_count"]) + (w.outcome.rows - w.outcome.held_back) - before["kept"]
+    if plan.expectations.table_level:
+        # The table as this publish will leave it: gold as last published, its changed keys
+        # replaced by the kept rows of this publish (a scan of gold, for table-level checks only).
+        published = lh.gold(t.db, t.table).read_version(spark, int(w.previous["gold_version"]))
+        published = published.join(F.broadcast(changed), list(schema.key), "left_anti")
+        check_table(published.unionByName(keep_frame(w.frame, w.outcome)), plan, w.outcome)
     return True
 
 
@@ -553,17 +568,17 @@ def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]
     return version, rows
 
 
-def _merge_gold(spark, ref: TableRef, source, dropping, schema: TableSchema) -> tuple[int, int]:
+def _merge_gold(spark, ref: TableRef, source, outcome: TableChecks, schema: TableSchema) -> tuple[int, int]:
     """MERGE the changed keys' rows into gold: a row whose ``_cdc_seq`` differs replaces
     gold's, a tombstone or a row a drop check rejects deletes it. Returns (new version, rows
     gold holds), counted from the table's file statistics (Delta answers a plain count from
     its log, without reading the rows)."""
     from pyspark.sql import functions as F
 
-    rejected = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in dropping) or "FALSE"
+    dropped = rejected([outcome.conditions[c.name] for c in outcome.dropping])
     staged = (
         _gold_frame(source, schema, keep_deleted=True)
-        .withColumn("_keep", F.expr(f"NOT _cdc_deleted AND NOT ({rejected})"))
+        .withColumn("_keep", ~F.col("_cdc_deleted") & ~dropped)
         .drop("_cdc_deleted")
     )
     cols = [c for c in staged.columns if c != "_keep"]
@@ -605,16 +620,15 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
         f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
         for r in outcome.warnings
     ]
-    dropping = outcome.dropping
-    if dropping:
+    if outcome.dropping:
         with _writing(lh.quarantine(t.db, t.table)):
-            t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(w.frame, dropping), publish_id)
+            t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(w.frame, outcome), publish_id)
     gold = lh.gold(t.db, t.table)
     with _writing(gold):
         if t.mode == REBUILD:
-            t.gold_version, t.row_count = _write_gold(spark, gold, keep_frame(w.frame, dropping), w.schema.comment)
+            t.gold_version, t.row_count = _write_gold(spark, gold, keep_frame(w.frame, outcome), w.schema.comment)
         else:
-            t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, dropping, w.schema)
+            t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema)
             faults.point("gold.after_incremental_merge")
     if t.history_version is not None:
         # The history silver held once it had applied this position: a copy of that version
@@ -716,6 +730,7 @@ def _publish_group(
         blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
         if blocking:
             _release(todo)
+            _record_results(spark, lh, publish_id, group, STATUS_FAILED, todo)
             with _writing(lh.publish_log):
                 append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group)
             raise QualityCheckFailed(
@@ -740,6 +755,7 @@ def _publish_group(
             blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
             if blocking:
                 _roll_back(spark, written)
+                _record_results(spark, lh, publish_id, group, STATUS_FAILED, todo)
                 with _writing(lh.publish_log):
                     append_log(
                         spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group
@@ -748,6 +764,7 @@ def _publish_group(
                     f"gold not published at {target}, the last good gold versions are kept: "
                     f"failed checks: {_describe_blocking(blocking)}"
                 )
+            _record_results(spark, lh, publish_id, group, STATUS_PUBLISHED, todo)
             faults.point("gold.before_publish_log")
             with _writing(lh.publish_log):
                 append_log(
@@ -760,6 +777,24 @@ def _publish_group(
             spark.conf.unset(_COMMIT_TAG)
             _release(todo)
     return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings, group=group)
+
+
+def _record_results(spark, lh: Lakehouse, publish_id: str, group: str, status: str, work: list[_Work]) -> None:
+    """Keep GE's validation result of every table this attempt checked with expectations."""
+    results = [(w.publish.db, w.publish.table, validation_json(w.outcome)) for w in work if w.outcome is not None]
+    results = [r for r in results if r[2] is not None]
+    for _, _, result in results:
+        # GE's run is the publish attempt: its Data Docs pages are named by the publish id.
+        result.setdefault("meta", {})["run_id"] = {"run_name": publish_id, "run_time": _utc_now()}
+    if results:
+        with _writing(lh.check_results):
+            append_check_results(spark, lh, publish_id, group, status, results)
+
+
+def _utc_now() -> str:
+    from datetime import datetime, timezone
+
+    return datetime.now(timezone.utc).isoformat()
 
 
 def _release(work: list[_Work]) -> None:

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import PUBLISH_LOG_SCHEMA, Lakehouse
+from binlake.contract.lakehouse import CHECK_RESULTS_SCHEMA, PUBLISH_LOG_SCHEMA, Lakehouse
 from binlake.contract.position import BinlogPosition, describe_key, position_key
 from binlake.errors import NotReadyError
 
@@ -168,6 +168,35 @@ def append_log(
         "publish_group",
     )
     lh.publish_log.save(df.write.format("delta").mode("append"))
+
+
+def append_check_results(
+    spark, lh: Lakehouse, publish_id: str, group: str | None, status: str, results: list[tuple[str, str, dict]]
+) -> None:
+    """Append GE's validation result (its JSON) of each (db, table) a publish attempt checked."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from binlake.quality.engine import GE_VERSION
+
+    rows = [
+        (publish_id, group, db, table, status, bool(result.get("success")), GE_VERSION, json.dumps(result, default=str))
+        for db, table, result in results
+    ]
+    staged = spark.createDataFrame(rows, CHECK_RESULTS_SCHEMA.replace("checked_at TIMESTAMP, ", ""))
+    df = staged.select(
+        "publish_id",
+        "publish_group",
+        "db",
+        "table",
+        "status",
+        "success",
+        F.current_timestamp().alias("checked_at"),
+        "ge_version",
+        "result",
+    )
+    lh.check_results.save(df.write.format("delta").mode("append"))
 
 
 def _utc_text(value: Any) -> str:

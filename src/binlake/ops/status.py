@@ -132,10 +132,22 @@ def _last_attempts(spark, lh: Lakehouse) -> dict[str, dict]:
         for r in (
             lh.publish_log.read(spark)
             .groupBy("db", "table")
-            .agg(F.max(F.struct("published_at", "status", "publish_id")).alias("a"))
+            .agg(F.max(F.struct("published_at", "status", "publish_id", "checks")).alias("a"))
             .collect()
         )
     }
+
+
+def _failing_checks(checks_json: str | None) -> list[dict[str, Any]]:
+    """The checks (built-ins and expectations) that failed in a publish attempt, from the
+    summary its publish-log row keeps: name, severity, unexpected rows or observed value, error."""
+    try:
+        results = json.loads(checks_json or "{}")
+    except ValueError:
+        return []
+    results = results.get("results", []) if isinstance(results, dict) else results
+    keep = ("name", "severity", "unexpected_count", "observed_value", "error")
+    return [{k: r.get(k) for k in keep} for r in results if isinstance(r, dict) and not r.get("success")]
 
 
 def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | None, now: datetime) -> float | None:
@@ -175,6 +187,7 @@ def _table_rows(
                 "published_gold_version": p["gold_version"] if p else None,
                 "last_attempt_status": a["status"] if a else None,
                 "gold_lag_seconds": _gold_lag(p, capture, now) if now else None,
+                "failing_checks": _failing_checks(a["checks"]) if a else [],
             }
         )
         if s and s.stopped:
@@ -198,7 +211,8 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     stopped it and the command that recovers it, or None), ``published_position``, ``publish_id``,
     ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
     ``last_attempt_status``, ``gold_lag_seconds``: how far its gold is behind the source, 0
-    when at the server's position, else an upper bound).
+    when at the server's position, else an upper bound, and ``failing_checks``: the checks of
+    the last publish attempt that failed).
     """
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -356,7 +370,22 @@ def format_status(status: Mapping[str, Any]) -> str:
         lines.append("")
         for r in [header, *rows]:
             lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        failing = [(t["table"], c) for t in tables for c in t.get("failing_checks") or []]
+        if failing:
+            lines.append("")
+            lines.append("failing checks of the last publish attempt (binlake checks --docs DIR renders GE's results):")
+            lines += [f"  {name} {_describe_check(c)}" for name, c in failing]
     return "\n".join(lines)
+
+
+def _describe_check(c: Mapping[str, Any]) -> str:
+    if c.get("error"):
+        what = f"error: {c['error']}"
+    elif c.get("unexpected_count") is not None:
+        what = f"{c['unexpected_count']:,} unexpected rows"
+    else:
+        what = f"observed {c.get('observed_value')}"
+    return f"{c['name']} ({c['severity']}): {what}"
 
 
 def status_json(status: Mapping[str, Any]) -> str:

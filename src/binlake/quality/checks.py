@@ -1,27 +1,28 @@
-"""Gold quality checks, evaluated by Spark in one pass over the rows about to be published.
+"""Gold's checks: binlake's built-in invariants, natively, and the configured expectations,
+through Great Expectations, in one query over the rows a publish checks.
 
 Every table gets the built-in checks (primary key unique and not null, declared NOT NULL
-columns, gold's row count equal to silver's live rows) plus its rules from ``gold.checks``
-in the config. Each check has a severity (docs/architecture.md, "Gold"):
+columns, gold's row count equal to silver's live rows). They are aggregates binlake computes
+itself: when the table has expectations they ride on the query GE runs anyway
+(:mod:`binlake.quality.engine`), otherwise they are the one query; a table without
+expectations never imports GE. The expectations (a suite file's, and the ``gold.checks``
+shorthand compiled to GE expectations) are validated by GE's Spark execution engine with
+``BOOLEAN_ONLY`` results first; only an expectation that failed costs a second query, for its
+unexpected values and counts (GE's ``SUMMARY``).
+
+Each check has a severity (docs/architecture.md, "Gold"):
 
 - ``warn``: publish anyway, record the result;
-- ``drop``: the failing rows go to the quarantine table, the rest is published;
-- ``fail``: nothing in the publish group is published.
-
-A row-level check is one Spark SQL predicate (:attr:`Check.failing_rows`), TRUE exactly for
-the rows it rejects: the same predicate counts them and, for ``drop``, selects them for
-quarantine. NULLs never fail ``between``, ``values`` or ``regex`` (use ``not_null`` for
-that). :func:`run_checks` evaluates every check of a table in one Spark job, whatever their
-number: a group-by on the key (for uniqueness) whose groups also sum each predicate's
-failing rows. The row-count checks compare counts: ``row_count`` rules the rows gold will
-hold (:func:`settle_row_count_rules`), ``row_count_equals_silver`` the rows Delta's commit
-says gold holds against what silver's rows make (:func:`settle_row_count_equals_silver`).
+- ``drop``: the rows GE's unexpected condition rejects go to the quarantine table, the rest
+  is published (row-level expectations on one column only, :mod:`binlake.quality.suites`);
+- ``fail``: nothing in the publish group is published. An expectation GE could not evaluate
+  (an exception inside GE) blocks like ``fail``, whatever its severity.
 
 Example::
 
-    >>> checks = table_checks(schema, rules)                              # doctest: +SKIP
-    >>> outcome = run_checks(gold_df, checks, key=schema.key)             # doctest: +SKIP
-    >>> [r.name for r in outcome.results if not r.success]                # doctest: +SKIP
+    >>> plan = table_plan(config, schema)                                  # doctest: +SKIP
+    >>> outcome = check_rows(gold_df, plan, table_level=True)              # doctest: +SKIP
+    >>> [r.name for r in outcome.results if not r.success]                 # doctest: +SKIP
     ['between(price, 0, 100000)']
 """
 
@@ -29,33 +30,31 @@ from __future__ import annotations
 
 import functools
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from binlake.config import CheckRule, Severity
+from binlake.config import Config, Severity
 from binlake.contract.sql import quote_ident
 from binlake.contract.types import Kind, TableSchema
+from binlake.quality.suites import Planned, TablePlan, plan_table
 
-ENGINE = "spark"
+NATIVE, GE = "spark", "great_expectations"
+ROW_COUNT_EQUALS_SILVER = "row_count_equals_silver"
 
 
 @dataclass(frozen=True)
 class Check:
-    """One check on one gold table."""
+    """One check on one gold table: a built-in or an expectation."""
 
     name: str
-    kind: str
+    kind: str  # a built-in kind, or a GE expectation type
     severity: Severity
     column: str | None = None
-    # Built-in checks guard binlake itself; rules come from gold.checks.
-    origin: str = "rule"
-    params: tuple[tuple[str, Any], ...] = ()
-    # Spark SQL predicate that is TRUE exactly for the rows this check rejects (row-level checks).
-    failing_rows: str | None = None
-
-    @property
-    def row_level(self) -> bool:
-        return self.failing_rows is not None
+    origin: str = "builtin"  # builtin | expectation
+    # Its verdict is per row: checked on the rows a publish changes.
+    row_level: bool = False
+    droppable: bool = False
+    planned: Planned | None = None
 
 
 @dataclass
@@ -65,10 +64,10 @@ class CheckResult:
     severity: Severity
     success: bool
     column: str | None = None
-    origin: str = "rule"
+    origin: str = "builtin"
     unexpected_count: int | None = None
     observed_value: Any = None
-    engine: str = ENGINE
+    engine: str = NATIVE
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,99 +87,77 @@ class CheckResult:
 
 @dataclass
 class TableChecks:
-    """The outcome of all checks on one table."""
+    """The outcome of all checks on one table, in check order."""
 
     table: str
-    results: list[CheckResult] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
+    results: list[CheckResult] = field(default_factory=list)
     rows: int = 0  # rows checked
     held_back: int = 0  # of them, rows a failing drop check rejects
+    # GE's validation results of this publish (ExpectationSuiteValidationResult objects).
+    validations: list = field(default_factory=list)
+    # GE's unexpected condition of each droppable expectation, by name (a Spark Column).
+    conditions: dict[str, Any] = field(default_factory=dict)
 
     @property
     def blocking(self) -> list[CheckResult]:
-        """Failed checks that stop the publish: severity fail, and table-level drop (no rows to drop)."""
-        out = []
-        for r, c in zip(self.results, self.checks):
-            if not r.success and (c.severity is Severity.FAIL or (c.severity is Severity.DROP and not c.row_level)):
-                out.append(r)
-        return out
+        """Failed checks that stop the publish: severity fail, and any check GE could not evaluate."""
+        return [
+            r
+            for r, c in zip(self.results, self.checks)
+            if not r.success and (c.severity is Severity.FAIL or r.error is not None)
+        ]
 
     @property
     def dropping(self) -> list[Check]:
-        """Row-level drop checks that failed: their rows go to quarantine."""
+        """Drop checks that failed: the rows they reject go to quarantine."""
         return [
             c
             for r, c in zip(self.results, self.checks)
-            if not r.success and c.severity is Severity.DROP and c.row_level
+            if not r.success and r.error is None and c.severity is Severity.DROP
         ]
 
     @property
     def warnings(self) -> list[CheckResult]:
-        return [r for r in self.results if not r.success and r.severity is Severity.WARN]
+        return [r for r in self.results if not r.success and r.error is None and r.severity is Severity.WARN]
+
+    def result(self, kind: str) -> CheckResult | None:
+        return next((r for r in self.results if r.kind == kind), None)
 
     def to_json(self) -> str:
         return json.dumps([r.to_dict() for r in self.results], default=str, separators=(",", ":"))
 
 
-def _lit(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "TRUE" if value else "FALSE"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+# ---------------------------------------------------------------------------------------
+# What a table is checked with
 
 
-def _fmt(value: Any) -> str:
-    return "null" if value is None else str(value)
+@dataclass(frozen=True)
+class ChecksPlan:
+    """Every check of one table: the built-ins and GE's plan of its expectations."""
+
+    table: str
+    builtins: tuple[Check, ...]
+    expectations: TablePlan
+    key: tuple[str, ...]
+
+    @property
+    def digest_source(self) -> list:
+        return [e.spec.to_json() for e in self.expectations.expectations]
+
+    def checks(self, row_level: bool | None = None) -> list[Check]:
+        """The built-ins (with the row-level checks) and the expectations of that level."""
+        expectations = [
+            _expectation_check(p)
+            for p in self.expectations.expectations
+            if row_level is None or p.row_level == row_level
+        ]
+        return (list(self.builtins) if row_level in (None, True) else []) + expectations
 
 
-def rule_check(rule: CheckRule) -> Check:
-    """The check for one ``gold.checks`` rule."""
-    kind = rule.kind
-    col = rule.column
-    if kind == "between":
-        lo, hi = rule.between  # type: ignore[misc]
-        conds = ([f"{quote_ident(col)} < {_lit(lo)}"] if lo is not None else []) + (
-            [f"{quote_ident(col)} > {_lit(hi)}"] if hi is not None else []
-        )
-        pred = f"{quote_ident(col)} IS NOT NULL AND ({' OR '.join(conds) or 'FALSE'})"
-        return Check(
-            f"between({col}, {_fmt(lo)}, {_fmt(hi)})",
-            kind,
-            rule.severity,
-            col,
-            params=(("min_value", lo), ("max_value", hi)),
-            failing_rows=pred,
-        )
-    if kind == "values":
-        values = tuple(rule.values or ())
-        listed = ", ".join(_lit(v) for v in values) or "NULL"
-        pred = f"{quote_ident(col)} IS NOT NULL AND NOT ({quote_ident(col)} IN ({listed}))"
-        return Check(
-            f"values({col}, {list(values)})",
-            kind,
-            rule.severity,
-            col,
-            params=(("value_set", values),),
-            failing_rows=pred,
-        )
-    if kind == "regex":
-        # A search, Java syntax (RLIKE), as the rule has always meant: a match anywhere passes.
-        pred = f"{quote_ident(col)} IS NOT NULL AND NOT (CAST({quote_ident(col)} AS STRING) RLIKE {_lit(rule.regex)})"
-        return Check(
-            f"regex({col}, {rule.regex})", kind, rule.severity, col, params=(("regex", rule.regex),), failing_rows=pred
-        )
-    if kind == "not_null":
-        return Check(f"not_null({col})", kind, rule.severity, col, failing_rows=f"{quote_ident(col)} IS NULL")
-    lo, hi = rule.row_count  # type: ignore[misc]
-    return Check(
-        f"row_count({_fmt(lo)}, {_fmt(hi)})", "row_count", rule.severity, params=(("min_value", lo), ("max_value", hi))
-    )
-
-
-ROW_COUNT_EQUALS_SILVER = "row_count_equals_silver"
+def table_plan(config: Config, schema: TableSchema) -> ChecksPlan:
+    """The checks ``config`` gives ``schema``'s table; bad expectations raise ConfigError."""
+    return ChecksPlan(schema.name, tuple(builtin_checks(schema)), plan_table(config, schema), tuple(schema.key))
 
 
 def builtin_checks(schema: TableSchema, silver_live_rows: int | None = None) -> list[Check]:
@@ -188,143 +165,204 @@ def builtin_checks(schema: TableSchema, silver_live_rows: int | None = None) -> 
 
     ``row_count_equals_silver``: the rows gold holds plus the rows drop checks hold back equal
     silver's live rows; its result comes from the publish's commit metrics
-    (:func:`settle_row_count_equals_silver`), named with ``silver_live_rows`` once that is known."""
+    (:func:`settle_row_count_equals_silver`)."""
     key = list(schema.key)
-    checks: list[Check] = []
-    if len(key) == 1:
-        checks.append(
-            Check(f"primary_key_unique({key[0]})", "primary_key_unique", Severity.FAIL, key[0], origin="builtin")
+    checks = [
+        Check(
+            f"primary_key_unique({', '.join(key)})",
+            "primary_key_unique",
+            Severity.FAIL,
+            key[0] if len(key) == 1 else None,
+            row_level=True,
         )
-    else:
-        checks.append(
-            Check(
-                f"primary_key_unique({', '.join(key)})",
-                "primary_key_unique",
-                Severity.FAIL,
-                origin="builtin",
-                params=(("column_list", tuple(key)),),
-            )
-        )
+    ]
     for k in key:
-        checks.append(
-            Check(
-                f"primary_key_not_null({k})",
-                "primary_key_not_null",
-                Severity.FAIL,
-                k,
-                origin="builtin",
-                failing_rows=f"{quote_ident(k)} IS NULL",
-            )
-        )
+        checks.append(Check(f"primary_key_not_null({k})", "primary_key_not_null", Severity.FAIL, k, row_level=True))
     for c in schema.columns:
         if c.nullable or c.name in key:
             continue
         # A NOT NULL DATE/DATETIME may hold MySQL's zero date, which silver maps to NULL by
         # design (docs/architecture.md, "Types"): that is recorded, not a reason to stop publishing.
         zero_date_capable = c.kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP)
-        checks.append(
-            Check(
-                f"not_null({c.name})",
-                "not_null",
-                Severity.WARN if zero_date_capable else Severity.FAIL,
-                c.name,
-                origin="builtin",
-                failing_rows=f"{quote_ident(c.name)} IS NULL",
-            )
-        )
+        severity = Severity.WARN if zero_date_capable else Severity.FAIL
+        checks.append(Check(f"not_null({c.name})", "not_null", severity, c.name, row_level=True))
     checks.append(row_count_check(silver_live_rows))
     return checks
 
 
 def row_count_check(silver_live_rows: int | None) -> Check:
     label = "?" if silver_live_rows is None else str(silver_live_rows)
+    return Check(f"{ROW_COUNT_EQUALS_SILVER}({label})", ROW_COUNT_EQUALS_SILVER, Severity.FAIL)
+
+
+def _expectation_check(p: Planned) -> Check:
     return Check(
-        f"{ROW_COUNT_EQUALS_SILVER}({label})",
-        ROW_COUNT_EQUALS_SILVER,
-        Severity.FAIL,
-        origin="builtin",
-        params=(("value", silver_live_rows),),
+        p.spec.name,
+        p.spec.type,
+        p.spec.severity,
+        p.spec.kwargs.get("column"),
+        origin="expectation",
+        row_level=p.row_level,
+        droppable=p.droppable,
+        planned=p,
     )
 
 
-def table_checks(schema: TableSchema, rules: Sequence[CheckRule], silver_live_rows: int | None = None) -> list[Check]:
-    """Built-in checks followed by the configured rules, in config order."""
-    for rule in rules:
-        if rule.column is not None and rule.column not in {c.name for c in schema.columns}:
-            from binlake.errors import ConfigError
-
-            raise ConfigError(
-                f"gold.checks.{schema.name} names column {rule.column!r}, which {schema.name} does not have: "
-                f"use one of {', '.join(c.name for c in schema.columns)}"
-            )
-    return builtin_checks(schema, silver_live_rows) + [rule_check(r) for r in rules]
-
-
-# The checks whose result needs the publish's row counts, not the rows.
-COUNT_KINDS = ("row_count", ROW_COUNT_EQUALS_SILVER)
-
-
-def run_checks(df, checks: Sequence[Check], table: str = "", key: Sequence[str] = ()) -> TableChecks:
-    """Evaluate the row checks and key uniqueness on ``df`` in one Spark job; one result per
-    check, in order. The count checks (:data:`COUNT_KINDS`) get a passing placeholder here;
-    the publish settles them. ``outcome.rows`` is ``df``'s row count and
-    ``outcome.held_back`` how many of its rows a failing drop check rejects."""
+def _builtin_aggregates(builtins: Sequence[Check], key: Sequence[str]) -> dict[str, Any]:
+    """The built-ins as aggregates over the checked rows, by check name: one pass, and one that
+    can ride on GE's own query. A duplicate key counts its rows beyond the first."""
     from pyspark.sql import functions as F
 
-    outcome = TableChecks(table=table, checks=list(checks))
-    row_checks = [c for c in checks if c.row_level]
-    unique = next((c for c in checks if c.kind == "primary_key_unique"), None)
-    keys = list(dict(unique.params).get("column_list") or [unique.column]) if unique else list(key)
-    flags = [F.expr(f"coalesce(({c.failing_rows}), FALSE)") for c in row_checks]
-    drops = [f for f, c in zip(flags, row_checks) if c.severity is Severity.DROP]
-    held = functools.reduce(lambda a, b: a | b, drops) if drops else F.lit(False)
-    per_row = [F.sum(F.when(f, 1).otherwise(0)).alias(f"_f{i}") for i, f in enumerate(flags)]
-    if keys:
-        # One group per key: its size finds duplicates, its sums carry the row checks along.
-        complete = functools.reduce(lambda a, b: a & b, [F.col(quote_ident(k)).isNotNull() for k in keys])
-        groups = df.groupBy(*[F.col(quote_ident(k)) for k in keys]).agg(
-            F.count(F.lit(1)).alias("_n"), F.sum(F.when(held, 1).otherwise(0)).alias("_held"), *per_row
-        )
-        totals = groups.agg(
-            F.sum("_n").alias("rows"),
-            F.sum("_held").alias("held"),
-            F.sum(F.when((F.col("_n") > 1) & complete, F.col("_n")).otherwise(0)).alias("dup"),
-            *[F.sum(f"_f{i}").alias(f"_f{i}") for i in range(len(flags))],
-        ).first()
+    cols = [F.col(quote_ident(k)) for k in key]
+    complete = functools.reduce(lambda a, b: a & b, [c.isNotNull() for c in cols])
+    out = {"_rows": F.count(F.lit(1))}
+    for c in builtins:
+        if c.kind == "primary_key_unique":
+            out[c.name] = F.count(F.when(complete, 1)) - F.count_distinct(*cols)
+        elif c.kind in ("primary_key_not_null", "not_null"):
+            out[c.name] = F.count(F.when(F.col(quote_ident(c.column)).isNull(), 1))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Checking
+
+
+def check_rows(df, plan: ChecksPlan, table_level: bool) -> TableChecks:
+    """Check ``df`` (the rows a publish reads) with the built-ins and the row-level
+    expectations, and with the table-level ones too when ``table_level`` (``df`` is then the
+    whole table). One query; a second only for what failed."""
+    checks = plan.checks(None if table_level else True)
+    outcome = TableChecks(plan.table, checks=checks)
+    aggregates = _builtin_aggregates(plan.builtins, plan.key)
+    expectations = [c for c in checks if c.planned is not None]
+    if expectations:
+        from binlake.quality import engine
+
+        with engine.batch_of(df) as batch:
+            validation = engine.validate(batch, [c.planned.config for c in expectations], aggregates)
+            values = validation.extra
+            ge_results = _settle_expectations(validation, expectations)
+            outcome.validations.append(validation.result)
+            failing_drops = [c for c in expectations if c.severity is Severity.DROP and not ge_results[c.name].success]
+            if failing_drops:
+                outcome.conditions = unexpected_conditions(df, [c.planned for c in failing_drops])
     else:
-        totals = df.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.sum(F.when(held, 1).otherwise(0)).alias("held"),
-            F.lit(0).alias("dup"),
-            *per_row,
-        ).first()
-    outcome.rows, outcome.held_back = int(totals["rows"] or 0), int(totals["held"] or 0)
-    failing = {c.name: int(totals[f"_f{i}"] or 0) for i, c in enumerate(row_checks)}
+        row = df.agg(*[col.alias(name) for name, col in aggregates.items()]).first()
+        values, ge_results = row.asDict(), {}
+    outcome.rows = int(values["_rows"] or 0)
     for check in checks:
-        if check.kind in COUNT_KINDS:
-            outcome.results.append(
-                CheckResult(check.name, check.kind, check.severity, True, check.column, check.origin)
-            )
-            continue
-        bad = int(totals["dup"] or 0) if check.kind == "primary_key_unique" else failing[check.name]
-        outcome.results.append(
-            CheckResult(
-                check.name, check.kind, check.severity, bad == 0, check.column, check.origin, unexpected_count=bad
-            )
-        )
+        if check.origin == "expectation":
+            outcome.results.append(ge_results[check.name])
+        elif check.kind == ROW_COUNT_EQUALS_SILVER:
+            outcome.results.append(_result(check, True))  # settled once gold is written
+        else:
+            bad = int(values[check.name] or 0)
+            outcome.results.append(_result(check, bad == 0, unexpected_count=bad))
+    outcome.held_back = _held_back(df, outcome)
     return outcome
 
 
-def settle_row_count_rules(outcome: TableChecks, gold_rows: int) -> None:
-    """Settle the ``row_count`` rules with the row count gold will hold after this publish."""
-    for i, (check, result) in enumerate(zip(outcome.checks, outcome.results)):
-        if check.kind == "row_count":
-            p = dict(check.params)
-            lo, hi = p.get("min_value"), p.get("max_value")
-            ok = (lo is None or gold_rows >= lo) and (hi is None or gold_rows <= hi)
-            outcome.results[i] = CheckResult(
-                check.name, check.kind, check.severity, ok, check.column, check.origin, observed_value=gold_rows
-            )
+def check_table(df, plan: ChecksPlan, outcome: TableChecks) -> None:
+    """Add the table-level expectations, checked on ``df``: the table as it will be published."""
+    expectations = plan.checks(row_level=False)
+    if not expectations:
+        return
+    from binlake.quality import engine
+
+    with engine.batch_of(df) as batch:
+        validation = engine.validate(batch, [c.planned.config for c in expectations])
+        results = _settle_expectations(validation, expectations)
+    outcome.validations.append(validation.result)
+    outcome.checks.extend(expectations)
+    outcome.results.extend(results[c.name] for c in expectations)
+
+
+def recheck_table(df, plan: ChecksPlan, outcome: TableChecks) -> None:
+    """Check the table-level expectations again on ``df`` (the table less the rows drop
+    checks hold back), replacing their results on the whole checked frame."""
+    kept = [(c, r) for c, r in zip(outcome.checks, outcome.results) if c.origin != "expectation" or c.row_level]
+    outcome.checks, outcome.results = [c for c, _ in kept], [r for _, r in kept]
+    row_level = {c.name for c in outcome.checks}
+    for validation in outcome.validations:
+        validation.results = [r for r in validation.results if r.expectation_config.meta.get("name") in row_level]
+    check_table(df, plan, outcome)
+
+
+def _settle_expectations(validation, expectations: Sequence[Check]) -> dict[str, CheckResult]:
+    """binlake's result of each expectation from GE's (which GE returns in an order of its
+    own: matched by the name binlake puts in each expectation's meta), with GE's unexpected
+    counts and values (a second query) for the ones that failed."""
+    from binlake.quality import engine
+
+    by_name = {_name_of(r): r for r in validation.result.results}
+    failed = [r.expectation_config for r in by_name.values() if not r.success and not _raised(r)]
+    for d in engine.detail(validation, failed):
+        by_name[_name_of(d)] = d
+    validation.result.results = list(by_name.values())
+    out = {}
+    for check in expectations:
+        r = by_name[check.name]
+        error = _raised(r)
+        res = r.result or {}
+        out[check.name] = _result(
+            check,
+            bool(r.success) and error is None,
+            unexpected_count=res.get("unexpected_count"),
+            observed_value=res.get("observed_value"),
+            engine=GE,
+            error=error,
+        )
+    return out
+
+
+def _name_of(result) -> str:
+    return result.expectation_config.meta["name"]
+
+
+def _raised(r) -> str | None:
+    info = r.exception_info or {}
+    # GE keys the info by metric when a metric failed, else gives it flat.
+    infos = [info] if "raised_exception" in info else [v for v in info.values() if isinstance(v, dict)]
+    for i in infos:
+        if i.get("raised_exception") or i.get("exception_message"):
+            message = (i.get("exception_message") or "").strip().splitlines()
+            return (message[0] if message else "GE raised an exception")[:300]
+    return None
+
+
+def _result(check: Check, success: bool, **kw) -> CheckResult:
+    return CheckResult(check.name, check.kind, check.severity, success, check.column, check.origin, **kw)
+
+
+def unexpected_conditions(df, planned: Sequence[Planned]) -> dict[str, Any]:
+    """GE's unexpected condition of each droppable expectation (a Column over the table's
+    columns, TRUE for a rejected row), by name: resolved from GE's metric graph on a batch of
+    ``df``'s columns, without a Spark job."""
+    if not planned:
+        return {}
+    from binlake.quality import engine
+
+    with engine.batch_of(df) as batch:
+        return {p.spec.name: engine.unexpected_condition(batch, p.config) for p in planned}
+
+
+def rejected(conditions: Sequence[Any]):
+    """One Column: TRUE for a row any of ``conditions`` rejects (NULL counts as not rejected)."""
+    from pyspark.sql import functions as F
+
+    return functools.reduce(lambda a, b: a | b, [F.coalesce(c, F.lit(False)) for c in conditions], F.lit(False))
+
+
+def _held_back(df, outcome: TableChecks) -> int:
+    """Rows of ``df`` a failing drop check rejects: one check's own unexpected count, or one
+    more query when several failed (a row may fail more than one)."""
+    dropping = outcome.dropping
+    if not dropping:
+        return 0
+    if len(dropping) == 1:
+        return int(next(r for r in outcome.results if r.name == dropping[0].name).unexpected_count or 0)
+    return df.where(rejected([outcome.conditions[c.name] for c in dropping])).count()
 
 
 def settle_row_count_equals_silver(
@@ -336,7 +374,7 @@ def settle_row_count_equals_silver(
     for i, check in enumerate(outcome.checks):
         if check.kind == ROW_COUNT_EQUALS_SILVER:
             named = row_count_check(silver_live_rows)
-            outcome.checks[i] = Check(named.name, named.kind, check.severity, origin=check.origin, params=named.params)
+            outcome.checks[i] = replace(check, name=named.name)
             outcome.results[i] = CheckResult(
                 named.name,
                 check.kind,
@@ -348,19 +386,46 @@ def settle_row_count_equals_silver(
             )
 
 
-def quarantine_frame(df, dropping: Sequence[Check]):
+def quarantine_frame(df, outcome: TableChecks):
     """The rows each failed drop check rejects, one row per (row, check), with the check's name."""
-    from functools import reduce
-
     from pyspark.sql import functions as F
 
-    parts = [df.where(F.expr(c.failing_rows)).withColumn("_check", F.lit(c.name)) for c in dropping]
-    return reduce(lambda a, b: a.unionByName(b), parts)
+    parts = [df.where(outcome.conditions[c.name]).withColumn("_check", F.lit(c.name)) for c in outcome.dropping]
+    return functools.reduce(lambda a, b: a.unionByName(b), parts)
 
 
-def keep_frame(df, dropping: Sequence[Check]):
+def keep_frame(df, outcome: TableChecks):
     """``df`` without the rows any failed drop check rejects."""
+    dropping = outcome.dropping
     if not dropping:
         return df
-    rejected = " OR ".join(f"coalesce(({c.failing_rows}), FALSE)" for c in dropping)
-    return df.where(f"NOT ({rejected})")
+    return df.where(~rejected([outcome.conditions[c.name] for c in dropping]))
+
+
+def validation_json(outcome: TableChecks) -> dict | None:
+    """GE's validation result of the table's expectations in this publish, as GE's JSON: the
+    row-level and table-level validations as one suite result."""
+    if not outcome.validations:
+        return None
+    from binlake.quality import engine
+
+    return engine.combined_result(outcome.table, outcome.validations).to_json_dict()
+
+
+__all__ = [
+    "Check",
+    "CheckResult",
+    "ChecksPlan",
+    "TableChecks",
+    "builtin_checks",
+    "check_rows",
+    "check_table",
+    "keep_frame",
+    "quarantine_frame",
+    "recheck_table",
+    "rejected",
+    "settle_row_count_equals_silver",
+    "table_plan",
+    "unexpected_conditions",
+    "validation_json",
+]

@@ -21,13 +21,14 @@ import enum
 import json
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 import pymysql
 
 from binlake.config import BINLOG_READERS, Config, SourceConfig
 from binlake.contract.columns import stored_schema
 from binlake.contract.sql import mysql_string, quote_ident, unquote_ident
-from binlake.contract.types import UnsupportedTypeError, column_from_information_schema
+from binlake.contract.types import TableSchema, UnsupportedTypeError, column_from_information_schema
 from binlake.errors import ConfigError, PreflightError
 from binlake.source import catalog
 from binlake.source.mysql import connect, query
@@ -89,9 +90,17 @@ class PreflightReport:
         return "\n".join(lines)
 
 
-def run_preflight(config: Config) -> PreflightReport:
-    """Check the source; raise :class:`PreflightError` listing every problem, else return the report."""
-    report = check_source(config.source)
+# Checks the captured tables' stored schemas (what silver and gold will hold) against what a
+# layer above the source expects of them; returns one line per problem.
+TableCheck = Callable[[TableSchema], list[str]]
+
+
+def run_preflight(config: Config, table_check: TableCheck | None = None) -> PreflightReport:
+    """Check the source; raise :class:`PreflightError` listing every problem, else return the report.
+
+    ``table_check`` (gold's expectations, :func:`binlake.ops.preflight.run_preflight`) runs on
+    every captured table's stored schema."""
+    report = check_source(config.source, table_check)
     if report.problems:
         err = PreflightError(report.problems)
         err.report = report  # type: ignore[attr-defined]
@@ -99,7 +108,7 @@ def run_preflight(config: Config) -> PreflightReport:
     return report
 
 
-def check_source(source: SourceConfig) -> PreflightReport:
+def check_source(source: SourceConfig, table_check: TableCheck | None = None) -> PreflightReport:
     """Run every check and return the report (connection failures still raise
     :class:`~binlake.errors.SourceConnectionError`: nothing else can be checked then)."""
     report = PreflightReport()
@@ -116,7 +125,7 @@ def check_source(source: SourceConfig) -> PreflightReport:
         report.tables = [f"{db}.{t}" for db, t in tables]
         _check_privileges(report, grants, source, tables)
         _check_server_id(report, conn, source, int(version["sid"]), mariadb)
-        _check_tables(report, conn, source, tables, grants)
+        _check_tables(report, conn, source, tables, grants, table_check)
         _check_expiry(report, conn, variables)
     finally:
         conn.close()
@@ -456,7 +465,12 @@ def _free_server_id(taken: set[int]) -> int:
 
 
 def _check_tables(
-    report: PreflightReport, conn, source: SourceConfig, tables: list[tuple[str, str]], grants: _Grants
+    report: PreflightReport,
+    conn,
+    source: SourceConfig,
+    tables: list[tuple[str, str]],
+    grants: _Grants,
+    table_check: TableCheck | None = None,
 ) -> None:
     if not tables:
         excl = f" minus exclude {json.dumps(list(source.exclude))}" if source.exclude else ""
@@ -480,6 +494,8 @@ def _check_tables(
         keyed += _check_key(report, conn, source, db, table)
         typed += _check_types(report, conn, db, table)
         _check_column_rule(report, conn, source, db, table)
+        if table_check is not None:
+            _check_stored_schema(report, conn, source, db, table, table_check)
     for rule in source.columns:
         if not any(rule.matches(db, t) for db, t in tables):
             report.add(
@@ -505,6 +521,19 @@ def _check_column_rule(report: PreflightReport, conn, source: SourceConfig, db: 
         report.add("columns", Status.FAIL, str(exc))
     else:
         report.add("columns", Status.OK, f"{db}.{table}: column rule {source.column_rule(db, table).pattern!r} fits")
+
+
+def _check_stored_schema(
+    report: PreflightReport, conn, source: SourceConfig, db: str, table: str, table_check: TableCheck
+) -> None:
+    from binlake.source.catalog import table_schema
+
+    try:
+        schema = stored_schema(source, table_schema(conn, source, db, table))
+    except Exception:  # noqa: BLE001 - the column rule's or type's own check reports it
+        return
+    for problem in table_check(schema):
+        report.add("expectations", Status.FAIL, problem)
 
 
 def _indexes(conn, db: str, table: str) -> dict[str, dict]:
