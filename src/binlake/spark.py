@@ -71,13 +71,40 @@ def on_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
+# PySpark's own variable for "use this Spark Connect server" (``sc://host:port``): with it set,
+# binlake talks to that server instead of starting local Spark.
+REMOTE_ENV = "SPARK_REMOTE"
+
+
+def is_connect(spark) -> bool:
+    """True for a Spark Connect session: serverless compute, standard access mode clusters,
+    ``sc://`` servers. Such a session has no ``sparkContext`` and no JVM to reach into.
+
+    Decided by the session's class, not by PySpark's process-wide ``is_remote()``, which turns
+    true for every session once any Connect session exists in the process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
+def default_parallelism(spark, fallback: int = 2) -> int:
+    """How many tasks the session runs at once: the SparkContext's number on a classic session;
+    ``spark.default.parallelism`` where a Connect server sets it, else ``fallback``."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    try:
+        value = spark.conf.get("spark.default.parallelism", None)
+    except Exception:  # noqa: BLE001 - a server may refuse to show a configuration (serverless does)
+        value = None
+    return int(value) if value and str(value).isdigit() else fallback
+
+
 def get_spark(
     app_name: str = "binlake",
     master: str | None = None,
     extra_conf: dict[str, str] | None = None,
     extra_packages: list[str] | None = None,
 ):
-    """Return the active session on Databricks, or a local Spark + Delta session.
+    """Return the active session on Databricks, a Spark Connect session when
+    :data:`REMOTE_ENV` names a server, or a local Spark + Delta session.
 
     A local session gets binlake's settings, then those of the :data:`SPARK_CONF_ENV`
     environment variable, then ``extra_conf``; the last one to set a key wins.
@@ -93,6 +120,11 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    remote = os.environ.get(REMOTE_ENV)
+    if remote:
+        # The server has its own settings (and Delta): nothing of the local configuration
+        # applies to it.
+        return SparkSession.builder.remote(remote).getOrCreate()
     from delta import configure_spark_with_delta_pip
 
     builder = SparkSession.builder.appName(app_name).master(

@@ -76,6 +76,7 @@ from binlake.source.binlog import (
 )
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect, is_mariadb, master_status, server_id
+from binlake.spark import default_parallelism
 
 log = logging.getLogger("binlake.capture")
 
@@ -494,7 +495,7 @@ def _capture_until(
 ) -> tuple[CaptureState, BinlogPosition]:
     """Batches from ``state`` up to ``target``; returns the state reached and the target
     (a new one when the source switched on the way)."""
-    max_files = max(1, min(MAX_PARALLEL_FILES, spark.sparkContext.defaultParallelism))
+    max_files = max(1, min(MAX_PARALLEL_FILES, default_parallelism(spark)))
     attempts = 0
     task_cm = None
     task = None
