@@ -76,7 +76,7 @@ from binlake.source.binlog import (
 )
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect, is_mariadb, master_status, server_id
-from binlake.spark import default_parallelism
+from binlake.spark import default_parallelism, require_binlake_on_workers
 
 log = logging.getLogger("binlake.capture")
 
@@ -577,6 +577,7 @@ def _read_and_commit(
     from pyspark.sql import functions as F
 
     start = state.position
+    require_binlake_on_workers(spark)  # the binlog is read by binlake code on the Spark side
     df = read_dataframe(spark, config.source, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One pass builds the cache and returns the few side rows: schema versions, each
