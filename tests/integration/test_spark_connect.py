@@ -105,6 +105,7 @@ print(json.dumps({"seconds": seconds, "status": printed["status"], "diffs": [
 """
 
 
+@pytest.mark.slow
 def test_snapshot_capture_silver_and_gold_run_on_spark_connect(connect_server, mariadb, database, tmp_path):
     mariadb.execute(
         f"CREATE TABLE types ({COLUMNS})",
