@@ -57,6 +57,9 @@ _EXPORTS = {
     "MissingDependencyError": "binlake.errors",
     "LagExceededError": "binlake.errors",
     "ErasureRefused": "binlake.errors",
+    "ComputeError": "binlake.errors",
+    "ConnectWithoutDeltaError": "binlake.errors",
+    "ConnectWorkersWithoutBinlakeError": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -117,3 +117,18 @@ class DatabricksApiError(BinlakeError):
     """The Databricks workspace cannot be reached or refused a request (e.g. ``jobs status``)."""
 
     exit_code = 11
+
+
+class ComputeError(BinlakeError):
+    """The Spark session binlake was given cannot run it; the message names the compute that can."""
+
+    exit_code = 14
+
+
+class ConnectWithoutDeltaError(ComputeError):
+    """A Spark Connect server without Delta Lake's SQL extension: binlake's tables are Delta tables."""
+
+
+class ConnectWorkersWithoutBinlakeError(ComputeError):
+    """A Spark Connect server whose Python workers cannot import binlake (or run another
+    version of it): the snapshot and binlog readers run there."""

@@ -71,13 +71,40 @@ def on_databricks() -> bool:
     return "DATABRICKS_RUNTIME_VERSION" in os.environ
 
 
+# PySpark's own variable for "use this Spark Connect server" (``sc://host:port``): with it set,
+# binlake talks to that server instead of starting local Spark.
+REMOTE_ENV = "SPARK_REMOTE"
+
+
+def is_connect(spark) -> bool:
+    """True for a Spark Connect session: serverless compute, standard access mode clusters,
+    ``sc://`` servers. Such a session has no ``sparkContext`` and no JVM to reach into.
+
+    Decided by the session's class, not by PySpark's process-wide ``is_remote()``, which turns
+    true for every session once any Connect session exists in the process."""
+    return type(spark).__module__.startswith("pyspark.sql.connect.")
+
+
+def default_parallelism(spark, fallback: int = 2) -> int:
+    """How many tasks the session runs at once: the SparkContext's number on a classic session;
+    ``spark.default.parallelism`` where a Connect server sets it, else ``fallback``."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    try:
+        value = spark.conf.get("spark.default.parallelism", None)
+    except Exception:  # noqa: BLE001 - a server may refuse to show a configuration (serverless does)
+        value = None
+    return int(value) if value and str(value).isdigit() else fallback
+
+
 def get_spark(
     app_name: str = "binlake",
     master: str | None = None,
     extra_conf: dict[str, str] | None = None,
     extra_packages: list[str] | None = None,
 ):
-    """Return the active session on Databricks, or a local Spark + Delta session.
+    """Return the active session on Databricks, a Spark Connect session when
+    :data:`REMOTE_ENV` names a server, or a local Spark + Delta session.
 
     A local session gets binlake's settings, then those of the :data:`SPARK_CONF_ENV`
     environment variable, then ``extra_conf``; the last one to set a key wins.
@@ -93,6 +120,13 @@ def get_spark(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    remote = os.environ.get(REMOTE_ENV)
+    if remote:
+        # The server has its own settings (and Delta, see binlake.local.connect_server):
+        # nothing of the local configuration applies to it.
+        session = SparkSession.builder.remote(remote).getOrCreate()
+        require_delta(session)
+        return session
     from delta import configure_spark_with_delta_pip
 
     builder = SparkSession.builder.appName(app_name).master(
@@ -106,17 +140,99 @@ def get_spark(
         python = spark_python()
         os.environ["PYSPARK_PYTHON"] = python
         builder = builder.config("spark.pyspark.python", python)
-    from binlake.local.class_archive import java_options
-
-    for key, value in with_java_options(
-        {**_LOCAL_CONF, **env_spark_conf(), **(extra_conf or {})}, java_options()
-    ).items():
+    for key, value in local_conf(extra_conf).items():
         builder = builder.config(key, value)
     spark = configure_spark_with_delta_pip(builder, extra_packages=extra_packages).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _quiet_known_noise(spark)
     _keep_jars_off_python_path(spark)
     return spark
+
+
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+
+
+def require_delta(spark) -> None:
+    """Refuse a Spark Connect server without Delta Lake, in one line, before anything is read
+    or written. Databricks has Delta built in (and may not show its settings); a classic local
+    session gets it from :func:`get_spark`."""
+    from binlake.errors import ConnectWithoutDeltaError
+
+    if not is_connect(spark) or on_databricks():
+        return
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    if DELTA_EXTENSION not in extensions:
+        raise ConnectWithoutDeltaError(
+            f"the Spark Connect server at {os.environ.get(REMOTE_ENV) or 'the remote address'} has no Delta Lake "
+            f"(spark.sql.extensions does not name {DELTA_EXTENSION}): start it with Delta's extension and catalog "
+            "(python -m binlake.local.connect_server does), or run binlake on Databricks serverless compute or a "
+            "Databricks cluster, where Delta is built in"
+        )
+
+
+# Spark Connect sessions whose Python workers were found to run this binlake (by session id).
+_WORKERS_CHECKED: set[str] = set()
+
+
+def require_binlake_on_workers(spark) -> None:
+    """On a Spark Connect session, check once per session that the server's Python workers
+    import the binlake this process runs, and refuse in one line if not: the snapshot and
+    binlog readers are sent there by reference and run that code. On a classic session the
+    workers run the driver's own installation (local) or the cluster's library: no check."""
+    from binlake.errors import ConnectWorkersWithoutBinlakeError
+
+    if not is_connect(spark) or spark.session_id in _WORKERS_CHECKED:
+        return
+    from importlib.metadata import version
+
+    from pyspark.sql import functions as F
+
+    here = version("binlake")
+
+    def probe(_):
+        # Runs on a server worker: the readers' modules, with everything they import, by name
+        # (the function travels by value and refers to no binlake module itself).
+        try:
+            import importlib
+            from importlib.metadata import version
+
+            for module in ("binlake.bronze.snapshot_source", "binlake.bronze.binlog_source"):
+                importlib.import_module(module)
+            return version("binlake")
+        except Exception as exc:  # noqa: BLE001 - reported to the caller, whatever it is
+            return f"!{type(exc).__name__}: {exc}"
+
+    try:
+        there = spark.range(1).select(F.udf(probe, "string")(F.lit(0))).first()[0]
+    except Exception as exc:  # noqa: BLE001 - a worker that cannot start at all fails the probe job
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+        there = "!" + next((line for line in reversed(lines) if "Error" in line), lines[0] if lines else repr(exc))
+    if there.startswith("!") or there != here:
+        detail = f"they fail with {there[1:]}" if there.startswith("!") else f"they run binlake {there}, this is {here}"
+        raise ConnectWorkersWithoutBinlakeError(
+            f"the Spark Connect server's Python workers cannot run this binlake ({detail}); its snapshot and binlog "
+            "readers run there: install this binlake wheel on that compute (Databricks serverless: a dependency of "
+            "the job's environment; a cluster: a cluster library), or run binlake on local Spark (unset "
+            f"{REMOTE_ENV}) or on a Databricks cluster with the wheel as a task library"
+        )
+    _WORKERS_CHECKED.add(spark.session_id)
+
+
+def local_conf(extra_conf: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings of a local Spark JVM (a session's, or a local Spark Connect server's):
+    binlake's, then the :data:`SPARK_CONF_ENV` variable's, then ``extra_conf``, with the class
+    archive's JVM options (:mod:`binlake.local.class_archive`) before the driver's own."""
+    from binlake.local.class_archive import java_options
+
+    return with_java_options({**_LOCAL_CONF, **env_spark_conf(), **(extra_conf or {})}, java_options())
+
+
+def delta_package() -> str:
+    """The Maven coordinate of the Delta jar matching the installed ``delta-spark`` (what
+    ``configure_spark_with_delta_pip`` adds to a local session)."""
+    from importlib.metadata import version
+
+    return f"io.delta:delta-spark_2.13:{version('delta-spark')}"
 
 
 def spark_python() -> str:
@@ -150,14 +266,14 @@ def _keep_jars_off_python_path(spark) -> None:
 
 # Logged at ERROR on every read of a table with deletion vectors, yet harmless: the filter
 # is applied by Delta itself when the Parquet reader cannot take it.
-_NOISY_LOGGERS = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
+NOISY_LOGGERS = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
 
 
 def _quiet_known_noise(spark) -> None:
     jvm = spark.sparkContext._jvm
     try:
         level = jvm.org.apache.logging.log4j.Level.OFF
-        for name in _NOISY_LOGGERS:
+        for name in NOISY_LOGGERS:
             jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
     except Exception:  # noqa: BLE001 - only log levels; never worth failing a run for
         pass

@@ -258,6 +258,13 @@ def test_job_task_dependencies_and_clusters_refer_to_existing_keys():
                 assert dep["task_key"] != task["task_key"]
             if "job_cluster_key" in task:
                 assert task["job_cluster_key"] in clusters, f"{job_key}.{task['task_key']}: unknown job cluster"
+            if "environment_key" in task:
+                environments = {e["environment_key"] for e in job.get("environments", [])}
+                assert task["environment_key"] in environments, f"{job_key}.{task['task_key']}: unknown environment"
+            if "python_wheel_task" in task:
+                # Exactly one compute: a job cluster (with the wheel as a library) or a serverless environment.
+                assert ("job_cluster_key" in task) != ("environment_key" in task), f"{job_key}.{task['task_key']}"
+                assert "environment_key" not in task or "libraries" not in task, f"{job_key}.{task['task_key']}"
 
 
 def test_job_parameter_references_name_parameters_the_job_declares():
@@ -288,12 +295,16 @@ def test_every_wheel_task_calls_a_declared_entry_point_that_imports():
         module, func = scripts[wheel["entry_point"]].split(":")
         assert callable(getattr(importlib.import_module(module), func))
         libs = [lib["whl"] for lib in task.get("libraries", []) if "whl" in lib]
-        assert libs, f"{job_key}.{task['task_key']}: the wheel is not installed on its cluster"
+        if "environment_key" in task:
+            # Serverless: the task's environment installs the wheel.
+            (env,) = [e for e in _jobs()[job_key]["environments"] if e["environment_key"] == task["environment_key"]]
+            libs = [d for d in env["spec"]["dependencies"] if d.endswith(".whl")]
+        assert libs, f"{job_key}.{task['task_key']}: the wheel is not installed on its compute"
         for lib in libs:
             # Paths in included files are relative to that file; the artifact build writes ./dist.
             resolved = (_file_of(job_key).parent / lib).resolve()
             assert fnmatch.fnmatch(str(resolved), str(ROOT / "dist" / "*.whl"))
-    assert seen >= 6
+    assert seen >= 8
 
 
 def test_every_notebook_path_exists_in_databricks_source_format():
@@ -389,6 +400,85 @@ def test_snapshot_continuous_and_verify_jobs_take_their_parameters():
     assert {p["name"]: p["default"] for p in verify["parameters"]}["repair"] == "false"
     assert "--repair-if={{job.parameters.repair}}" in verify["tasks"][0]["python_wheel_task"]["parameters"]
     assert "SUN" in _root()["variables"]["verify_cron"]["default"]
+
+
+def _deep_merge(base, override):
+    """A target's settings over the root's, as the CLI merges them: maps key by key, a job's
+    tasks by task_key, everything else replaced."""
+    if isinstance(base, dict) and isinstance(override, dict):
+        out = dict(base)
+        for key, value in override.items():
+            if key == "tasks" and isinstance(value, list) and key in base:
+                by_key = {t["task_key"]: t for t in base[key]}
+                for task in value:
+                    by_key[task["task_key"]] = _deep_merge(by_key.get(task["task_key"], {}), task)
+                out[key] = list(by_key.values())
+            else:
+                out[key] = _deep_merge(base.get(key), value) if key in base else value
+        return out
+    return override
+
+
+def _effective(target: str, substitute: bool = True) -> dict:
+    """The bundle as the CLI deploys it to ``target`` (variables substituted with their values
+    there, unless ``substitute`` is false)."""
+    merged = _merged()
+    body = merged["targets"][target]
+    settings = {k: v for k, v in body.items() if k not in ("variables", "mode", "default")}
+    effective = _deep_merge({k: v for k, v in merged.items() if k != "targets"}, settings)
+    values = {name: spec.get("default") for name, spec in merged["variables"].items()}
+    values.update(body.get("variables", {}))
+
+    def resolve(node):
+        if isinstance(node, dict):
+            return {k: resolve(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [resolve(v) for v in node]
+        if isinstance(node, str):
+            return INTERPOLATION.sub(
+                lambda m: str(values[m.group(1)[4:]]) if m.group(1).startswith("var.") else m.group(0), node
+            )
+        return node
+
+    return resolve(effective) if substitute else effective
+
+
+def _pause(target: str, job: str) -> str:
+    return _effective(target)["resources"]["jobs"][job]["schedule"]["pause_status"]
+
+
+def test_one_scheduled_pipeline_reads_the_binlog_in_each_target():
+    # Two pipelines on schedule would be two binlog readers with the same server ids.
+    assert (_pause("prod", "binlake_pipeline"), _pause("prod", "binlake_pipeline_serverless")) == ("UNPAUSED", "PAUSED")
+    assert _pause("serverless", "binlake_pipeline") == "PAUSED"
+    assert _pause("serverless", "binlake_pipeline_serverless") == "UNPAUSED"
+    assert {_pause("dev", "binlake_pipeline"), _pause("dev", "binlake_pipeline_serverless")} == {"PAUSED"}
+    serverless, prod = _root()["targets"]["serverless"], _root()["targets"]["prod"]
+    assert serverless["mode"] == "production" and serverless["run_as"] == prod["run_as"]
+    assert serverless["permissions"] == prod["permissions"]
+    assert serverless["workspace"]["root_path"] == prod["workspace"]["root_path"]  # per target: .../${bundle.target}
+    assert _errors(_effective("serverless", substitute=False)) == []
+
+
+@pytest.mark.parametrize("job", ["binlake_pipeline", "binlake_snapshot"])
+def test_the_serverless_jobs_run_the_classic_jobs_tasks_in_a_serverless_environment(job):
+    jobs = _jobs()
+    classic, serverless = jobs[job], jobs[f"{job}_serverless"]
+    (env,) = serverless["environments"]
+    assert env["spec"]["environment_version"] == "${var.serverless_environment_version}"
+    assert env["spec"]["dependencies"] == ["../dist/*.whl"]
+    assert "job_clusters" not in serverless
+    compute = ("job_cluster_key", "libraries", "environment_key")
+    for ours, theirs in zip(serverless["tasks"], classic["tasks"], strict=True):
+        # Same commands and flags, dependencies and retries: only the compute differs.
+        assert {k: v for k, v in ours.items() if k not in compute} == {
+            k: v for k, v in theirs.items() if k not in compute
+        }
+        if "python_wheel_task" in ours:
+            assert ours["environment_key"] == env["environment_key"]
+    same = ("parameters", "max_concurrent_runs", "queue", "timeout_seconds", "email_notifications", "health")
+    assert {k: serverless.get(k) for k in same} == {k: classic.get(k) for k in same}
+    assert _root()["variables"]["serverless_environment_version"]["default"] == "4"  # Spark 4.0, as tested
 
 
 def test_no_task_carries_a_password_value():

@@ -76,6 +76,7 @@ from binlake.source.binlog import (
 )
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect, is_mariadb, master_status, server_id
+from binlake.spark import default_parallelism, require_binlake_on_workers
 
 log = logging.getLogger("binlake.capture")
 
@@ -494,7 +495,7 @@ def _capture_until(
 ) -> tuple[CaptureState, BinlogPosition]:
     """Batches from ``state`` up to ``target``; returns the state reached and the target
     (a new one when the source switched on the way)."""
-    max_files = max(1, min(MAX_PARALLEL_FILES, spark.sparkContext.defaultParallelism))
+    max_files = max(1, min(MAX_PARALLEL_FILES, default_parallelism(spark)))
     attempts = 0
     task_cm = None
     task = None
@@ -576,6 +577,7 @@ def _read_and_commit(
     from pyspark.sql import functions as F
 
     start = state.position
+    require_binlake_on_workers(spark)  # the binlog is read by binlake code on the Spark side
     df = read_dataframe(spark, config.source, ranges).persist(StorageLevel.MEMORY_AND_DISK)
     try:
         # One pass builds the cache and returns the few side rows: schema versions, each

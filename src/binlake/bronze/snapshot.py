@@ -69,6 +69,7 @@ from binlake.errors import LakehouseError, PreflightError
 from binlake.progress import Progress
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, master_status, query, server_id
+from binlake.spark import require_binlake_on_workers
 
 log = logging.getLogger("binlake")
 
@@ -458,6 +459,7 @@ def _read_waves(
         if plan_committed is not None:
             plan_committed.result()
         return
+    require_binlake_on_workers(spark)  # the chunks are read by binlake code on the Spark side
     spark.dataSource.register(SnapshotDataSource)
     by_table = {t.name: t for t in result.tables}
     wave_size = config.snapshot.wave_size

@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Callable, NamedTuple, Sequence, TypeVar
 
 from binlake.config import Config
+from binlake.contract.delta_sql import DeltaSql
 from binlake.errors import LakehouseError
+from binlake.spark import is_connect
 
 # The change sequence as SQL users see it: sortable, unique, totally ordered.
 CDC_SEQ_TYPE = "STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>"
@@ -345,6 +347,11 @@ class TableRef:
         return reader.table(self.name) if self.name else reader.load(self.path)
 
     def delta(self, spark):
+        """Delta's ``DeltaTable`` on a classic session; on a Spark Connect session the same
+        calls as Delta SQL commands (:class:`binlake.contract.delta_sql.DeltaSql`), which need
+        no Delta plugin on the server. Conditions and assignments are SQL text either way."""
+        if is_connect(spark):
+            return DeltaSql(spark, self.sql)
         from delta.tables import DeltaTable
 
         return DeltaTable.forName(spark, self.name) if self.name else DeltaTable.forPath(spark, self.path)
@@ -352,9 +359,13 @@ class TableRef:
     def exists(self, spark) -> bool:
         if self.name:
             return spark.catalog.tableExists(self.name)
+        if Path(self.path, "_delta_log").is_dir():
+            return True
+        if is_connect(spark):
+            return _is_delta_path(spark, self.sql)
         from delta.tables import DeltaTable
 
-        return Path(self.path, "_delta_log").is_dir() or DeltaTable.isDeltaTable(spark, self.path)
+        return DeltaTable.isDeltaTable(spark, self.path)
 
     def save(self, writer) -> None:
         """Finish a ``df.write.format('delta')...`` chain against this table."""
@@ -382,14 +393,28 @@ class TableRef:
 def _log_head(spark, path: str) -> tuple[int, int] | None:
     """(version, commit time in ms) of the newest commit of the Delta table at ``path``, from
     Delta's own log object, which the JVM keeps between calls: a few milliseconds where
-    ``history(1)`` runs a Spark job. None where that object is not reachable (another Delta
-    build): the caller asks history."""
+    ``history(1)`` runs a Spark job. None where that object is not reachable (a Spark Connect
+    session has no JVM to ask, another Delta build may lack it): the caller asks history."""
+    if is_connect(spark):
+        return None
     try:
         log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
         snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
         return int(snapshot.version()), int(snapshot.timestamp())
     except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
         return None
+
+
+def _is_delta_path(spark, table_sql: str) -> bool:
+    """Whether a path that is not a local directory holds a Delta table, asked in SQL (a
+    Spark Connect session has no ``DeltaTable.isDeltaTable``): Delta refuses ``DESCRIBE
+    DETAIL`` of a path without a Delta log."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        return spark.sql(f"DESCRIBE DETAIL {table_sql}").select("format").first()[0] == "delta"
+    except AnalysisException:
+        return False
 
 
 _T = TypeVar("_T")

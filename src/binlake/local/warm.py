@@ -1,6 +1,8 @@
 """Prepare local Spark once (``make spark-jars``): the Delta jars in the Ivy cache, then the
 class archive that makes every later local Spark JVM start faster
-(:mod:`binlake.local.class_archive`).
+(:mod:`binlake.local.class_archive`). A local Spark Connect server
+(:mod:`binlake.local.connect_server`) starts from the same jars and archive: it needs nothing
+more.
 
     python -m binlake.local.warm              # jars, then the archive if it is missing
     python -m binlake.local.warm --archive    # (internal) the JVM that writes the archive
@@ -17,6 +19,9 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Local Spark is what this prepares (a local Spark Connect server starts from the same jars
+    # and class archive): a Connect server named in the environment is not it.
+    os.environ.pop("SPARK_REMOTE", None)
     if argv[:1] == ["--archive"]:
         return _archive_workload(argv[1])
     from binlake.spark import get_spark

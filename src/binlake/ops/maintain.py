@@ -42,6 +42,7 @@ from binlake.contract.lakehouse import (
     with_retry,
 )
 from binlake.contract.position import DERIVED_ROW, describe_key, seq_literal
+from binlake.contract.sql import spark_string
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
 
@@ -287,8 +288,10 @@ def _prune_bronze(
         for s in states:
             f = facts[s.name]
             same = (F.col("db") == s.db) & (F.col("table") == s.table)
+            # The deletes take SQL text: a Delta command on a Spark Connect session takes no Column.
+            same_sql = f"db = {spark_string(s.db)} AND `table` = {spark_string(s.table)}"
             if f.older:
-                doomed = same & F.col("snapshot_id").isin(sorted(f.older))
+                doomed = f"{same_sql} AND snapshot_id IN ({', '.join(spark_string(i) for i in sorted(f.older))})"
                 result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, doomed)
             if f.complete:
                 # Killed attempts of complete snapshots: rows without a manifest row, never read.
@@ -307,14 +310,14 @@ def _prune_bronze(
                     .collect()
                 )
                 if orphans:
-                    doomed = F.lit(False)
-                    for o in orphans:
-                        doomed = doomed | (
-                            (F.col("snapshot_id") == o["snapshot_id"])
-                            & (F.col("chunk_id") == o["chunk_id"])
-                            & (F.col("attempt_id") == o["attempt_id"])
-                        )
-                    result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, same & doomed)
+                    doomed = " OR ".join(
+                        f"(snapshot_id = {spark_string(o['snapshot_id'])} AND chunk_id = {int(o['chunk_id'])} "
+                        f"AND attempt_id = {spark_string(o['attempt_id'])})"
+                        for o in orphans
+                    )
+                    result.snapshot_files_removed += _delete_partitions(
+                        spark, lh.snapshot_rows, f"{same_sql} AND ({doomed})"
+                    )
     if not lh.changelog.exists(spark) or not states:
         return
     horizon = (now - timedelta(days=config.maintenance.changelog_retention_days)).strftime("%Y-%m-%d %H:%M:%S")

@@ -55,7 +55,7 @@ from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.snapshot import plan_table, resnapshot_chunks
 from binlake.config import Config
 from binlake.contract.lakehouse import DATA_OPS, EMPTYING_OPS, Lakehouse
-from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW
+from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_sql
 from binlake.contract.sql import quote_ident
 from binlake.contract.types import TableSchema
 from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
@@ -63,7 +63,7 @@ from binlake.ops.verify_sql import chunk_stats_sql, spark_row_hash_sql
 from binlake.progress import Progress
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import Decoder
-from binlake.silver.ranges import key_range_predicate
+from binlake.silver.ranges import key_range_predicate, key_range_sql
 from binlake.silver.run import run_silver
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, consistent_read, server_id
@@ -245,20 +245,13 @@ def _yield_snapshot_ties(
     one to keep, and everything that was ordered before or after (lw, -1) stays so (binlog
     rows have index >= 0).
     """
-    from pyspark.sql import functions as F
-
+    if not ranges:
+        return
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, table)
-    in_ranges = None
-    for start, end in ranges:
-        pred = key_range_predicate(schema, start, end)
-        in_ranges = pred if in_ranges is None else in_ranges | pred
-    demoted = F.struct(
-        F.col("_cdc_seq.file_index").alias("file_index"),
-        F.col("_cdc_seq.pos").alias("pos"),
-        F.lit(DERIVED_ROW).cast("INT").alias("row"),
-    )
-    lh.silver(db, table).delta(spark).update((F.col("_cdc_seq.row") == SNAPSHOT_ROW) & in_ranges, {"_cdc_seq": demoted})
+    in_ranges = " OR ".join(key_range_sql(schema, start, end) for start, end in ranges)
+    demoted = seq_sql("_cdc_seq.file_index", "_cdc_seq.pos", str(DERIVED_ROW))
+    lh.silver(db, table).delta(spark).update(f"_cdc_seq.row = {SNAPSHOT_ROW} AND ({in_ranges})", {"_cdc_seq": demoted})
 
 
 # ---------------------------------------------------------------------------------------

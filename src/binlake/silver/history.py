@@ -52,7 +52,7 @@ from binlake.contract.lakehouse import (
     with_retry,
 )
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, parse_seq, seq_literal
-from binlake.contract.sql import quote_ident
+from binlake.contract.sql import quote_ident, spark_literal
 from binlake.contract.types import TableSchema
 from binlake.errors import ConfigError, SchemaChangeError
 from binlake.silver import schema_evolution as se
@@ -519,10 +519,11 @@ def replace_versions(spark, history: TableRef, schema: TableSchema, keys, bounds
     source = rows.withColumn("_drop", F.lit(False)).unionByName(
         stale.withColumn("_drop", F.lit(True)), allowMissingColumns=True
     )
-    on = F.expr(" AND ".join([f"t.{k} = s.{k}" for k in key] + ["t._cdc_valid_from = s._cdc_valid_from"]))
+    # SQL text, not Columns: a Delta command on a Spark Connect session takes only text.
+    on = " AND ".join([f"t.{k} = s.{k}" for k in key] + ["t._cdc_valid_from = s._cdc_valid_from"])
     if bounds is not None:
-        first = F.col(f"t.{key[0]}")
-        on = on & first.between(F.lit(bounds[0]), F.lit(bounds[1]))
+        typ = schema.column(schema.key[0]).spark_type
+        on += f" AND t.{key[0]} BETWEEN {spark_literal(bounds[0], typ)} AND {spark_literal(bounds[1], typ)}"
     same = " AND ".join(f"t.{c} <=> s.{c}" for c in cols)
     assign = {c: f"s.{c}" for c in cols}
     metrics = with_retry(

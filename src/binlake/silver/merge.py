@@ -14,19 +14,18 @@ a newer one, changes nothing.
 
 from __future__ import annotations
 
-import functools
 import logging
 from dataclasses import dataclass
 
 from binlake import faults
 from binlake.contract.lakehouse import TRUNCATE_OP, TableRef, with_retry
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_literal, seq_text
-from binlake.contract.sql import quote_ident
+from binlake.contract.sql import quote_ident, spark_literal, spark_string
 from binlake.contract.types import TableSchema
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch
 from binlake.silver.cascade import derived_records
-from binlake.silver.ranges import reconcile_range_predicate
+from binlake.silver.ranges import reconcile_range_sql
 
 log = logging.getLogger("binlake.silver")
 
@@ -225,7 +224,8 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
 
     cols = [c.name for c in schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts"]
     assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
-    on = F.expr(" AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key))
+    # SQL text, not Columns: a Delta command on a Spark Connect session takes only text.
+    on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key)
     # Delta prunes target files only by predicates on the target alone: bounding the
     # leading key column by the batch's own key intervals lets the clustered layout skip
     # every file outside them, so a batch costs the same on 1M or 10M rows.
@@ -243,9 +243,11 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
             source, quote_ident(first), numeric=is_numeric_type(typ), bounds=(stats["lo"], stats["hi"]), rows=stats["n"]
         )
         if intervals:
-            tk = F.col(f"t.{quote_ident(first)}")
-            inside = [(tk >= F.lit(lo).cast(typ)) & (tk <= F.lit(hi).cast(typ)) for lo, hi in intervals]
-            on = on & functools.reduce(lambda a, b: a | b, inside)
+            tk = f"t.{quote_ident(first)}"
+            inside = [
+                f"({tk} >= {spark_literal(lo, typ)} AND {tk} <= {spark_literal(hi, typ)})" for lo, hi in intervals
+            ]
+            on = f"{on} AND ({' OR '.join(inside)})"
 
         def run():
             return (
@@ -284,8 +286,6 @@ def reconcile_chunks(
     gone at T (absent at this chunk's lw, and no binlog event since T), and a neighbouring
     chunk of the same snapshot committed later (lw >= T) still wins over it.
     """
-    from pyspark.sql import functions as F
-
     if not chunks:
         return 0
     floors = floors or {}
@@ -295,21 +295,21 @@ def reconcile_chunks(
     total = 0
     for snapshot_id, members in sorted(by_snapshot.items()):
         floor = floors.get(snapshot_id) or min((c["lw_file_index"], c["lw_pos"]) for c in members)
-        older = F.col("_cdc_seq") < F.expr(seq_literal((*floor, SNAPSHOT_ROW)))
+        older = f"_cdc_seq < {seq_literal((*floor, SNAPSHOT_ROW))}"
         for i in range(0, len(members), group):
-            inside = F.lit(False)
-            for c in members[i : i + group]:
-                inside = inside | reconcile_range_predicate(schema, c["start_key"], c["end_key"])
-            condition = (~F.col("_cdc_deleted")) & older & inside
+            inside = " OR ".join(
+                reconcile_range_sql(schema, c["start_key"], c["end_key"]) for c in members[i : i + group]
+            )
+            condition = f"NOT _cdc_deleted AND {older} AND ({inside})"
 
             def run(condition=condition, floor=floor):
                 ref.delta(spark).update(
                     condition,
                     {
-                        "_cdc_seq": F.expr(seq_literal((*floor, DERIVED_ROW))),
-                        "_cdc_deleted": F.lit(True),
-                        "_cdc_op": F.lit("delete"),
-                        "_cdc_commit_ts": F.lit(None).cast("timestamp"),
+                        "_cdc_seq": seq_literal((*floor, DERIVED_ROW)),
+                        "_cdc_deleted": "TRUE",
+                        "_cdc_op": "'delete'",
+                        "_cdc_commit_ts": "CAST(NULL AS TIMESTAMP)",
                     },
                 )
 
@@ -320,18 +320,12 @@ def reconcile_chunks(
 
 
 def apply_truncate(spark, ref: TableRef, seq: tuple[int, int, int]) -> int:
-    from pyspark.sql import functions as F
-
-    lit = F.expr(seq_literal(seq))
+    lit = seq_literal(seq)
 
     def run():
         ref.delta(spark).update(
-            (~F.col("_cdc_deleted")) & (F.col("_cdc_seq") < lit),
-            {
-                "_cdc_seq": lit,
-                "_cdc_deleted": F.lit(True),
-                "_cdc_op": F.lit(TRUNCATE_OP),
-            },
+            f"NOT _cdc_deleted AND _cdc_seq < {lit}",
+            {"_cdc_seq": lit, "_cdc_deleted": "TRUE", "_cdc_op": spark_string(TRUNCATE_OP)},
         )
 
     before = ref.latest_version(spark)

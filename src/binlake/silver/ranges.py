@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Sequence
 
-from binlake.contract.sql import spark_string
+from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import Column as SourceColumn
 from binlake.contract.types import Kind, TableSchema, spark_decode_sql
 
@@ -44,29 +44,24 @@ def _bound_texts(schema: TableSchema, bound, which: str) -> list[str | None] | N
     return [None if v is None else str(v) for v in values]
 
 
-def _typed_literal(col: SourceColumn, text: str | None):
-    from pyspark.sql import functions as F
-
+def _typed_literal(col: SourceColumn, text: str | None) -> str:
     if text is None:
-        return F.lit(None)
-    return F.expr(spark_decode_sql(col, spark_string(text)))
+        return "NULL"
+    return f"({spark_decode_sql(col, spark_string(text))})"
 
 
-def _lex(cols, bounds, strict_op: str, inclusive: bool):
+def _lex(cols: Sequence[str], bounds: Sequence[str], strict_op: str, inclusive: bool) -> str:
     """Lexicographic ``cols <op> bounds`` over a bound prefix: (a > x) or (a = x and (b > y ...))."""
     col, rest_cols = cols[0], cols[1:]
     bound, rest_bounds = bounds[0], bounds[1:]
-    strict = (col > bound) if strict_op == ">" else (col < bound)
+    strict = f"({col} {strict_op} {bound})"
     if not rest_bounds:
         # A prefix bound: equal on all given columns counts as "inside" for start, "outside" for end.
-        return (strict | (col == bound)) if inclusive else strict
-    return strict | ((col == bound) & _lex(rest_cols, rest_bounds, strict_op, inclusive))
+        return f"({strict} OR ({col} = {bound}))" if inclusive else strict
+    return f"({strict} OR (({col} = {bound}) AND {_lex(rest_cols, rest_bounds, strict_op, inclusive)}))"
 
 
-def _range(schema: TableSchema, start_key, end_key, transform: Callable | None = None):
-    from pyspark.sql import Column as SparkColumn
-    from pyspark.sql import functions as F
-
+def _range(schema: TableSchema, start_key, end_key, transform: Callable | None = None) -> str:
     if not isinstance(schema, TableSchema):
         raise TypeError(f"schema must be a binlake.contract.types.TableSchema, got {type(schema).__name__}")
     if not schema.key:
@@ -77,22 +72,22 @@ def _range(schema: TableSchema, start_key, end_key, transform: Callable | None =
     tf = transform or (lambda c, _col: c)
 
     def sides(bounds: Sequence[str | None]):
-        cols = [tf(F.col(f"`{c.name}`"), c) for c in key_cols[: len(bounds)]]
+        cols = [tf(quote_ident(c.name), c) for c in key_cols[: len(bounds)]]
         lits = [tf(_typed_literal(c, t), c) for c, t in zip(key_cols, bounds)]
         return cols, lits
 
-    pred: SparkColumn = F.lit(True)
+    pred = "TRUE"
     if start is not None:
         cols, lits = sides(start)
-        pred = pred & _lex(cols, lits, ">", inclusive=True)
+        pred = f"{pred} AND {_lex(cols, lits, '>', inclusive=True)}"
     if end is not None:
         cols, lits = sides(end)
-        pred = pred & _lex(cols, lits, "<", inclusive=False)
-    return pred
+        pred = f"{pred} AND {_lex(cols, lits, '<', inclusive=False)}"
+    return f"({pred})"
 
 
-def key_range_predicate(schema: TableSchema, start_key, end_key):
-    """A boolean Column: the row's typed key lies in ``[start_key, end_key)``.
+def key_range_sql(schema: TableSchema, start_key, end_key) -> str:
+    """The row's typed key lies in ``[start_key, end_key)``, as Spark SQL text.
 
     ``start_key``/``end_key``: a JSON array text of canonical key texts (as in
     bronze ``snapshot_chunks``), a list of such texts, or ``None`` for unbounded.
@@ -101,28 +96,38 @@ def key_range_predicate(schema: TableSchema, start_key, end_key):
     return _range(schema, start_key, end_key)
 
 
+def key_range_predicate(schema: TableSchema, start_key, end_key):
+    """:func:`key_range_sql` as a boolean Column."""
+    from pyspark.sql import functions as F
+
+    return F.expr(key_range_sql(schema, start_key, end_key))
+
+
 _STRING_KINDS = (Kind.STRING, Kind.ENUM, Kind.SET)
 
 
 def _string_fold(fold: str) -> Callable:
     """A ``_range`` transform applying Spark's ``lower``/``upper`` to string-like key columns."""
-    from pyspark.sql import functions as F
+    return lambda c, col: f"{fold}({c})" if col.kind in _STRING_KINDS else c
 
-    fn = getattr(F, fold)
-    return lambda c, col: fn(c) if col.kind in _STRING_KINDS else c
+
+def reconcile_range_sql(schema: TableSchema, start_key, end_key) -> str:
+    """The range as silver trusts it for tombstoning, as Spark SQL text: inside by binary
+    order, by lower-cased and by upper-cased order. Case-insensitive collations order letters
+    against ``_``, ``[``, ``^`` like one of the folded orders (``utf8mb4_general_ci`` weighs by
+    upper case, so ``'a' < '_'``, where binary and lower case put ``'_'`` first); a key all
+    three place inside is rarely outside in MySQL. Silver does not depend on it for a whole
+    snapshot (see :func:`binlake.silver.merge.reconcile_chunks`); for a partial re-snapshot a
+    stricter test only means a missed delete near a bound stays for ``verify`` to find."""
+    if not any(c.kind in _STRING_KINDS for c in schema.key_columns):
+        return _range(schema, start_key, end_key)
+    parts = [_range(schema, start_key, end_key)]
+    parts += [_range(schema, start_key, end_key, transform=_string_fold(fold)) for fold in ("lower", "upper")]
+    return "(" + " AND ".join(parts) + ")"
 
 
 def reconcile_range_predicate(schema: TableSchema, start_key, end_key):
-    """The range as silver trusts it for tombstoning: inside by binary order, by lower-cased
-    and by upper-cased order. Case-insensitive collations order letters against ``_``,
-    ``[``, ``^`` like one of the folded orders (``utf8mb4_general_ci`` weighs by upper case,
-    so ``'a' < '_'``, where binary and lower case put ``'_'`` first); a key all three place
-    inside is rarely outside in MySQL. Silver does not depend on it for a whole snapshot (see
-    :func:`binlake.silver.merge.reconcile_chunks`); for a partial re-snapshot a stricter test
-    only means a missed delete near a bound stays for ``verify`` to find."""
-    if not any(c.kind in _STRING_KINDS for c in schema.key_columns):
-        return _range(schema, start_key, end_key)
-    pred = _range(schema, start_key, end_key)
-    for fold in ("lower", "upper"):
-        pred = pred & _range(schema, start_key, end_key, transform=_string_fold(fold))
-    return pred
+    """:func:`reconcile_range_sql` as a boolean Column."""
+    from pyspark.sql import functions as F
+
+    return F.expr(reconcile_range_sql(schema, start_key, end_key))
