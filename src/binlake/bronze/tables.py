@@ -13,6 +13,7 @@ from binlake.contract.lakehouse import (
     SNAPSHOT_ROWS_PARTITIONS,
     SNAPSHOT_ROWS_SCHEMA,
     Lakehouse,
+    once_per_version,
     with_retry,
 )
 from binlake.contract.types import TableSchema
@@ -141,17 +142,24 @@ def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, i
 
 
 def latest_schemas(spark, lh: Lakehouse) -> dict[tuple[str, str], TableSchema]:
-    """Every table's most recent schema version (by binlog position), from one read."""
-    rows = (
-        lh.schema_history.read(spark).select("db", "table", "file_index", "pos", "recorded_at", "schema_json").collect()
-    )
-    latest: dict[tuple[str, str], tuple] = {}
-    for r in rows:
-        rank = (r["file_index"] or 0, r["pos"] or 0, r["recorded_at"])
-        key = (r["db"], r["table"])
-        if key not in latest or rank > latest[key][0]:
-            latest[key] = (rank, r["schema_json"])
-    return {key: TableSchema.from_json(text) for key, (_, text) in latest.items()}
+    """Every table's most recent schema version (by binlog position), from one read (once
+    per version of schema_history in a process)."""
+
+    def compute(version: int) -> dict[tuple[str, str], TableSchema]:
+        rows = (
+            lh.schema_history.read_version(spark, version)
+            .select("db", "table", "file_index", "pos", "recorded_at", "schema_json")
+            .collect()
+        )
+        latest: dict[tuple[str, str], tuple] = {}
+        for r in rows:
+            rank = (r["file_index"] or 0, r["pos"] or 0, r["recorded_at"])
+            key = (r["db"], r["table"])
+            if key not in latest or rank > latest[key][0]:
+                latest[key] = (rank, r["schema_json"])
+        return {key: TableSchema.from_json(text) for key, (_, text) in latest.items()}
+
+    return dict(once_per_version(spark, lh.schema_history, "latest schemas", compute))
 
 
 def latest_schema(spark, lh: Lakehouse, db: str, table: str) -> TableSchema | None:

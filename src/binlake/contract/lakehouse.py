@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence, TypeVar
+from typing import Any, Callable, NamedTuple, Sequence, TypeVar
 
 from binlake.config import Config
 from binlake.contract.delta_sql import DeltaSql
@@ -319,6 +319,26 @@ class TableRef:
                 pass
         return version, metrics
 
+    def commits(self, spark, first: int, last: int | None = None) -> list[dict]:
+        """The commits of versions ``first`` to ``last`` (default: the newest), oldest first:
+        ``version``, ``operation``, ``operationParameters`` and ``userMetadata``. Read from the
+        log's commit files by Delta's log object where the session has a JVM (no Spark job),
+        else from ``DESCRIBE HISTORY``."""
+        found = _log_commits(spark, self, first, last)
+        if found is not None:
+            return found
+        newest = self.latest_version(spark)
+        last = newest if last is None else last
+        if last < first:
+            return []
+        rows = (
+            self.delta(spark)
+            .history(newest - first + 1)
+            .select("version", "operation", "operationParameters", "userMetadata")
+            .collect()
+        )
+        return sorted((r.asDict() for r in rows if first <= r["version"] <= last), key=lambda c: c["version"])
+
     def properties(self, spark) -> dict[str, str]:
         """The table's properties (``SHOW TBLPROPERTIES``: the cached log's metadata, no job)."""
         return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {self.sql}").collect()}
@@ -340,6 +360,15 @@ class TableRef:
         )
         df = reader.table(self.name) if self.name else reader.load(self.path)
         return df.where(F.col("_change_type") == "insert") if inserts_only else df
+
+    def read_at(self, spark, version: int):
+        """The table as of ``version``: the latest state when that is it (Delta's cached
+        snapshot, where time travel would compute the same snapshot again), else time travel."""
+        if self.latest_version(spark) == version:
+            df = self.read(spark)  # resolves (and pins) the latest snapshot now
+            if self.latest_version(spark) == version:
+                return df
+        return self.read_version(spark, version)
 
     def read_version(self, spark, version: int):
         """The table as of an earlier version (Delta time travel)."""
@@ -390,6 +419,43 @@ class TableRef:
         spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
 
+# What this process computed from a table's content, by the table's newest commit (version and
+# commit time, which names one state of the table even where a log was cut back and written
+# again): a table at the same commit holds the same rows, so a loop that reads a slowly
+# changing table (schema history) every time asks Delta only for its newest commit.
+_BY_VERSION: dict[tuple[str, str], tuple[tuple, Any]] = {}
+
+
+def once_per_version(spark, ref: "TableRef", what: str, compute: Callable[[int], _T]) -> _T:
+    """``compute(version)`` of the table's newest version, computed once per commit per
+    process (``what`` names the computation). ``compute`` must read the table at ``version``."""
+    head = ref.newest_commit(spark)
+    key = (str(ref), what)
+    hit = _BY_VERSION.get(key)
+    if hit is not None and hit[0] == head:
+        return hit[1]
+    value = compute(head[0])
+    _BY_VERSION[key] = (head, value)
+    return value
+
+
+# What a step of this process learnt about positions of a change log from rows it read anyway
+# (silver's aggregate over the new commits): the GTID and the source commit time of the last
+# change at or before a position P. The change log is append-only, so a fact never goes
+# stale, and gold, publishing at P, need not read the change log again for them.
+_POSITION_FACTS: dict[tuple[str, tuple[int, int]], tuple[str | None, str | None]] = {}
+
+
+def remember_position_facts(changelog: "TableRef", p, gtid: str | None, source_time: str | None) -> None:
+    """Record ``(gtid, source_time)`` of the last change at or before ``p`` (a BinlogPosition)."""
+    _POSITION_FACTS[(str(changelog), p.key())] = (gtid, source_time)
+
+
+def position_facts(changelog: "TableRef", p) -> tuple[str | None, str | None] | None:
+    """What :func:`remember_position_facts` recorded for ``p``, or None."""
+    return _POSITION_FACTS.get((str(changelog), p.key()))
+
+
 def _log_head(spark, path: str) -> tuple[int, int] | None:
     """(version, commit time in ms) of the newest commit of the Delta table at ``path``, from
     Delta's own log object, which the JVM keeps between calls: a few milliseconds where
@@ -401,6 +467,45 @@ def _log_head(spark, path: str) -> tuple[int, int] | None:
         log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
         snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
         return int(snapshot.version()), int(snapshot.timestamp())
+    except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
+        return None
+
+
+def _log_commits(spark, ref: TableRef, first: int, last: int | None) -> list[dict] | None:
+    """:meth:`TableRef.commits` through Delta's log object (``DeltaLog.getChanges``), or None
+    where it is not reachable (Spark Connect, a table known only by name, another Delta build)."""
+    if is_connect(spark) or not ref.path:
+        return None
+    try:
+        delta_log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            spark._jsparkSession, str(ref.path)
+        )
+        changes = delta_log.getChanges(int(first), False)
+        out = []
+        while changes.hasNext():
+            pair = changes.next()
+            version, actions = int(pair._1()), pair._2()
+            if last is not None and version > last:
+                break
+            for i in range(actions.size()):
+                action = actions.apply(i)
+                if action.getClass().getSimpleName() != "CommitInfo":
+                    continue
+                params, metadata = action.operationParameters(), action.userMetadata()
+                keys = params.keys().iterator()
+                parameters = {}
+                while keys.hasNext():
+                    k = keys.next()
+                    parameters[k] = params.apply(k)
+                out.append(
+                    {
+                        "version": version,
+                        "operation": action.operation(),
+                        "operationParameters": parameters,
+                        "userMetadata": metadata.get() if metadata.isDefined() else None,
+                    }
+                )
+        return out
     except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
         return None
 

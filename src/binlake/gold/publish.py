@@ -46,6 +46,7 @@ from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
     TableRef,
+    position_facts,
     storage_refusal,
 )
 from binlake.contract.position import BinlogPosition, describe_key
@@ -86,7 +87,7 @@ from binlake.quality.checks import (
     unexpected_conditions,
     validation_json,
 )
-from binlake.silver.merge import is_numeric_type, key_intervals
+from binlake.silver.merge import DRIVER_KEYS, cut_intervals, is_numeric_type, key_intervals
 
 log = logging.getLogger("binlake.gold")
 
@@ -205,12 +206,18 @@ class _Work:
     source: Any = None  # incremental: the changed keys' rows at the new silver version
     outcome: TableChecks | None = None
     expected_gold_rows: int = 0
+    # Gold's rows before an incremental MERGE, when gold is at the version the last publish
+    # recorded (no killed publish moved it since): the MERGE's metrics then give the count.
+    base_rows: int | None = None
 
 
 def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | None, str | None]:
     """(GTID, source commit time as 'YYYY-MM-DD HH:MM:SS.ffffff' UTC) of the last change at or before P."""
     from pyspark.sql import functions as F
 
+    known = position_facts(lh.changelog, p)
+    if known is not None and all(known):
+        return known
     if not lh.changelog.exists(spark):
         return None, None
     at_or_before = (F.col("file_index") < p.log_index) | (
@@ -382,16 +389,9 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
     if since > t.silver_version:
         return REBUILD  # silver was rebuilt: its versions started again
     silver, gold = lh.silver(t.db, t.table), lh.gold(t.db, t.table)
-    ops = (
-        silver.delta(spark)
-        .history(silver.latest_version(spark) - since)
-        .select("version", "operation", "operationParameters")
-        .collect()
-    )
-    if any(
-        any(word in r["operation"] for word in _RESHAPING) or _overwrite(r)
-        for r in ops
-        if since < r["version"] <= t.silver_version
+    ops = silver.commits(spark, since + 1, t.silver_version)
+    if len(ops) != t.silver_version - since or any(
+        any(word in r["operation"] for word in _RESHAPING) or _overwrite(r) for r in ops
     ):
         return REBUILD
     if not gold.exists(spark):
@@ -401,12 +401,7 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
         # A publish killed before its log commit may have moved gold since (its MERGE is safe
         # to apply again), and so may maintenance that keeps the rows (OPTIMIZE, VACUUM, a
         # property). Anything else (a RESTORE, someone's write) is rebuilt over.
-        since_publish = (
-            gold.delta(spark)
-            .history(latest - int(previous["gold_version"]))
-            .select("operation", "userMetadata")
-            .collect()
-        )
+        since_publish = gold.commits(spark, int(previous["gold_version"]) + 1)
         if not all(
             (r["userMetadata"] or "").startswith(WRITER_TAG) or r["operation"] in _KEEPS_ROWS for r in since_publish
         ):
@@ -448,7 +443,10 @@ def _plan(
         if t.reused:
             t.gold_version, t.row_count, t.silver_rows = prev["gold_version"], prev["row_count"], prev["silver_rows"]
             t.checks = prev["checks"]
-        work.append(_Work(t, schema, digest, prev, plan))
+        base_rows = None
+        if t.mode == INCREMENTAL and lh.gold(s.db, s.table).latest_version(spark) == int(prev["gold_version"]):
+            base_rows = int(prev["row_count"])
+        work.append(_Work(t, schema, digest, prev, plan, base_rows=base_rows))
     return work, blockers
 
 
@@ -473,6 +471,22 @@ def _key_bounds(keys, schema: TableSchema, rows: int, bounds: tuple):
     )
 
 
+def _key_bounds_of(first_keys: list, schema: TableSchema):
+    """:func:`_key_bounds` of the leading key column's values already on the driver."""
+    from pyspark.sql import functions as F
+
+    first = schema.key[0]
+    typ = schema.column(first).spark_type
+    values = [v for v in first_keys if v is not None]
+    if not values:
+        return F.lit(False)
+    intervals = cut_intervals(values) if is_numeric_type(typ) else [(min(values), max(values))]
+    col = F.col(quote_ident(first))
+    return functools.reduce(
+        lambda a, b: a | b, [(col >= F.lit(lo).cast(typ)) & (col <= F.lit(hi).cast(typ)) for lo, hi in intervals]
+    )
+
+
 def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     """Read what the publish needs of one table and run its checks: the built-ins and the
     row-level expectations on the rows read, the table-level ones on the table as it will be
@@ -480,7 +494,7 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     from pyspark.sql import functions as F
 
     t, schema, plan = w.publish, w.schema, w.plan
-    silver = lh.silver(t.db, t.table).read_version(spark, t.silver_version)
+    silver = lh.silver(t.db, t.table).read_at(spark, t.silver_version)
     if t.mode == INCREMENTAL and not _check_changes(spark, lh, w, silver):
         t.mode = REBUILD
     if t.mode == REBUILD:
@@ -515,7 +529,10 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
         per_key = feed.groupBy(*keys).agg(F.min_by(first, order).alias("_before"))
         per_key = per_key.select(
             *keys, F.col("_before.col1").alias("_live"), (F.col("_before.col1") & F.col("_before.col2")).alias("_kept")
-        ).localCheckpoint()
+        )
+        # A small change set (the usual one) comes to the driver whole: its counts, bounds
+        # and key intervals need no further job.
+        few = per_key.limit(DRIVER_KEYS + 1).collect()
     except AnalysisException as exc:
         log.warning(
             "gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding",
@@ -525,22 +542,29 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
             (str(exc).strip().splitlines() or [""])[0][:120],
         )
         return False
-    before = per_key.agg(
-        F.count(F.lit(1)).alias("n"),
-        F.count_if("_live").alias("live"),
-        F.count_if("_kept").alias("kept"),
-        F.min(keys[0]).alias("lo"),
-        F.max(keys[0]).alias("hi"),
-    ).first()
-    changed = per_key.select(*keys)
+    if len(few) <= DRIVER_KEYS:
+        changed = spark.createDataFrame([r[: len(keys)] for r in few], per_key.select(*keys).schema)
+        live, kept = sum(1 for r in few if r["_live"]), sum(1 for r in few if r["_kept"])
+        bounds = _key_bounds_of([r[0] for r in few], schema)
+    else:
+        per_key = per_key.localCheckpoint()
+        before = per_key.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.count_if("_live").alias("live"),
+            F.count_if("_kept").alias("kept"),
+            F.min(keys[0]).alias("lo"),
+            F.max(keys[0]).alias("hi"),
+        ).first()
+        changed = per_key.select(*keys)
+        live, kept = before["live"], before["kept"]
+        bounds = _key_bounds(changed, schema, before["n"], (before["lo"], before["hi"]))
     # Tombstones stay in: they delete from gold.
-    bounds = _key_bounds(changed, schema, before["n"], (before["lo"], before["hi"]))
     now = silver.where(bounds).join(F.broadcast(changed), list(schema.key), "left_semi")
     w.source = now.persist(StorageLevel.MEMORY_AND_DISK)
     w.frame = _gold_frame(w.source.where(~F.col("_cdc_deleted")), schema)
     w.outcome = check_rows(w.frame, plan, table_level=False)
-    t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - before["live"]
-    w.expected_gold_rows = int(w.previous["row_count"]) + (w.outcome.rows - w.outcome.held_back) - before["kept"]
+    t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - live
+    w.expected_gold_rows = int(w.previous["row_count"]) + (w.outcome.rows - w.outcome.held_back) - kept
     if plan.expectations.table_level:
         # The table as this publish will leave it: gold as last published, its changed keys
         # replaced by the kept rows of this publish (a scan of gold, for table-level checks only).
@@ -568,11 +592,14 @@ def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]
     return version, rows
 
 
-def _merge_gold(spark, ref: TableRef, source, outcome: TableChecks, schema: TableSchema) -> tuple[int, int]:
+def _merge_gold(
+    spark, ref: TableRef, source, outcome: TableChecks, schema: TableSchema, base_rows: int | None
+) -> tuple[int, int]:
     """MERGE the changed keys' rows into gold: a row whose ``_cdc_seq`` differs replaces
     gold's, a tombstone or a row a drop check rejects deletes it. Returns (new version, rows
-    gold holds), counted from the table's file statistics (Delta answers a plain count from
-    its log, without reading the rows)."""
+    gold holds): ``base_rows`` (what gold held before, when no killed publish moved it since)
+    plus the MERGE's own inserts less its deletes, else a count of the new version (Delta
+    answers it from its log's file statistics)."""
     from pyspark.sql import functions as F
 
     dropped = rejected([outcome.conditions[c.name] for c in outcome.dropping])
@@ -584,7 +611,7 @@ def _merge_gold(spark, ref: TableRef, source, outcome: TableChecks, schema: Tabl
     cols = [c for c in staged.columns if c != "_keep"]
     assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
     on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key)
-    (
+    metrics = (
         ref.delta(spark)
         .alias("t")
         .merge(staged.alias("s"), on)
@@ -592,8 +619,11 @@ def _merge_gold(spark, ref: TableRef, source, outcome: TableChecks, schema: Tabl
         .whenMatchedUpdate(condition="NOT (s._cdc_seq <=> t._cdc_seq)", set=assign)
         .whenNotMatchedInsert(condition="s._keep", values=assign)
         .execute()
+        .first()
     )
     version = ref.latest_version(spark)
+    if base_rows is not None and metrics is not None:
+        return version, base_rows + int(metrics["num_inserted_rows"] or 0) - int(metrics["num_deleted_rows"] or 0)
     return version, ref.read_version(spark, version).count()
 
 
@@ -628,7 +658,7 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
         if t.mode == REBUILD:
             t.gold_version, t.row_count = _write_gold(spark, gold, keep_frame(w.frame, outcome), w.schema.comment)
         else:
-            t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema)
+            t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema, w.base_rows)
             faults.point("gold.after_incremental_merge")
     if t.history_version is not None:
         # The history silver held once it had applied this position: a copy of that version

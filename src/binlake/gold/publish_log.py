@@ -54,6 +54,13 @@ def ensure_publish_log(spark, lh: Lakehouse) -> None:
     _ready.add(str(log_ref))
 
 
+# What this process last found (or wrote) as each table's latest publish, by the publish log's
+# version and the tables asked for: a log at the same version gives the same answer, and a
+# publish of this process moves the answer on by its own rows (append_log), so a continuous
+# process reads the log only when someone else wrote it.
+_latest: dict[tuple[str, frozenset | None], tuple[tuple, dict[str, dict]]] = {}
+
+
 def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
     """Each table's row of its latest successful publish, by ``db.table`` (``tables``: only
     these names; None: every table the log holds).
@@ -61,14 +68,23 @@ def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
     Each publish appends one commit with a row for every table of its group, so the latest
     rows of busy tables are among the log's latest commits; tables of a group that has not
     published for a while are looked up in the whole log."""
+    if not lh.publish_log.exists(spark):
+        return {}
+    key = (str(lh.publish_log), None if tables is None else frozenset(tables))
+    head = lh.publish_log.newest_commit(spark)
+    known = _latest.get(key)
+    if known is not None and known[0] == head:
+        return {name: dict(row) for name, row in known[1].items()}
+    found = _last_published(spark, lh, None if tables is None else set(tables), head[0])
+    _latest[key] = (head, found)
+    return {name: dict(row) for name, row in found.items()}
+
+
+def _last_published(spark, lh: Lakehouse, wanted: set | None, latest: int) -> dict[str, dict]:
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    if not lh.publish_log.exists(spark):
-        return {}
-    wanted = None if tables is None else set(tables)
     found: dict[str, dict] = {}
-    latest = lh.publish_log.latest_version(spark)
     # The newest commits first (a few, then more), then the whole log for what is still missing.
     for first in sorted({latest, max(0, latest - RECENT_COMMITS + 1)}, reverse=True) + [None]:
         recent = first is not None
@@ -120,54 +136,52 @@ def append_log(
     checks_json: dict[str, str],
     group: str | None = None,
 ) -> None:
-    """Append one row per table of ``tables`` (TablePublish) for this attempt to publish ``group``."""
-    from pyspark.sql import functions as F
+    """Append one row per table of ``tables`` (TablePublish) for this attempt to publish ``group``.
 
+    Every value is made here (``published_at`` too), so the rows written are known exactly and
+    move :func:`last_published`'s answer on without reading the log back."""
+    # Written as instants (aware UTC); held as PySpark reads a timestamp back (naive local time).
+    now = datetime.now(timezone.utc)
+    when = datetime.fromisoformat(source_time).replace(tzinfo=timezone.utc) if source_time else None
     rows = [
-        (
-            publish_id,
-            t.db,
-            t.table,
-            t.gold_version,
-            t.silver_version,
-            p.file,
-            p.log_index,
-            p.pos,
-            gtid,
-            source_time,
-            t.row_count,
-            checks_json[t.name],
-            status,
-            t.silver_rows,
-            group,
-        )
+        {
+            "publish_id": publish_id,
+            "db": t.db,
+            "table": t.table,
+            "gold_version": t.gold_version,
+            "silver_version": t.silver_version,
+            "binlog_file": p.file,
+            "file_index": p.log_index,
+            "pos": p.pos,
+            "gtid": gtid,
+            "source_time": when,
+            "published_at": now,
+            "row_count": t.row_count,
+            "checks": checks_json[t.name],
+            "status": status,
+            "silver_rows": t.silver_rows,
+            "publish_group": group,
+        }
         for t in tables
     ]
-    staged = spark.createDataFrame(
-        rows,
-        PUBLISH_LOG_SCHEMA.replace("source_time TIMESTAMP", "source_time STRING").replace(
-            "published_at TIMESTAMP, ", ""
-        ),
+    ref = lh.publish_log
+    before = ref.newest_commit(spark)
+    written = [dict(r, published_at=_as_read(now), source_time=_as_read(when)) for r in rows]
+    ref.save(
+        spark.createDataFrame([tuple(r.values()) for r in rows], PUBLISH_LOG_SCHEMA)
+        .write.format("delta")
+        .mode("append")
     )
-    df = staged.select(
-        "publish_id",
-        "db",
-        "table",
-        "gold_version",
-        "silver_version",
-        "binlog_file",
-        "file_index",
-        "pos",
-        "gtid",
-        F.to_timestamp("source_time").alias("source_time"),
-        F.current_timestamp().alias("published_at"),
-        "row_count",
-        "checks",
-        "status",
-        "silver_rows",
-        "publish_group",
-    )
-    lh.publish_log.save(df.write.format("delta").mode("append"))
+    after = ref.newest_commit(spark)
+    for key, (head, found) in list(_latest.items()):
+        if key[0] != str(ref) or head != before or after[0] != before[0] + 1:
+            continue
+        moved = dict(found)
+        if status == STATUS_PUBLISHED:
+            moved.update(
+                {f"{r['db']}.{r['table']}": r for r in written if key[1] is None or f"{r['db']}.{r['table']}" in key[1]}
+            )
+        _latest[key] = (after, moved)
 
 
 def append_check_results(
@@ -197,6 +211,11 @@ def append_check_results(
         "result",
     )
     lh.check_results.save(df.write.format("delta").mode("append"))
+
+
+def _as_read(value: datetime | None) -> datetime | None:
+    """An aware instant as PySpark returns a TIMESTAMP: naive, in the process's local time."""
+    return None if value is None else value.astimezone().replace(tzinfo=None)
 
 
 def _utc_text(value: Any) -> str:

@@ -20,9 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.lakehouse import Lakehouse, ProgressRow
 from binlake.contract.position import BinlogPosition
 from binlake.errors import NotReadyError
+from binlake.silver.progress import progress_rank, progress_rows
 
 
 @dataclass(frozen=True)
@@ -44,36 +45,40 @@ class TableState:
 
 def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
     """The progress of each captured table silver has applied, by name."""
-    if not lh.silver_progress.exists(spark):
-        return []
-    # One row per table: small enough to pick the latest on the driver, far cheaper than a
-    # shuffle on a busy cluster (an old lakehouse may hold several rows per table).
-    columns = ["db", "table", "applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version"]
-    df = lh.silver_progress.read(spark)
-    optional = [
-        c for c in ("silver_version", "stopped", "history_version") if c in df.columns
-    ]  # older lakehouses lack them
-    latest: dict[tuple[str, str], tuple] = {}
-    for r in df.select(*columns, *optional).collect():
-        if r["applied_file_index"] is None or not config.source.captures(r["db"], r["table"]):
-            continue
-        rank = (r["applied_file_index"], r["applied_pos"] or 0, r["updated_at"] or datetime.min)
-        key = (r["db"], r["table"])
-        if key not in latest or rank > latest[key][0]:
-            latest[key] = (rank, r)
+    rows = progress_rows(spark, lh)
+    if rows is None:
+        rows = _old_progress_rows(spark, lh)
     out = [
         TableState(
-            db,
-            t,
-            BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]),
-            r["chunks_version"],
-            r["silver_version"] if "silver_version" in optional else None,
-            r["stopped"] if "stopped" in optional else None,
-            r["history_version"] if "history_version" in optional else None,
+            r.db,
+            r.table,
+            BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos),
+            r.chunks_version,
+            r.silver_version,
+            r.stopped,
+            r.history_version,
         )
-        for (db, t), (_, r) in latest.items()
+        for r in rows.values()
+        if r.applied_file_index is not None and config.source.captures(r.db, r.table)
     ]
     return sorted(out, key=lambda s: (s.db, s.table))
+
+
+def _old_progress_rows(spark, lh: Lakehouse) -> dict:
+    """A progress table silver has not brought up to date yet (it lacks newer columns): read
+    as it is, the missing columns as None."""
+    if not lh.silver_progress.exists(spark):
+        return {}
+    df = lh.silver_progress.read(spark)
+    present = [f for f in ProgressRow._fields if f in df.columns]
+    out = {}
+    for r in df.select(*present).collect():
+        row = ProgressRow(**{f: (r[f] if f in present else None) for f in ProgressRow._fields})
+        key = (row.db, row.table)
+        # An old lakehouse may hold several rows per table: the latest one counts.
+        if key not in out or progress_rank(row) > progress_rank(out[key]):
+            out[key] = row
+    return out
 
 
 def _in_tables(names) -> Any:
@@ -152,6 +157,7 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
     names = {(s.db, s.table): s for s in states}
     planned = _latest_snapshots(spark, lh, names)
     if not planned:
+        _clear[memo] = (versions, target.key())
         return blockers
     snapshot_ids = {sid for sid, _ in planned.values()}
     manifests: dict[int | None, dict] = {}

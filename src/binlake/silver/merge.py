@@ -61,7 +61,9 @@ def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> 
         out.cascaded = derived.count()
     if batch.pending or derived is not None:
         source = latest_per_key(records, batch.schema, batch.truncated)
-        m, out.zero_dates = merge_into_silver(spark, batch.ref, batch.schema, source)
+        # The records the batch holds bound its keys: cascaded ones are counted in apart.
+        expected = batch.change_count * 2 + batch.snapshot_rows + out.cascaded
+        m, out.zero_dates = merge_into_silver(spark, batch.ref, batch.schema, source, expected_rows=expected)
         out.merged = m.get("num_inserted_rows", 0) + m.get("num_updated_rows", 0)
     if batch.batch_truncate is not None:
         out.truncated = apply_truncate(spark, batch.ref, batch.truncated)
@@ -130,9 +132,7 @@ def _committed(spark, ref: TableRef, since: int, tag: str) -> bool:
     latest = ref.latest_version(spark)
     if latest <= since:
         return False
-    return any(
-        r["userMetadata"] == tag for r in ref.delta(spark).history(latest - since).select("userMetadata").collect()
-    )
+    return any(c["userMetadata"] == tag for c in ref.commits(spark, since + 1, latest))
 
 
 def latest_per_key(records, schema: TableSchema, truncated: tuple | None):
@@ -192,21 +192,32 @@ def key_intervals(
         return [(lo, hi)]
     keys = df.select(F.col(column).alias("k")).distinct()
     if rows is not None and rows <= DRIVER_KEYS:
-        values = sorted(r["k"] for r in keys.collect())
-        widest = sorted(zip(values[1:], values[:-1]), key=lambda kb: float(kb[0]) - float(kb[1]), reverse=True)
-        cuts = sorted(widest[: most - 1])
-    else:
-        # Doubles for the gap only: it ranks the cuts, while the bounds keep the exact values
-        # (and BIGINT differences near 2^63 would overflow under ANSI mode).
-        gaps = (
-            keys.select("k", F.lag("k").over(Window.orderBy("k")).alias("below"))
-            .where(F.col("below").isNotNull())
-            .withColumn("gap", F.col("k").cast("double") - F.col("below").cast("double"))
-            .orderBy(F.col("gap").desc())
-            .limit(most - 1)
-            .collect()
-        )
-        cuts = sorted((r["k"], r["below"]) for r in gaps)
+        return cut_intervals([r["k"] for r in keys.collect()], most)
+    # Doubles for the gap only: it ranks the cuts, while the bounds keep the exact values
+    # (and BIGINT differences near 2^63 would overflow under ANSI mode).
+    gaps = (
+        keys.select("k", F.lag("k").over(Window.orderBy("k")).alias("below"))
+        .where(F.col("below").isNotNull())
+        .withColumn("gap", F.col("k").cast("double") - F.col("below").cast("double"))
+        .orderBy(F.col("gap").desc())
+        .limit(most - 1)
+        .collect()
+    )
+    return _intervals(lo, hi, sorted((r["k"], r["below"]) for r in gaps))
+
+
+def cut_intervals(values, most: int = MAX_KEY_INTERVALS) -> list[tuple]:
+    """:func:`key_intervals` of numeric values already on the driver (NULLs ignored)."""
+    distinct = sorted({v for v in values if v is not None})
+    if not distinct:
+        return []
+    if most < 2 or len(distinct) == 1:
+        return [(distinct[0], distinct[-1])]
+    widest = sorted(zip(distinct[1:], distinct[:-1]), key=lambda kb: float(kb[0]) - float(kb[1]), reverse=True)
+    return _intervals(distinct[0], distinct[-1], sorted(widest[: most - 1]))
+
+
+def _intervals(lo, hi, cuts) -> list[tuple]:
     out = []
     for k, below in cuts:
         out.append((lo, below))
@@ -215,11 +226,15 @@ def key_intervals(
     return out
 
 
-def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tuple[dict[str, int], int]:
+def merge_into_silver(
+    spark, ref: TableRef, schema: TableSchema, source, expected_rows: int | None = None
+) -> tuple[dict[str, int], int]:
     """The idempotent MERGE: newer sequence wins, absent keys are inserted, nothing is deleted.
 
     Returns Delta's metrics (``num_inserted_rows``, ``num_updated_rows``, ...) and how many
-    zero dates the source's rows held (``_zero_dates``)."""
+    zero dates the source's rows held (``_zero_dates``). ``expected_rows``: at most how many
+    records the source holds, when known: a small batch's keys then come to the driver with
+    its counts, in one query."""
     from pyspark.sql import functions as F
 
     cols = [c.name for c in schema.columns] + ["_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts"]
@@ -231,6 +246,8 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
     # every file outside them, so a batch costs the same on 1M or 10M rows.
     first = schema.key[0]
     typ = schema.column(first).spark_type
+    numeric = is_numeric_type(typ)
+    small = numeric and expected_rows is not None and expected_rows <= DRIVER_KEYS
     source = source.persist()
     try:
         stats = source.agg(
@@ -238,10 +255,14 @@ def merge_into_silver(spark, ref: TableRef, schema: TableSchema, source) -> tupl
             F.max(F.col(quote_ident(first))).alias("hi"),
             F.coalesce(F.sum("_zero_dates"), F.lit(0)).alias("zero"),
             F.count(F.lit(1)).alias("n"),
+            *([F.collect_set(F.col(quote_ident(first))).alias("keys")] if small else []),
         ).first()
-        intervals = key_intervals(
-            source, quote_ident(first), numeric=is_numeric_type(typ), bounds=(stats["lo"], stats["hi"]), rows=stats["n"]
-        )
+        if small:
+            intervals = cut_intervals(stats["keys"])
+        else:
+            intervals = key_intervals(
+                source, quote_ident(first), numeric=numeric, bounds=(stats["lo"], stats["hi"]), rows=stats["n"]
+            )
         if intervals:
             tk = f"t.{quote_ident(first)}"
             inside = [

@@ -10,6 +10,7 @@ changes nothing.
 from __future__ import annotations
 
 import logging
+from datetime import datetime
 
 from binlake.contract.lakehouse import (
     PROGRESS_SCHEMA,
@@ -23,20 +24,63 @@ log = logging.getLogger("binlake.silver")
 # Delta operations that change a table's rows (as opposed to its metadata or file layout).
 _ROW_WRITES = ("MERGE", "UPDATE", "WRITE", "DELETE", "STREAMING UPDATE", "RESTORE")
 
+# The rows this process last wrote or read of each progress table, with that newest commit
+# (version and commit time): at the same commit the table holds exactly them, so a loop that
+# wrote progress (silver) and then reads it (gold, the next silver run) asks Delta only for
+# its newest commit, not for a snapshot of the table and a scan.
+_known: dict[str, tuple[tuple, dict[tuple[str, str], ProgressRow]]] = {}
+
 
 def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
-    lh.silver_progress.create_if_missing(
-        spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table"
-    )
-    current = lh.silver_progress.read(spark)
+    ref = lh.silver_progress
+    if ref.exists(spark):
+        known = progress_rows(spark, lh)
+        if known is not None:
+            return known
+    ref.create_if_missing(spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table")
+    current = ref.read(spark)
     for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING"), ("history_version", "BIGINT")):
         if column not in current.columns:
             # A lakehouse from before the column: added, NULL until each table's next run.
-            spark.sql(f"ALTER TABLE {lh.silver_progress.sql} ADD COLUMNS ({column} {typ})")
-            current = lh.silver_progress.read(spark)
+            spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column} {typ})")
+            current = ref.read(spark)
+    return _read(spark, lh)
+
+
+def progress_rows(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | None:
+    """The progress rows as they stand (None when there is no progress table or it lacks a
+    column this version writes: :func:`read_progress` then brings it up to date)."""
+    ref = lh.silver_progress
+    if not ref.exists(spark):
+        return None
+    head = ref.newest_commit(spark)
+    known = _known.get(str(ref))
+    if known is not None and known[0] == head:
+        return dict(known[1])
+    if set(ProgressRow._fields) - set(ref.read(spark).columns):
+        return None
+    return _read(spark, lh, head)
+
+
+def _read(spark, lh: Lakehouse, head: tuple | None = None) -> dict[tuple[str, str], ProgressRow]:
+    ref = lh.silver_progress
+    head = ref.newest_commit(spark) if head is None else head
     fields = ProgressRow._fields
-    return {(r["db"], r["table"]): ProgressRow(*(r[f] for f in fields)) for r in current.collect()}
+    rows: dict[tuple[str, str], ProgressRow] = {}
+    for r in ref.read_version(spark, head[0]).collect():
+        row = ProgressRow(*(r[f] for f in fields))
+        key = (row.db, row.table)
+        # A lakehouse from before progress was one row per table may hold several: the latest counts.
+        if key not in rows or progress_rank(row) > progress_rank(rows[key]):
+            rows[key] = row
+    _known[str(ref)] = (head, rows)
+    return dict(rows)
+
+
+def progress_rank(row: ProgressRow) -> tuple:
+    """How recent a progress row is: its applied position, then when it was written."""
+    return (row.applied_file_index or 0, row.applied_pos or 0, row.updated_at or datetime.min)
 
 
 def write_progress(spark, lh: Lakehouse, rows: list[ProgressRow], previous: dict[tuple[str, str], ProgressRow]) -> None:
@@ -51,7 +95,12 @@ def write_progress(spark, lh: Lakehouse, rows: list[ProgressRow], previous: dict
     def run():
         lh.silver_progress.save(df.write.format("delta").mode("overwrite"))
 
+    ref = lh.silver_progress
+    before = ref.newest_commit(spark)
     with_retry("silver progress", run)
+    after = ref.newest_commit(spark)
+    if after[0] == before[0] + 1:  # this write's commit, no other in between: its rows are the table
+        _known[str(ref)] = (after, {(r.db, r.table): r for r in rows + kept})
 
 
 def state_after_last_run(spark, ref, schema, recorded: ProgressRow | None, fresh: bool):
@@ -71,7 +120,7 @@ def state_after_last_run(spark, ref, schema, recorded: ProgressRow | None, fresh
     latest = ref.latest_version(spark)
     if latest <= version:
         return current
-    ops = [r["operation"] for r in ref.delta(spark).history(latest - version).select("operation").collect()]
+    ops = [c["operation"] for c in ref.commits(spark, version + 1, latest)]
     if any("CREATE" in op or "REPLACE" in op for op in ops):
         return ref.read(spark).where("false")
     if not any(op in _ROW_WRITES for op in ops):

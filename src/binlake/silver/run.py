@@ -44,6 +44,7 @@ from binlake.contract.lakehouse import (
     UPDATE,
     Lakehouse,
     ProgressRow,
+    remember_position_facts,
 )
 from binlake.contract.position import BinlogPosition
 from binlake.errors import NotReadyError, SchemaChangeError
@@ -181,29 +182,47 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
         new.changes = lh.changelog.read_changes(spark, min(starts.values()), cl_end).persist(
             StorageLevel.MEMORY_AND_DISK
         )
-        # Commits append heartbeats in binlog order, so the newest one is the largest.
-        top = (
-            new.changes.where(F.col("op") == HEARTBEAT_OP)
-            .agg(F.max(F.struct("file_index", "pos", "binlog_file")).alias("hb"))
-            .first()["hb"]
-        )
-        new.applied = BinlogPosition.from_log(top["binlog_file"], top["file_index"], top["pos"]) if top else None
         firsts = spark.createDataFrame(
             [(db, t, v) for (db, t), v in sorted(starts.items())], "db STRING, `table` STRING, _first BIGINT"
         )
+        # One pass over the new commits: per table what they hold for it (from its own first
+        # version), and, over everything, the largest heartbeat (commits append heartbeats in
+        # binlog order, so the newest is the largest; it is where the change log is applied
+        # up to) and the GTID and commit time of the last change there, which gold publishes.
         data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
-        for r in (
-            new.changes.join(F.broadcast(firsts), ["db", "table"])
-            .where("_commit_version >= _first")
+        own = "_first IS NOT NULL AND _commit_version >= _first"
+        rows = (
+            new.changes.join(F.broadcast(firsts), ["db", "table"], "left")
             .groupBy("db", "table")
             .agg(
-                F.expr(f"count_if(op IN ({data}))").alias("changes"),
-                F.expr(f"count_if(op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
-                F.expr(f"count_if(op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
-                F.expr(f"collect_list(CASE WHEN op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
+                F.expr(f"count_if({own} AND op IN ({data}))").alias("changes"),
+                F.expr(f"count_if({own} AND op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
+                F.expr(f"count_if({own} AND op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
+                F.expr(f"collect_list(CASE WHEN {own} AND op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
+                F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file"))).alias("hb"),
+                F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
+                F.max(
+                    F.when(
+                        F.col("commit_ts").isNotNull(),
+                        F.struct(
+                            "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
+                        ),
+                    )
+                ).alias("t"),
             )
             .collect()
-        ):
+        )
+        top = max((r["hb"] for r in rows if r["hb"] is not None), default=None)
+        new.applied = BinlogPosition.from_log(top["binlog_file"], top["file_index"], top["pos"]) if top else None
+        if new.applied is not None:
+            gtid = max((r["g"] for r in rows if r["g"] is not None), default=None)
+            when = max((r["t"] for r in rows if r["t"] is not None), default=None)
+            remember_position_facts(
+                lh.changelog, new.applied, gtid["gtid"] if gtid else None, when["ts"] if when else None
+            )
+        for r in rows:
+            if r["db"] is None or (r["db"], r["table"]) not in starts:
+                continue
             news = TableNews(int(r["changes"]), int(r["updates_deletes"]), int(r["ddl"]), tuple(r["emptied"] or ()))
             if news.any:
                 new.news[(r["db"], r["table"])] = news

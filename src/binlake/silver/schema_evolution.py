@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 
 from binlake.contract.ddl import column_renames
-from binlake.contract.lakehouse import SILVER_METADATA_COLUMNS, TableRef
+from binlake.contract.lakehouse import SILVER_METADATA_COLUMNS, TableRef, once_per_version
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import Column, TableSchema
 from binlake.errors import SchemaChangeError
@@ -56,33 +56,39 @@ class HistoryEntry:
 
 def load_histories(spark, lh) -> dict[tuple[str, str], list[HistoryEntry]]:
     """Every table's schema versions in binlog order, from one read of schema_history (a few
-    rows per table)."""
-    rows = (
-        lh.schema_history.read(spark)
-        .select("db", "table", "schema_version", "file_index", "pos", "ddl", "schema_json", "recorded_at")
-        .collect()
-    )
-    by_table: dict[tuple[str, str], list] = {}
-    for r in rows:
-        by_table.setdefault((r["db"], r["table"]), []).append(r)
-    out = {}
-    for key, entries in by_table.items():
-        entries.sort(
-            key=lambda r: (
-                r["file_index"] is not None,
-                r["file_index"] or 0,
-                r["pos"] is not None,
-                r["pos"] or 0,
-                r["recorded_at"],
-            )
+    rows per table; once per version of it in a process)."""
+
+    def compute(version: int) -> dict[tuple[str, str], list[HistoryEntry]]:
+        rows = (
+            lh.schema_history.read_version(spark, version)
+            .select("db", "table", "schema_version", "file_index", "pos", "ddl", "schema_json", "recorded_at")
+            .collect()
         )
-        out[key] = [
-            HistoryEntry(
-                TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"], r["ddl"]
+        by_table: dict[tuple[str, str], list] = {}
+        for r in rows:
+            by_table.setdefault((r["db"], r["table"]), []).append(r)
+        out = {}
+        for key, entries in by_table.items():
+            entries.sort(
+                key=lambda r: (
+                    r["file_index"] is not None,
+                    r["file_index"] or 0,
+                    r["pos"] is not None,
+                    r["pos"] or 0,
+                    r["recorded_at"],
+                )
             )
-            for r in entries
-        ]
-    return out
+            out[key] = [
+                HistoryEntry(
+                    TableSchema.from_json(r["schema_json"]), r["schema_version"], r["file_index"], r["pos"], r["ddl"]
+                )
+                for r in entries
+            ]
+        return out
+
+    return {
+        key: list(entries) for key, entries in once_per_version(spark, lh.schema_history, "histories", compute).items()
+    }
 
 
 def load_history(spark, lh, db: str, table: str, histories: dict | None = None) -> list[HistoryEntry]:
