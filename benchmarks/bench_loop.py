@@ -1,0 +1,174 @@
+"""A warm loop against its floor: what a round of changes costs beyond the MERGEs it needs.
+
+``loop_vs_floor``: 16 tables of 5,000 rows (as ``bench_incremental``), mirrored once; then per
+round 1,000 row changes over 10 of them, and one warm loop in this process as
+``run --continuous`` runs it (capture, silver, gold), timed from its start until gold has
+published the round. The floor is the same round's deduplicated change sets (silver's rows
+the round wrote, tombstones included) MERGEd into copies of the same silver and gold tables
+(shallow clones taken before the round) with the plainest Delta MERGE on the key (update all
+when matched, insert all when not, delete for a delete), one MERGE per changed table per
+layer, on the same number of threads as silver and gold use, in the same session, right after
+the loop. Best of ``ROUNDS`` measured rounds after a warm-up round. Goal: 1.5 or less.
+
+``idle_loop_s``: the same warm loop with nothing new (goal 0.5 s).
+
+Each round prints where the loop's time went: per stage, against the floor's per layer.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from benchmarks.bench_incremental import CHANGED_TABLES, ROWS, change, load
+from benchmarks.run import result
+
+TABLES = 16
+ROUNDS = 3
+GOAL_RATIO = 1.5
+GOAL_IDLE_S = 0.5
+THREADS = 4  # silver's and gold's TABLE_THREADS
+
+
+def _config(ctx, db: str):
+    from binlake.config import load_config
+
+    path = ctx.workdir / "loop.yml"
+    path.write_text(
+        ctx.mariadb.config_yaml(
+            str(ctx.workdir / "loop_lake"), [f"{db}.*"], server_id=9900, snapshot={"chunk_size": 50000}
+        )
+    )
+    return load_config(path)
+
+
+def _loop(spark, config) -> dict[str, float]:
+    """One loop as run --continuous runs it; seconds per stage."""
+    from binlake.bronze.capture import run_capture
+    from binlake.gold.publish import run_gold
+    from binlake.silver.run import run_silver
+
+    steps = {}
+    for name, step in (
+        ("capture", lambda: run_capture(spark, config)),
+        ("silver", lambda: run_silver(spark, config)),
+        ("gold", lambda: run_gold(spark, config)),
+    ):
+        started = time.perf_counter()
+        step()
+        steps[name] = time.perf_counter() - started
+    return steps
+
+
+def _clone(spark, ref, path: str) -> str:
+    spark.sql(f"CREATE OR REPLACE TABLE delta.`{path}` SHALLOW CLONE {ref.sql}")
+    return path
+
+
+def _merge(spark, path: str, source, key: list[str], columns: list[str]) -> None:
+    from delta.tables import DeltaTable
+
+    on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
+    values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), on)
+        .whenMatchedDelete(condition="s._cdc_deleted")
+        .whenMatchedUpdate(set=values)
+        .whenNotMatchedInsert(condition="NOT s._cdc_deleted", values=values)
+        .execute()
+    )
+
+
+def _floor(spark, lh, db: str, tables: list[str], clones: dict, since: tuple[int, int]) -> dict[str, float]:
+    """The round's change sets MERGEd into the clones, silver then gold: seconds per layer."""
+    from pyspark.sql import functions as F
+
+    after = F.struct(F.lit(since[0]).cast("bigint"), F.lit(since[1]).cast("bigint"), F.lit(2**31 - 1))
+    sets = {}
+    for t in tables:
+        silver = lh.silver(db, t).read(spark)
+        changed = silver.where(F.struct("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row") > after)
+        sets[t] = changed.localCheckpoint()  # not timed: the floor starts from the change set
+    gold_columns = [c for c in lh.gold(db, tables[0]).read(spark).columns]
+    layers = {}
+    for layer in ("silver", "gold"):
+        started = time.perf_counter()
+        with ThreadPoolExecutor(THREADS) as pool:
+            futures = []
+            for t in tables:
+                source = sets[t]
+                cols = source.columns if layer == "silver" else gold_columns
+                key = ["id"]
+                futures.append(pool.submit(_merge, spark, clones[(layer, t)], source, key, [c for c in cols]))
+            for f in futures:
+                f.result()
+        layers[layer] = time.perf_counter() - started
+    return layers
+
+
+def _changed_tables(spark, lh, db: str, names: list[str], since: tuple[int, int]) -> list[str]:
+    from pyspark.sql import functions as F
+
+    after = F.struct(F.lit(since[0]).cast("bigint"), F.lit(since[1]).cast("bigint"), F.lit(2**31 - 1))
+    out = []
+    for t in names:
+        silver = lh.silver(db, t).read(spark)
+        if silver.where(F.struct("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row") > after).limit(1).count():
+            out.append(t)
+    return out
+
+
+def _position(spark, lh) -> tuple[int, int]:
+    from binlake.gold.publish_log import last_published
+
+    last = last_published(spark, lh)
+    row = max(last.values(), key=lambda r: (r["file_index"], r["pos"]))
+    return int(row["file_index"]), int(row["pos"])
+
+
+def run(ctx) -> list[dict]:
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.contract.lakehouse import Lakehouse
+
+    spark = ctx.spark
+    db = "loopbench"
+    names = load(ctx.mariadb, db, TABLES, ROWS)
+    config = _config(ctx, db)
+    lh = Lakehouse(config)
+    run_snapshot(spark, config)
+    _loop(spark, config)
+    rng, next_id = random.Random(36), {}
+    idle = [sum(_loop(spark, config).values()) for _ in range(3)]
+    ratios = []
+    for i in range(ROUNDS + 1):
+        since = _position(spark, lh)
+        clones = {
+            (layer, t): _clone(spark, getattr(lh, layer)(db, t), str(ctx.workdir / "floor" / f"r{i}_{layer}_{t}"))
+            for layer in ("silver", "gold")
+            for t in names
+        }
+        change(ctx.mariadb, db, names, rng, next_id)
+        steps = _loop(spark, config)
+        loop_s = sum(steps.values())
+        changed = _changed_tables(spark, lh, db, names, since)
+        assert len(changed) == CHANGED_TABLES, changed
+        floor = _floor(spark, lh, db, changed, clones, since)
+        floor_s = sum(floor.values())
+        label = "warm-up" if i == 0 else f"round {i}"
+        print(
+            f"   {label}: loop {loop_s:.1f}s ({', '.join(f'{k} {v:.1f}s' for k, v in steps.items())}) / "
+            f"floor {floor_s:.1f}s (silver {floor['silver']:.1f}s, gold {floor['gold']:.1f}s) = {loop_s / floor_s:.2f}",
+            flush=True,
+        )
+        if i:
+            ratios.append((loop_s / floor_s, loop_s, floor_s))
+    best = min(ratios)
+    print(f"   idle loops: {', '.join(f'{s:.2f}s' for s in idle)}")
+    return [
+        result("loop_vs_floor", best[0], "x (loop/floor, goal <= 1.5)", "goal", GOAL_RATIO, higher_is_better=False),
+        result("loop_round_s", best[1], "s (the same round's loop)", "floor: the MERGEs alone", best[2], False),
+        result("idle_loop_s", min(idle), "s (lower is better)", "goal", GOAL_IDLE_S, higher_is_better=False),
+    ]
