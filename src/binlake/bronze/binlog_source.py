@@ -23,7 +23,7 @@ import datetime as dt
 import fnmatch
 import functools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -46,9 +46,16 @@ READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"
 MAX_PARALLEL_FILES = BINLOG_READERS
 
 
+class BinlogEndedEarly(RuntimeError):
+    """The dump ended before the planned end of the range (the server lost its tail)."""
+
+
 @dataclass(frozen=True)
 class ReadRange:
-    """One partition: ``file`` from ``start_pos`` to ``end_pos`` (None: to the end of the file)."""
+    """One partition: ``file`` from ``start_pos`` to ``end_pos`` (None: to the end of the file).
+
+    Its methods are the rules for where the read of the range stops.
+    """
 
     index: int
     file: str
@@ -57,6 +64,32 @@ class ReadRange:
     last: bool
     max_rows: int | None = None  # the last partition may stop early, at a transaction boundary
     epoch: int = 0  # the source epoch the file belongs to (binlake.contract.position)
+
+    def is_empty(self) -> bool:
+        return self.end_pos is not None and self.start_pos >= self.end_pos
+
+    def stops_early(self, rows: int, boundary: int) -> bool:
+        """True when the read may stop at the transaction boundary ``boundary``, having emitted
+        ``rows`` row changes: only the last partition stops before its planned end."""
+        return (
+            self.last
+            and self.max_rows is not None
+            and rows >= self.max_rows
+            and (self.end_pos is None or boundary < self.end_pos)
+        )
+
+    def reached_end(self, log_file: str, log_pos: int) -> bool:
+        """True when the stream, now at ``log_file:log_pos``, has read the range to its planned end."""
+        return self.end_pos is not None and log_pos >= self.end_pos and log_file == self.file
+
+    def end_of_dump(self, log_file: str, log_pos: int) -> int | None:
+        """The heartbeat position when the dump ran out of events before a stop rule fired:
+        where the stream stopped, if still in this file. Only the last partition has one."""
+        if not self.last:
+            return None
+        if self.end_pos is not None:
+            raise BinlogEndedEarly(f"binlog {self.file} ended before position {self.end_pos}")
+        return log_pos if log_file == self.file else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -208,17 +241,69 @@ def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
 # ---------------------------------------------------------------------------------------
 # DDL
 
+# Statements a QUERY event carries that change no table.
+_TRANSACTION_CONTROL = ("BEGIN", "COMMIT")
+_TRANSACTION_CONTROL_PREFIXES = ("XA ", "SAVEPOINT")
+
+
+def captured_ddl(source: SourceConfig, text: str, default_db: str | None) -> list[tuple[int, str, str | None, str]]:
+    """``(row, db, table, op)`` for each captured table the statement of a QUERY event
+    changes; ``row`` is the table's index in the statement (captured or not), so a DDL row's
+    sequence does not depend on the capture filter. ``table`` is None for a statement that
+    names no table (CREATE DATABASE ...), kept when its database may hold captured tables."""
+    upper = text.strip().upper()
+    if upper in _TRANSACTION_CONTROL or upper.startswith(_TRANSACTION_CONTROL_PREFIXES):
+        return []
+    out = []
+    for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
+        if source.captures(db, table) if (db and table) else _db_captured(source, db):
+            out.append((row, db, table, op))
+    return out
+
 
 def _db_captured(source: SourceConfig, db: str | None) -> bool:
     return db is not None and any(fnmatch.fnmatchcase(db, p) for p in source.databases)
 
 
 # ---------------------------------------------------------------------------------------
+# Stats
+
+
+@dataclass
+class RangeStats:
+    """What one partition emitted, for its ``op='stats'`` side row (see :func:`read_range`)."""
+
+    ops: dict[str, int] = field(default_factory=dict)  # records per op, DDL records included
+    tables: dict[str, int] = field(default_factory=dict)  # row changes per ``db.table``
+    rows: int = 0  # row changes in all
+    last_ts: int | None = None  # commit time of the newest row change, microseconds
+    # MariaDB: the last GTID of each replication domain in the range, so the driver can
+    # carry the GTID state from one batch's end to the next without asking the server.
+    last_gtids: dict[str, str] = field(default_factory=dict)
+
+    def add_rows(self, op: str, table: str, n: int, commit_ts: int) -> None:
+        self.ops[op] = self.ops.get(op, 0) + n
+        self.tables[table] = self.tables.get(table, 0) + n
+        self.rows += n
+        self.last_ts = commit_ts
+
+    def add_ddl(self, op: str) -> None:
+        self.ops[op] = self.ops.get(op, 0) + 1
+
+    def add_mariadb_gtid(self, gtid: str) -> None:
+        """``gtid`` is ``domain-server-sequence``."""
+        self.last_gtids[gtid.split("-", 1)[0]] = gtid
+
+    def counts_json(self) -> str:
+        return json.dumps({"ops": self.ops, "tables": self.tables, "last_ts": self.last_ts})
+
+    def gtid_position(self) -> str | None:
+        """The last GTID of each domain, comma-joined in domain order; None when there was none."""
+        return ",".join(self.last_gtids[d] for d in sorted(self.last_gtids)) or None
+
+
+# ---------------------------------------------------------------------------------------
 # The reader (runs on executors)
-
-
-class BinlogEndedEarly(RuntimeError):
-    """The dump ended before the planned end of the range (the server lost its tail)."""
 
 
 # Side rows: never written to the change log, collected by the driver before the commit.
@@ -451,28 +536,15 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     }
     fidx = log_index(rng.epoch, file_index(rng.file))
     out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
-    counts: dict[str, int] = {}
-    per_table: dict[str, int] = {}
-    last_ts = None
-    # MariaDB: the last GTID of each replication domain in the range, so the driver can
-    # carry the GTID state from one batch's end to the next without asking the server.
-    last_gtids: dict[str, str] = {}
+    stats = RangeStats()
 
     def finish(heartbeat_pos: int | None):
         if rng.last:
             out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
-        out.add(
-            None,
-            None,
-            "stats",
-            rng.start_pos,
-            0,
-            ddl=json.dumps({"ops": counts, "tables": per_table, "last_ts": last_ts}),
-            gtid=",".join(last_gtids[d] for d in sorted(last_gtids)) or None,
-        )
+        out.add(None, None, "stats", rng.start_pos, 0, ddl=stats.counts_json(), gtid=stats.gtid_position())
         return out.batch()
 
-    if rng.end_pos is not None and rng.start_pos >= rng.end_pos:
+    if rng.is_empty():
         yield finish(rng.end_pos)
         return
     stream = open_stream(
@@ -488,7 +560,6 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     salt = source.salt_for_any()
     reported: set[tuple[str, str, str]] = set()
     gtid: str | None = None
-    emitted = 0
     stop_pos: int | None = None
     try:
         for event in stream:
@@ -501,7 +572,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
             if isinstance(event, (GtidEvent, MariadbGtidEvent)):
                 gtid = event.gtid
                 if isinstance(event, MariadbGtidEvent):
-                    last_gtids[gtid.split("-", 1)[0]] = gtid
+                    stats.add_mariadb_gtid(gtid)
             elif isinstance(event, TableMapEvent):
                 if not source.captures(event.schema, event.table):
                     schemas[event.table_id] = None
@@ -602,58 +673,39 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                             schema_version=version,
                         )
                         n += 1
-                counts[op] = counts.get(op, 0) + n
-                name = f"{schema.database}.{schema.table}"
-                per_table[name] = per_table.get(name, 0) + n
-                last_ts = ts
-                emitted += n
+                stats.add_rows(op, f"{schema.database}.{schema.table}", n, ts)
             elif isinstance(event, QueryEvent):
                 text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
-                upper = text.strip().upper()
-                if (
-                    upper not in ("BEGIN", "COMMIT")
-                    and not upper.startswith("XA ")
-                    and not upper.startswith("SAVEPOINT")
-                ):
-                    default_db = (
-                        event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+                default_db = (
+                    event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+                )
+                for row, db, table, op in captured_ddl(source, text, default_db):
+                    out.add(
+                        db,
+                        table,
+                        op,
+                        pos,
+                        row,
+                        commit_ts=event.timestamp * 1_000_000,
+                        gtid=gtid,
+                        server_id=event.packet.server_id,
+                        ddl=text,
                     )
-                    for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
-                        keep = source.captures(db, table) if (db and table) else _db_captured(source, db)
-                        if keep:
-                            out.add(
-                                db,
-                                table,
-                                op,
-                                pos,
-                                row,
-                                commit_ts=event.timestamp * 1_000_000,
-                                gtid=gtid,
-                                server_id=event.packet.server_id,
-                                ddl=text,
-                            )
-                            counts[op] = counts.get(op, 0) + 1
+                    stats.add_ddl(op)
             if is_transaction_end(event):
                 gtid = None
-                if (
-                    rng.last
-                    and rng.max_rows is not None
-                    and emitted >= rng.max_rows
-                    and (rng.end_pos is None or pos < rng.end_pos)
-                ):
+                if rng.stops_early(stats.rows, pos):
                     stop_pos = pos
                     break
-            if rng.end_pos is not None and stream.log_pos >= rng.end_pos and stream.log_file == rng.file:
+            if rng.reached_end(stream.log_file, stream.log_pos):
                 stop_pos = rng.end_pos
                 break
             if out.n >= BATCH_ROWS:
                 yield out.batch()
     finally:
         stream.close()
-    if rng.last and stop_pos is None:
-        if rng.end_pos is not None:
-            raise BinlogEndedEarly(f"binlog {rng.file} ended before position {rng.end_pos}")
-        stop_pos = stream.log_pos if stream.log_file == rng.file else None
+    if stop_pos is None:
+        stop_pos = rng.end_of_dump(stream.log_file, stream.log_pos)
     yield finish(stop_pos)
 
 
