@@ -4,18 +4,36 @@ become change-log rows, what a partition reports, and how each TABLE_MAP is plan
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+from pymysqlreplication.constants import BINLOG
+from pymysqlreplication.constants import FIELD_TYPE as T
 
-from binlake.bronze.binlog_source import BinlogEndedEarly, RangeStats, ReadRange, captured_ddl
-from binlake.config import Secret, SourceConfig
+from binlake.bronze.binlog_source import (
+    BinlogEndedEarly,
+    RangeStats,
+    ReadRange,
+    TablePlanner,
+    captured_ddl,
+)
+from binlake.config import ColumnRule, Secret, SourceConfig
+from binlake.contract.columns import stored_schema
 
 FILE = "mysql-bin.000007"
 
 
-def source(tables=("shop.*",), exclude=()) -> SourceConfig:
+def source(tables=("shop.*",), exclude=(), columns=()) -> SourceConfig:
     return SourceConfig(
-        host="h", port=3306, user="u", password=Secret("pw"), server_id=1, tables=tables, exclude=exclude
+        host="h",
+        port=3306,
+        user="u",
+        password=Secret("pw"),
+        server_id=1,
+        tables=tables,
+        exclude=exclude,
+        columns=columns,
+        mask_salt=Secret("pepper"),
     )
 
 
@@ -123,3 +141,96 @@ def test_the_gtid_position_holds_the_last_gtid_of_each_domain():
     for gtid in ["0-1-5", "1-1-7", "0-1-6", "1-2-8"]:
         stats.add_mariadb_gtid(gtid)
     assert stats.gtid_position() == "0-1-6,1-2-8"
+
+
+# ---------------------------------------------------------------------------------------
+# Planning a TABLE_MAP
+
+
+def column(name, type_, **metadata):
+    """A TABLE_MAP column as python-mysql-replication gives it (binlog_row_metadata=FULL)."""
+    fields = {"unsigned": False, "character_set_name": None, "collation_name": None, "max_length": 0}
+    return SimpleNamespace(name=name, type=type_, **{**fields, **metadata})
+
+
+ID = column("id", T.LONG)
+EMAIL = column("email", T.VARCHAR, character_set_name="utf8mb4", max_length=400)
+CODE = column("code", T.STRING, character_set_name="binary", collation_name="binary", max_length=4)
+DOC = column("doc", T.JSON)
+
+
+def table_map(table="orders", *columns, db="shop", table_id=70):
+    columns = columns or (ID, EMAIL, CODE)
+    return SimpleNamespace(
+        schema=db,
+        table=table,
+        table_id=table_id,
+        columns=list(columns),
+        null_bitmask=bytes([0b11111110]),  # every column but the key may be NULL
+        optional_metadata=SimpleNamespace(simple_primary_key_list=[0], primary_keys_with_prefix={}),
+    )
+
+
+def rows_event(event_type=BINLOG.WRITE_ROWS_EVENT_V2, present=b"\x07", present_after=None):
+    return SimpleNamespace(event_type=event_type, columns_present_bitmap=present, columns_present_bitmap2=present_after)
+
+
+def test_a_table_map_of_a_table_not_captured_is_not_planned():
+    assert TablePlanner(source()).plan(table_map(db="crm")) is None
+    assert TablePlanner(source(exclude=("shop.orders",))).plan(table_map()) is None
+
+
+def test_rows_carry_the_version_of_the_schema_binlake_stores():
+    cfg = source()
+    plan = TablePlanner(cfg).plan(table_map())
+    assert plan.name == "shop.orders"
+    assert [c.name for c in plan.schema.columns] == ["id", "email", "code"] and plan.schema.key == ("id",)
+    assert plan.stored == stored_schema(cfg, plan.schema)
+    assert plan.version == plan.stored.version()
+    assert sorted(plan.columns) == ["code", "email", "id"]
+
+
+def test_binary_n_columns_are_padded_back_to_their_length():
+    assert TablePlanner(source()).plan(table_map()).pads == {"code": 4}
+
+
+def test_a_table_whose_columns_the_fast_decoder_reads_is_decoded_fast():
+    plan = TablePlanner(source()).plan(table_map())
+    assert plan.decoder.names == ["id", "email", "code"]
+    assert plan.decodes_fast(rows_event(), update=False)
+
+
+def test_a_table_with_a_column_the_fast_decoder_lacks_is_decoded_by_the_library():
+    plan = TablePlanner(source()).plan(table_map("docs", ID, DOC))
+    assert plan.decoder is None and not plan.decodes_fast(rows_event(present=b"\x03"), update=False)
+    slow = TablePlanner(source(), fast_rows=False).plan(table_map())
+    assert slow.decoder is None and not slow.decodes_fast(rows_event(), update=False)
+
+
+def test_only_plain_rows_events_with_full_images_are_decoded_fast():
+    plan = TablePlanner(source()).plan(table_map())
+    assert not plan.decodes_fast(rows_event(present=b"\x05"), update=False), "a MINIMAL image lacks a column"
+    full_update = rows_event(BINLOG.UPDATE_ROWS_EVENT_V2, present_after=b"\x07")
+    assert plan.decodes_fast(full_update, update=True)
+    assert not plan.decodes_fast(rows_event(BINLOG.UPDATE_ROWS_EVENT_V2, present_after=b"\x03"), update=True)
+    partial_json = rows_event(BINLOG.PARTIAL_UPDATE_ROWS_EVENT, present_after=b"\x07")
+    assert not plan.decodes_fast(partial_json, update=True)
+
+
+def test_the_column_rule_drops_and_masks_in_the_plan():
+    rule = ColumnRule("shop.orders", exclude=("email",), mask={"code": "hash"})
+    plan = TablePlanner(source(columns=(rule,))).plan(table_map())
+    assert plan.rule is rule
+    assert [c.name for c in plan.stored.columns] == ["id", "code"]
+    assert plan.version != TablePlanner(source()).plan(table_map()).version
+    assert plan.decoder.names == ["id", "email", "code"], "the decoder reads the source's layout"
+    assert plan.masker.names == ["id", "code"], "the fast path's texts lose the dropped column"
+    assert TablePlanner(source()).plan(table_map()).masker is None
+
+
+def test_the_column_rule_is_applied_once_per_table_and_source_schema():
+    planner = TablePlanner(source())
+    first, again = planner.plan(table_map(table_id=70)), planner.plan(table_map(table_id=71))
+    assert again.stored is first.stored, "a TABLE_MAP per transaction must not redo the rule"
+    altered = planner.plan(table_map("orders", ID, EMAIL, CODE, column("note", T.VARCHAR, max_length=40)))
+    assert altered.version != first.version

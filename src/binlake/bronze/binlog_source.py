@@ -26,12 +26,17 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.config import BINLOG_READERS, SourceConfig
+from binlake.bronze.binlog_rows import RowsDecoder, compile_rows_decoder
+from binlake.config import BINLOG_READERS, ColumnRule, SourceConfig
+from binlake.contract.columns import FlatMasker, apply_to_image, stored_schema
 from binlake.contract.ddl import ddl_effects
 from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP
-from binlake.contract.position import HEARTBEAT_ROW
+from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition, file_index, log_index
 from binlake.contract.types import (
     ZERO_DATE,
     ZERO_DATETIME,
@@ -40,6 +45,7 @@ from binlake.contract.types import (
     TableSchema,
     encode_value,
 )
+from binlake.source.binlog import is_transaction_end, open_stream
 
 SOURCE_NAME = "binlake_binlog"
 READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"
@@ -236,6 +242,91 @@ def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
     if frac == 0:
         return value
     return -dt.timedelta(microseconds=whole * 1_000_000 + (1_000_000 - frac))
+
+
+# ---------------------------------------------------------------------------------------
+# Planning a TABLE_MAP: how the ROWS events after it are decoded
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How the ROWS events after one TABLE_MAP become change-log rows. Everything that does not
+    depend on the event is decided here, once per TABLE_MAP; the ROWS handler only picks the
+    decode path per event."""
+
+    schema: TableSchema  # the table as the TABLE_MAP describes it
+    name: str  # ``db.table``
+    stored: TableSchema  # the table as binlake stores it: its column rule applied
+    version: str  # the stored schema's version, on every row
+    columns: dict[str, Column]  # ``schema``'s columns by name, for encode_image
+    pads: dict[str, int]  # BINARY(n) columns and their n (see encode_image)
+    decoder: RowsDecoder | None  # event bytes to canonical texts; None: the library decodes
+    rule: ColumnRule | None
+    masker: FlatMasker | None  # ``rule`` for the decoder's flat texts
+
+    def decodes_fast(self, event: Any, update: bool) -> bool:
+        """True when the decoder reads the event: a plain ROWS event (not MySQL's partial JSON
+        update) whose images hold every column."""
+        decoder = self.decoder
+        return (
+            decoder is not None
+            and event.event_type in PLAIN_ROWS_EVENTS
+            and decoder.full_image(event.columns_present_bitmap)
+            and (not update or decoder.full_image(event.columns_present_bitmap2))
+        )
+
+
+PLAIN_ROWS_EVENTS = frozenset(
+    {
+        BINLOG.WRITE_ROWS_EVENT_V1,
+        BINLOG.WRITE_ROWS_EVENT_V2,
+        BINLOG.UPDATE_ROWS_EVENT_V1,
+        BINLOG.UPDATE_ROWS_EVENT_V2,
+        BINLOG.DELETE_ROWS_EVENT_V1,
+        BINLOG.DELETE_ROWS_EVENT_V2,
+    }
+)
+
+
+class TablePlanner:
+    """The :class:`TablePlan` of each TABLE_MAP event of one range."""
+
+    def __init__(self, source: SourceConfig, fast_rows: bool = True):
+        self.source = source
+        self.fast_rows = fast_rows  # False: the library decodes every row (tests compare both)
+        self.salt = source.salt_for_any()
+        # A TABLE_MAP comes with every transaction: the column rule is applied once per
+        # table and source schema, not per transaction.
+        self._stored: dict[tuple, tuple[ColumnRule | None, TableSchema, str]] = {}
+
+    def plan(self, event: Any) -> TablePlan | None:
+        """The plan for a TABLE_MAP event, None when its table is not captured."""
+        if not self.source.captures(event.schema, event.table):
+            return None
+        schema = schema_from_table_map(event)
+        shape = (schema.database, schema.table, schema.columns, schema.key)
+        if shape not in self._stored:
+            stored = stored_schema(self.source, schema, strict=False)
+            self._stored[shape] = (self.source.column_rule(schema.database, schema.table), stored, stored.version())
+        rule, stored, version = self._stored[shape]
+        # Decoded with the source's own column types, then masked: the snapshot does the
+        # same, so both paths store the same text for the same value.
+        decoder = compile_rows_decoder(event.columns, schema) if self.fast_rows else None
+        return TablePlan(
+            schema=schema,
+            name=schema.name,
+            stored=stored,
+            version=version,
+            columns={c.name: c for c in schema.columns},
+            pads={
+                c.name: c.max_length
+                for c in event.columns
+                if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
+            },
+            decoder=decoder,
+            rule=rule,
+            masker=FlatMasker(rule, self.salt, decoder.names) if rule is not None and decoder is not None else None,
+        )
 
 
 # ---------------------------------------------------------------------------------------
@@ -508,32 +599,6 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
     row change (``last_ts``, microseconds), so the driver needs no aggregation job. ``fast_rows=False`` decodes every row
     through python-mysql-replication (tests compare both paths).
     """
-    from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-    from pymysqlreplication.event import (
-        GtidEvent,
-        MariadbGtidEvent,
-        QueryEvent,
-    )
-    from pymysqlreplication.row_event import (
-        DeleteRowsEvent,
-        TableMapEvent,
-        UpdateRowsEvent,
-        WriteRowsEvent,
-    )
-
-    from binlake.bronze.binlog_rows import compile_rows_decoder
-    from binlake.contract.columns import FlatMasker, apply_to_image, stored_schema
-    from binlake.contract.position import BinlogPosition, file_index, log_index
-    from binlake.source.binlog import is_transaction_end, open_stream
-
-    plain_rows_events = {
-        BINLOG.WRITE_ROWS_EVENT_V1,
-        BINLOG.WRITE_ROWS_EVENT_V2,
-        BINLOG.UPDATE_ROWS_EVENT_V1,
-        BINLOG.UPDATE_ROWS_EVENT_V2,
-        BINLOG.DELETE_ROWS_EVENT_V1,
-        BINLOG.DELETE_ROWS_EVENT_V2,
-    }
     fidx = log_index(rng.epoch, file_index(rng.file))
     out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
     stats = RangeStats()
@@ -555,9 +620,9 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
         # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
         filter_non_implemented_events=False,
     )
-    schemas: dict[int, tuple | None] = {}
-    stored_by_shape: dict[tuple, tuple] = {}
-    salt = source.salt_for_any()
+    planner = TablePlanner(source, fast_rows)
+    schemas: dict[int, TablePlan | None] = {}
+    salt = planner.salt
     reported: set[tuple[str, str, str]] = set()
     gtid: str | None = None
     stop_pos: int | None = None
@@ -574,65 +639,32 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                 if isinstance(event, MariadbGtidEvent):
                     stats.add_mariadb_gtid(gtid)
             elif isinstance(event, TableMapEvent):
-                if not source.captures(event.schema, event.table):
-                    schemas[event.table_id] = None
+                plan = planner.plan(event)
+                schemas[event.table_id] = plan
+                if plan is None:
                     continue
-                schema = schema_from_table_map(event)
-                # A TABLE_MAP comes with every transaction: the column rule is applied once
-                # per table and source schema, not per transaction.
-                shape = (schema.database, schema.table, schema.columns, schema.key)
-                if shape not in stored_by_shape:
-                    stored = stored_schema(source, schema, strict=False)
-                    stored_by_shape[shape] = (
-                        source.column_rule(schema.database, schema.table),
-                        stored,
-                        stored.version(),
-                    )
-                rule, stored, version = stored_by_shape[shape]
-                # Decoded with the source's own column types, then masked: the snapshot does
-                # the same, so both paths store the same text for the same value.
-                pads = {
-                    c.name: c.max_length
-                    for c in event.columns
-                    if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
-                }
-                decoder = compile_rows_decoder(event.columns, schema) if fast_rows else None
-                masker = FlatMasker(rule, salt, decoder.names) if rule is not None and decoder is not None else None
-                schemas[event.table_id] = (
-                    schema,
-                    {c.name: c for c in schema.columns},
-                    version,
-                    pads,
-                    decoder,
-                    rule,
-                    masker,
-                )
-                if (schema.database, schema.table, version) not in reported:
-                    reported.add((schema.database, schema.table, version))
+                if (plan.schema.database, plan.schema.table, plan.version) not in reported:
+                    reported.add((plan.schema.database, plan.schema.table, plan.version))
                     out.add(
-                        schema.database,
-                        schema.table,
+                        plan.schema.database,
+                        plan.schema.table,
                         "schema",
                         pos,
                         0,
-                        schema_version=version,
-                        schema_json=stored.to_json(),
+                        schema_version=plan.version,
+                        schema_json=plan.stored.to_json(),
                     )
             elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                known = schemas.get(event.table_id)
-                if known is None:
+                plan = schemas.get(event.table_id)
+                if plan is None:
                     continue
-                schema, cols, version, pads, decoder, rule, masker = known
+                schema, cols, version, pads = plan.schema, plan.columns, plan.version, plan.pads
+                decoder, rule, masker = plan.decoder, plan.rule, plan.masker
                 ts = event.timestamp * 1_000_000
                 sid = event.packet.server_id
                 update = isinstance(event, UpdateRowsEvent)
                 op = "update" if update else "insert" if isinstance(event, WriteRowsEvent) else "delete"
-                if (
-                    decoder is not None
-                    and event.event_type in plain_rows_events
-                    and decoder.full_image(event.columns_present_bitmap)
-                    and (not update or decoder.full_image(event.columns_present_bitmap2))
-                ):
+                if plan.decodes_fast(event, update):
                     # The fast path: the event's row bytes straight to canonical texts.
                     packet = event.packet
                     first: list = []
@@ -673,7 +705,7 @@ def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> 
                             schema_version=version,
                         )
                         n += 1
-                stats.add_rows(op, f"{schema.database}.{schema.table}", n, ts)
+                stats.add_rows(op, plan.name, n, ts)
             elif isinstance(event, QueryEvent):
                 text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
                 default_db = (
