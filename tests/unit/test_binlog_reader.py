@@ -9,9 +9,12 @@ from types import SimpleNamespace
 import pytest
 from pymysqlreplication.constants import BINLOG
 from pymysqlreplication.constants import FIELD_TYPE as T
+from pymysqlreplication.event import HeartbeatLogEvent, XidEvent
+from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from binlake.bronze.binlog_source import (
     BinlogEndedEarly,
+    EventHandlers,
     RangeStats,
     ReadRange,
     TablePlanner,
@@ -84,6 +87,17 @@ def test_a_dump_read_to_the_files_end_puts_the_heartbeat_where_the_stream_stoppe
     assert last_range(end_pos=None).end_of_dump("mysql-bin.000008", 4) is None, "rotated: no position in this file"
     middle = ReadRange(0, FILE, 4, 9000, last=False)
     assert middle.end_of_dump(FILE, 8000) is None, "only the last partition writes a heartbeat"
+
+
+# ---------------------------------------------------------------------------------------
+# Which handler an event gets
+
+
+def test_an_event_gets_the_handler_of_its_class_or_of_its_nearest_handled_base_class():
+    handlers = EventHandlers({WriteRowsEvent: "insert", UpdateRowsEvent: "update", XidEvent: "commit"})
+    assert handlers[WriteRowsEvent] == "insert" and handlers[XidEvent] == "commit"
+    assert handlers[PartialUpdateRowsEvent] == "update", "MySQL's partial JSON update is an update"
+    assert handlers[HeartbeatLogEvent] is None, "an event of no handled kind is skipped"
 
 
 # ---------------------------------------------------------------------------------------

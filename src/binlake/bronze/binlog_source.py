@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
 from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -591,154 +591,232 @@ class _ChangeColumns:
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema())
 
 
+class EventHandlers(dict):
+    """Event handlers by event class. A class without an entry of its own gets the handler of
+    its nearest base class that has one (MySQL's PartialUpdateRowsEvent is an UpdateRowsEvent),
+    as an ``isinstance`` test would, or None; each class is looked up once."""
+
+    def __missing__(self, cls: type):
+        handler = self[cls] = next((self[base] for base in cls.__mro__[1:] if base in self), None)
+        return handler
+
+
+class _RangeReader:
+    """Reads one :class:`ReadRange` into change-log rows: one handler per kind of event.
+
+    A handler gets the event and its end position, adds rows to ``out`` and counts them in
+    ``stats``; it returns True when the event ends a transaction, the only place a read may
+    stop before its planned end. Events of other kinds only move the stream on.
+    """
+
+    def __init__(self, source: SourceConfig, rng: ReadRange, fast_rows: bool):
+        self.source = source
+        self.rng = rng
+        self.planner = TablePlanner(source, fast_rows)
+        self.out = _ChangeColumns(
+            rng.file, log_index(rng.epoch, file_index(rng.file)), dt.datetime.now(dt.timezone.utc)
+        )
+        self.stats = RangeStats()
+        self.plans: dict[int, TablePlan | None] = {}  # by the table id TABLE_MAP events assign
+        self.reported: set[tuple[str, str, str]] = set()  # (db, table, version) sent to the driver
+        self.gtid: str | None = None  # of the transaction being read
+        self.handlers = EventHandlers(
+            {
+                GtidEvent: self.on_gtid,
+                MariadbGtidEvent: self.on_mariadb_gtid,
+                TableMapEvent: self.on_table_map,
+                WriteRowsEvent: functools.partial(self.on_rows, "insert"),
+                UpdateRowsEvent: functools.partial(self.on_rows, "update"),
+                DeleteRowsEvent: functools.partial(self.on_rows, "delete"),
+                QueryEvent: self.on_query,
+                XidEvent: self.on_xid,
+            }
+        )
+
+    def batches(self) -> Iterator:
+        rng, out, stats, handlers = self.rng, self.out, self.stats, self.handlers
+        if rng.is_empty():
+            yield self.finish(rng.end_pos)
+            return
+        stream = open_stream(
+            self.source,
+            self.source.server_id + 1 + rng.index,
+            BinlogPosition(rng.file, rng.start_pos),
+            # Every event, also the ones the library does not implement: the end check must see
+            # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
+            filter_non_implemented_events=False,
+        )
+        stop_pos: int | None = None
+        try:
+            for event in stream:
+                if stream.log_file != rng.file:
+                    # Rotated into the next file: this file is complete (its ROTATE or STOP event
+                    # was its last), so the planned end, never beyond the file's size, is reached.
+                    stop_pos = rng.end_pos
+                    break
+                pos = event.packet.log_pos
+                handle = handlers[type(event)]
+                if handle is not None and handle(event, pos) and rng.stops_early(stats.rows, pos):
+                    stop_pos = pos
+                    break
+                if rng.reached_end(stream.log_file, stream.log_pos):
+                    stop_pos = rng.end_pos
+                    break
+                if out.n >= BATCH_ROWS:
+                    yield out.batch()
+        finally:
+            stream.close()
+        if stop_pos is None:
+            stop_pos = rng.end_of_dump(stream.log_file, stream.log_pos)
+        yield self.finish(stop_pos)
+
+    def finish(self, heartbeat_pos: int | None):
+        """The partition's last batch: the heartbeat (last partition only), then the stats."""
+        if self.rng.last:
+            self.out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
+        stats = self.stats
+        self.out.add(None, None, "stats", self.rng.start_pos, 0, ddl=stats.counts_json(), gtid=stats.gtid_position())
+        return self.out.batch()
+
+    # One handler per kind of event.
+
+    def on_gtid(self, event: Any, pos: int) -> bool:
+        self.gtid = event.gtid
+        return False
+
+    def on_mariadb_gtid(self, event: Any, pos: int) -> bool:
+        self.gtid = event.gtid
+        self.stats.add_mariadb_gtid(event.gtid)
+        return False
+
+    def on_table_map(self, event: Any, pos: int) -> bool:
+        plan = self.plans[event.table_id] = self.planner.plan(event)
+        if plan is not None and (plan.schema.database, plan.schema.table, plan.version) not in self.reported:
+            self.reported.add((plan.schema.database, plan.schema.table, plan.version))
+            self.out.add(
+                plan.schema.database,
+                plan.schema.table,
+                "schema",
+                pos,
+                0,
+                schema_version=plan.version,
+                schema_json=plan.stored.to_json(),
+            )
+        return False
+
+    def on_rows(self, op: str, event: Any, pos: int) -> bool:
+        plan = self.plans.get(event.table_id)
+        if plan is None:
+            return False
+        commit_ts = event.timestamp * 1_000_000
+        if plan.decodes_fast(event, op == "update"):
+            n = self._add_decoded_rows(plan, op, event, pos, commit_ts)
+        else:
+            n = self._add_library_rows(plan, op, event, pos, commit_ts)
+        self.stats.add_rows(op, plan.name, n, commit_ts)
+        return False
+
+    def on_query(self, event: Any, pos: int) -> bool:
+        text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
+        default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+        for row, db, table, op in captured_ddl(self.source, text, default_db):
+            self.out.add(
+                db,
+                table,
+                op,
+                pos,
+                row,
+                commit_ts=event.timestamp * 1_000_000,
+                gtid=self.gtid,
+                server_id=event.packet.server_id,
+                ddl=text,
+            )
+            self.stats.add_ddl(op)
+        if is_transaction_end(event):  # a COMMIT, or DDL, which commits implicitly
+            self.gtid = None
+            return True
+        return False
+
+    def on_xid(self, event: Any, pos: int) -> bool:
+        """The commit of a transaction."""
+        self.gtid = None
+        return True
+
+    # The two ways of decoding a ROWS event; each adds all of its rows.
+
+    def _add_decoded_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
+        """The fast path: the event's row bytes straight to canonical texts."""
+        update = op == "update"
+        packet = event.packet
+        first: list = []
+        second: list = []
+        n = plan.decoder.decode(
+            packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first]
+        )
+        before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
+        names = plan.decoder.names
+        masker = plan.masker
+        if masker is not None:
+            names = masker.names
+            before = masker.apply(before, n) if before is not None else None
+            after = masker.apply(after, n) if after is not None else None
+        schema = plan.schema
+        self.out.add_event(
+            schema.database,
+            schema.table,
+            op,
+            pos,
+            n,
+            names,
+            before,
+            after,
+            commit_ts,
+            self.gtid,
+            packet.server_id,
+            plan.version,
+        )
+        return n
+
+    def _add_library_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
+        """python-mysql-replication decodes each row; encode_image makes the texts."""
+        schema, cols, pads, rule, salt = plan.schema, plan.columns, plan.pads, plan.rule, self.planner.salt
+        out, gtid, sid, version = self.out, self.gtid, event.packet.server_id, plan.version
+        n = 0
+        for i, row in enumerate(event.rows):
+            if op == "insert":
+                before, after = None, encode_image(schema, cols, row["values"], row["none_sources"], pads)
+            elif op == "delete":
+                before, after = encode_image(schema, cols, row["values"], row["none_sources"], pads), None
+            else:
+                before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
+                after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
+            out.add(
+                schema.database,
+                schema.table,
+                op,
+                pos,
+                i,
+                before=apply_to_image(rule, salt, before),
+                after=apply_to_image(rule, salt, after),
+                commit_ts=commit_ts,
+                gtid=gtid,
+                server_id=sid,
+                schema_version=version,
+            )
+            n += 1
+        return n
+
+
 def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> Iterator:
     """Decode one file range into Arrow record batches of change-log rows (see the module doc).
 
     Every partition ends with one ``op='stats'`` side row whose ``ddl`` holds, as JSON, its row
     counts per op (``ops``) and per ``db.table`` (``tables``) and the commit time of its newest
-    row change (``last_ts``, microseconds), so the driver needs no aggregation job. ``fast_rows=False`` decodes every row
-    through python-mysql-replication (tests compare both paths).
+    row change (``last_ts``, microseconds), so the driver needs no aggregation job.
+    ``fast_rows=False`` decodes every row through python-mysql-replication (tests compare both
+    paths).
     """
-    fidx = log_index(rng.epoch, file_index(rng.file))
-    out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
-    stats = RangeStats()
-
-    def finish(heartbeat_pos: int | None):
-        if rng.last:
-            out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
-        out.add(None, None, "stats", rng.start_pos, 0, ddl=stats.counts_json(), gtid=stats.gtid_position())
-        return out.batch()
-
-    if rng.is_empty():
-        yield finish(rng.end_pos)
-        return
-    stream = open_stream(
-        source,
-        source.server_id + 1 + rng.index,
-        BinlogPosition(rng.file, rng.start_pos),
-        # Every event, also the ones the library does not implement: the end check must see
-        # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
-        filter_non_implemented_events=False,
-    )
-    planner = TablePlanner(source, fast_rows)
-    schemas: dict[int, TablePlan | None] = {}
-    salt = planner.salt
-    reported: set[tuple[str, str, str]] = set()
-    gtid: str | None = None
-    stop_pos: int | None = None
-    try:
-        for event in stream:
-            if stream.log_file != rng.file:
-                # Rotated into the next file: this file is complete (its ROTATE or STOP event
-                # was its last), so the planned end, never beyond the file's size, is reached.
-                stop_pos = rng.end_pos
-                break
-            pos = event.packet.log_pos
-            if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                gtid = event.gtid
-                if isinstance(event, MariadbGtidEvent):
-                    stats.add_mariadb_gtid(gtid)
-            elif isinstance(event, TableMapEvent):
-                plan = planner.plan(event)
-                schemas[event.table_id] = plan
-                if plan is None:
-                    continue
-                if (plan.schema.database, plan.schema.table, plan.version) not in reported:
-                    reported.add((plan.schema.database, plan.schema.table, plan.version))
-                    out.add(
-                        plan.schema.database,
-                        plan.schema.table,
-                        "schema",
-                        pos,
-                        0,
-                        schema_version=plan.version,
-                        schema_json=plan.stored.to_json(),
-                    )
-            elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                plan = schemas.get(event.table_id)
-                if plan is None:
-                    continue
-                schema, cols, version, pads = plan.schema, plan.columns, plan.version, plan.pads
-                decoder, rule, masker = plan.decoder, plan.rule, plan.masker
-                ts = event.timestamp * 1_000_000
-                sid = event.packet.server_id
-                update = isinstance(event, UpdateRowsEvent)
-                op = "update" if update else "insert" if isinstance(event, WriteRowsEvent) else "delete"
-                if plan.decodes_fast(event, update):
-                    # The fast path: the event's row bytes straight to canonical texts.
-                    packet = event.packet
-                    first: list = []
-                    second: list = []
-                    n = decoder.decode(
-                        packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first]
-                    )
-                    before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
-                    names = decoder.names
-                    if masker is not None:
-                        names = masker.names
-                        before = masker.apply(before, n) if before is not None else None
-                        after = masker.apply(after, n) if after is not None else None
-                    out.add_event(
-                        schema.database, schema.table, op, pos, n, names, before, after, ts, gtid, sid, version
-                    )
-                else:
-                    n = 0
-                    for i, row in enumerate(event.rows):
-                        if op == "insert":
-                            before, after = None, encode_image(schema, cols, row["values"], row["none_sources"], pads)
-                        elif op == "delete":
-                            before, after = encode_image(schema, cols, row["values"], row["none_sources"], pads), None
-                        else:
-                            before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
-                            after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
-                        out.add(
-                            schema.database,
-                            schema.table,
-                            op,
-                            pos,
-                            i,
-                            before=apply_to_image(rule, salt, before),
-                            after=apply_to_image(rule, salt, after),
-                            commit_ts=ts,
-                            gtid=gtid,
-                            server_id=sid,
-                            schema_version=version,
-                        )
-                        n += 1
-                stats.add_rows(op, plan.name, n, ts)
-            elif isinstance(event, QueryEvent):
-                text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
-                default_db = (
-                    event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
-                )
-                for row, db, table, op in captured_ddl(source, text, default_db):
-                    out.add(
-                        db,
-                        table,
-                        op,
-                        pos,
-                        row,
-                        commit_ts=event.timestamp * 1_000_000,
-                        gtid=gtid,
-                        server_id=event.packet.server_id,
-                        ddl=text,
-                    )
-                    stats.add_ddl(op)
-            if is_transaction_end(event):
-                gtid = None
-                if rng.stops_early(stats.rows, pos):
-                    stop_pos = pos
-                    break
-            if rng.reached_end(stream.log_file, stream.log_pos):
-                stop_pos = rng.end_pos
-                break
-            if out.n >= BATCH_ROWS:
-                yield out.batch()
-    finally:
-        stream.close()
-    if stop_pos is None:
-        stop_pos = rng.end_of_dump(stream.log_file, stream.log_pos)
-    yield finish(stop_pos)
+    yield from _RangeReader(source, rng, fast_rows).batches()
 
 
 class _Partition(InputPartition):
