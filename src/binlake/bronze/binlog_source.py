@@ -634,6 +634,7 @@ class _RangeReader:
         )
 
     def batches(self) -> Iterator:
+        """The range's record batches; the last one holds the heartbeat and the stats."""
         rng, out, stats, handlers = self.rng, self.out, self.stats, self.handlers
         if rng.is_empty():
             yield self.finish(rng.end_pos)
