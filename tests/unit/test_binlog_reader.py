@@ -201,7 +201,7 @@ def test_rows_carry_the_version_of_the_schema_binlake_stores():
     assert [c.name for c in plan.schema.columns] == ["id", "email", "code"] and plan.schema.key == ("id",)
     assert plan.stored == stored_schema(cfg, plan.schema)
     assert plan.version == plan.stored.version()
-    assert sorted(plan.columns) == ["code", "email", "id"]
+    assert sorted(plan.columns_by_name) == ["code", "email", "id"]
 
 
 def test_binary_n_columns_are_padded_back_to_their_length():

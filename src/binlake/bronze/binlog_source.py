@@ -258,7 +258,7 @@ class TablePlan:
     name: str  # ``db.table``
     stored: TableSchema  # the table as binlake stores it: its column rule applied
     version: str  # the stored schema's version, on every row
-    columns: dict[str, Column]  # ``schema``'s columns by name, for encode_image
+    columns_by_name: dict[str, Column]  # ``schema``'s columns, for encode_image
     pads: dict[str, int]  # BINARY(n) columns and their n (see encode_image)
     decoder: RowsDecoder | None  # event bytes to canonical texts; None: the library decodes
     rule: ColumnRule | None
@@ -317,7 +317,7 @@ class TablePlanner:
             name=schema.name,
             stored=stored,
             version=version,
-            columns={c.name: c for c in schema.columns},
+            columns_by_name={c.name: c for c in schema.columns},
             pads={
                 c.name: c.max_length
                 for c in event.columns
@@ -780,7 +780,7 @@ class _RangeReader:
 
     def _add_library_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
         """python-mysql-replication decodes each row; encode_image makes the texts."""
-        schema, cols, pads, rule, salt = plan.schema, plan.columns, plan.pads, plan.rule, self.planner.salt
+        schema, cols, pads, rule, salt = plan.schema, plan.columns_by_name, plan.pads, plan.rule, self.planner.salt
         out, gtid, sid, version = self.out, self.gtid, event.packet.server_id, plan.version
         n = 0
         for i, row in enumerate(event.rows):
