@@ -248,6 +248,19 @@ def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
 # Planning a TABLE_MAP: how the ROWS events after it are decoded
 
 
+# The ROWS events the fast decoder reads (MySQL's PARTIAL_UPDATE_ROWS_EVENT is not one).
+PLAIN_ROWS_EVENTS = frozenset(
+    {
+        BINLOG.WRITE_ROWS_EVENT_V1,
+        BINLOG.WRITE_ROWS_EVENT_V2,
+        BINLOG.UPDATE_ROWS_EVENT_V1,
+        BINLOG.UPDATE_ROWS_EVENT_V2,
+        BINLOG.DELETE_ROWS_EVENT_V1,
+        BINLOG.DELETE_ROWS_EVENT_V2,
+    }
+)
+
+
 @dataclass(frozen=True)
 class TablePlan:
     """How the ROWS events after one TABLE_MAP become change-log rows. Everything that does not
@@ -265,8 +278,7 @@ class TablePlan:
     masker: FlatMasker | None  # ``rule`` for the decoder's flat texts
 
     def decodes_fast(self, event: Any, update: bool) -> bool:
-        """True when the decoder reads the event: a plain ROWS event (not MySQL's partial JSON
-        update) whose images hold every column."""
+        """True when the decoder reads the event: a plain ROWS event whose images hold every column."""
         decoder = self.decoder
         return (
             decoder is not None
@@ -274,18 +286,6 @@ class TablePlan:
             and decoder.full_image(event.columns_present_bitmap)
             and (not update or decoder.full_image(event.columns_present_bitmap2))
         )
-
-
-PLAIN_ROWS_EVENTS = frozenset(
-    {
-        BINLOG.WRITE_ROWS_EVENT_V1,
-        BINLOG.WRITE_ROWS_EVENT_V2,
-        BINLOG.UPDATE_ROWS_EVENT_V1,
-        BINLOG.UPDATE_ROWS_EVENT_V2,
-        BINLOG.DELETE_ROWS_EVENT_V1,
-        BINLOG.DELETE_ROWS_EVENT_V2,
-    }
-)
 
 
 class TablePlanner:
