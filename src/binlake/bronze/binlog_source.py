@@ -23,15 +23,20 @@ import datetime as dt
 import fnmatch
 import functools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Iterator
 
+from pymysqlreplication.constants import BINLOG, FIELD_TYPE
+from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
+from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.config import BINLOG_READERS, SourceConfig
+from binlake.bronze.binlog_rows import RowsDecoder, compile_rows_decoder
+from binlake.config import BINLOG_READERS, ColumnRule, SourceConfig
+from binlake.contract.columns import FlatMasker, apply_to_image, stored_schema
 from binlake.contract.ddl import ddl_effects
 from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP
-from binlake.contract.position import HEARTBEAT_ROW
+from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition, file_index, log_index
 from binlake.contract.types import (
     ZERO_DATE,
     ZERO_DATETIME,
@@ -40,15 +45,23 @@ from binlake.contract.types import (
     TableSchema,
     encode_value,
 )
+from binlake.source.binlog import is_transaction_end, open_stream
 
 SOURCE_NAME = "binlake_binlog"
 READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"
 MAX_PARALLEL_FILES = BINLOG_READERS
 
 
+class BinlogEndedEarly(RuntimeError):
+    """The dump ended before the planned end of the range (the server lost its tail)."""
+
+
 @dataclass(frozen=True)
 class ReadRange:
-    """One partition: ``file`` from ``start_pos`` to ``end_pos`` (None: to the end of the file)."""
+    """One partition: ``file`` from ``start_pos`` to ``end_pos`` (None: to the end of the file).
+
+    Its methods are the rules for where the read of the range stops.
+    """
 
     index: int
     file: str
@@ -57,6 +70,32 @@ class ReadRange:
     last: bool
     max_rows: int | None = None  # the last partition may stop early, at a transaction boundary
     epoch: int = 0  # the source epoch the file belongs to (binlake.contract.position)
+
+    def is_empty(self) -> bool:
+        return self.end_pos is not None and self.start_pos >= self.end_pos
+
+    def stops_early(self, rows: int, boundary: int) -> bool:
+        """True when the read may stop at the transaction boundary ``boundary``, having emitted
+        ``rows`` row changes: only the last partition stops before its planned end."""
+        return (
+            self.last
+            and self.max_rows is not None
+            and rows >= self.max_rows
+            and (self.end_pos is None or boundary < self.end_pos)
+        )
+
+    def reached_end(self, log_file: str, log_pos: int) -> bool:
+        """True when the stream, now at ``log_file:log_pos``, has read the range to its planned end."""
+        return self.end_pos is not None and log_pos >= self.end_pos and log_file == self.file
+
+    def end_of_dump(self, log_file: str, log_pos: int) -> int | None:
+        """The heartbeat position when the dump ran out of events before a stop rule fired:
+        where the stream stopped, if still in this file. Only the last partition has one."""
+        if not self.last:
+            return None
+        if self.end_pos is not None:
+            raise BinlogEndedEarly(f"binlog {self.file} ended before position {self.end_pos}")
+        return log_pos if log_file == self.file else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -206,7 +245,111 @@ def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
 
 
 # ---------------------------------------------------------------------------------------
+# Planning a TABLE_MAP: how the ROWS events after it are decoded
+
+
+# The ROWS events the fast decoder reads (MySQL's PARTIAL_UPDATE_ROWS_EVENT is not one).
+PLAIN_ROWS_EVENTS = frozenset(
+    {
+        BINLOG.WRITE_ROWS_EVENT_V1,
+        BINLOG.WRITE_ROWS_EVENT_V2,
+        BINLOG.UPDATE_ROWS_EVENT_V1,
+        BINLOG.UPDATE_ROWS_EVENT_V2,
+        BINLOG.DELETE_ROWS_EVENT_V1,
+        BINLOG.DELETE_ROWS_EVENT_V2,
+    }
+)
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How the ROWS events after one TABLE_MAP become change-log rows. Everything that does not
+    depend on the event is decided here, once per TABLE_MAP; the ROWS handler only picks the
+    decode path per event."""
+
+    schema: TableSchema  # the table as the TABLE_MAP describes it
+    name: str  # ``db.table``
+    stored: TableSchema  # the table as binlake stores it: its column rule applied
+    version: str  # the stored schema's version, on every row
+    columns_by_name: dict[str, Column]  # ``schema``'s columns, for encode_image
+    pads: dict[str, int]  # BINARY(n) columns and their n (see encode_image)
+    decoder: RowsDecoder | None  # event bytes to canonical texts; None: the library decodes
+    rule: ColumnRule | None
+    masker: FlatMasker | None  # ``rule`` for the decoder's flat texts
+
+    def decodes_fast(self, event: Any, update: bool) -> bool:
+        """True when the decoder reads the event: a plain ROWS event whose images hold every column."""
+        decoder = self.decoder
+        return (
+            decoder is not None
+            and event.event_type in PLAIN_ROWS_EVENTS
+            and decoder.full_image(event.columns_present_bitmap)
+            and (not update or decoder.full_image(event.columns_present_bitmap2))
+        )
+
+
+class TablePlanner:
+    """The :class:`TablePlan` of each TABLE_MAP event of one range."""
+
+    def __init__(self, source: SourceConfig, fast_rows: bool = True):
+        self.source = source
+        self.fast_rows = fast_rows  # False: the library decodes every row (tests compare both)
+        self.salt = source.salt_for_any()
+        # A TABLE_MAP comes with every transaction: the column rule is applied once per
+        # table and source schema, not per transaction.
+        self._stored: dict[tuple, tuple[ColumnRule | None, TableSchema, str]] = {}
+
+    def plan(self, event: Any) -> TablePlan | None:
+        """The plan for a TABLE_MAP event, None when its table is not captured."""
+        if not self.source.captures(event.schema, event.table):
+            return None
+        schema = schema_from_table_map(event)
+        shape = (schema.database, schema.table, schema.columns, schema.key)
+        if shape not in self._stored:
+            stored = stored_schema(self.source, schema, strict=False)
+            self._stored[shape] = (self.source.column_rule(schema.database, schema.table), stored, stored.version())
+        rule, stored, version = self._stored[shape]
+        # Decoded with the source's own column types, then masked: the snapshot does the
+        # same, so both paths store the same text for the same value.
+        decoder = compile_rows_decoder(event.columns, schema) if self.fast_rows else None
+        return TablePlan(
+            schema=schema,
+            name=schema.name,
+            stored=stored,
+            version=version,
+            columns_by_name={c.name: c for c in schema.columns},
+            pads={
+                c.name: c.max_length
+                for c in event.columns
+                if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
+            },
+            decoder=decoder,
+            rule=rule,
+            masker=FlatMasker(rule, self.salt, decoder.names) if rule is not None and decoder is not None else None,
+        )
+
+
+# ---------------------------------------------------------------------------------------
 # DDL
+
+# Statements a QUERY event carries that change no table.
+_TRANSACTION_CONTROL = ("BEGIN", "COMMIT")
+_TRANSACTION_CONTROL_PREFIXES = ("XA ", "SAVEPOINT")
+
+
+def captured_ddl(source: SourceConfig, text: str, default_db: str | None) -> list[tuple[int, str, str | None, str]]:
+    """``(row, db, table, op)`` for each captured table the statement of a QUERY event
+    changes; ``row`` is the table's index in the statement (captured or not), so a DDL row's
+    sequence does not depend on the capture filter. ``table`` is None for a statement that
+    names no table (CREATE DATABASE ...), kept when its database may hold captured tables."""
+    upper = text.strip().upper()
+    if upper in _TRANSACTION_CONTROL or upper.startswith(_TRANSACTION_CONTROL_PREFIXES):
+        return []
+    out = []
+    for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
+        if source.captures(db, table) if (db and table) else _db_captured(source, db):
+            out.append((row, db, table, op))
+    return out
 
 
 def _db_captured(source: SourceConfig, db: str | None) -> bool:
@@ -214,11 +357,44 @@ def _db_captured(source: SourceConfig, db: str | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------------
+# Stats
+
+
+@dataclass
+class RangeStats:
+    """What one partition emitted, for its ``op='stats'`` side row (see :func:`read_range`)."""
+
+    ops: dict[str, int] = field(default_factory=dict)  # records per op, DDL records included
+    tables: dict[str, int] = field(default_factory=dict)  # row changes per ``db.table``
+    rows: int = 0  # row changes in all
+    last_ts: int | None = None  # commit time of the newest row change, microseconds
+    # MariaDB: the last GTID of each replication domain in the range, so the driver can
+    # carry the GTID state from one batch's end to the next without asking the server.
+    last_gtids: dict[str, str] = field(default_factory=dict)
+
+    def add_rows(self, op: str, table: str, n: int, commit_ts: int) -> None:
+        self.ops[op] = self.ops.get(op, 0) + n
+        self.tables[table] = self.tables.get(table, 0) + n
+        self.rows += n
+        self.last_ts = commit_ts
+
+    def add_ddl(self, op: str) -> None:
+        self.ops[op] = self.ops.get(op, 0) + 1
+
+    def add_mariadb_gtid(self, gtid: str) -> None:
+        """``gtid`` is ``domain-server-sequence``."""
+        self.last_gtids[gtid.split("-", 1)[0]] = gtid
+
+    def counts_json(self) -> str:
+        return json.dumps({"ops": self.ops, "tables": self.tables, "last_ts": self.last_ts})
+
+    def gtid_position(self) -> str | None:
+        """The last GTID of each domain, comma-joined in domain order; None when there was none."""
+        return ",".join(self.last_gtids[d] for d in sorted(self.last_gtids)) or None
+
+
+# ---------------------------------------------------------------------------------------
 # The reader (runs on executors)
-
-
-class BinlogEndedEarly(RuntimeError):
-    """The dump ended before the planned end of the range (the server lost its tail)."""
 
 
 # Side rows: never written to the change log, collected by the driver before the commit.
@@ -415,246 +591,233 @@ class _ChangeColumns:
         return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema())
 
 
+class EventHandlers(dict):
+    """Event handlers by event class. A class without an entry of its own gets the handler of
+    its nearest base class that has one (MySQL's PartialUpdateRowsEvent is an UpdateRowsEvent),
+    as an ``isinstance`` test would, or None; each class is looked up once."""
+
+    def __missing__(self, cls: type):
+        handler = self[cls] = next((self[base] for base in cls.__mro__[1:] if base in self), None)
+        return handler
+
+
+class _RangeReader:
+    """Reads one :class:`ReadRange` into change-log rows: one handler per kind of event.
+
+    A handler gets the event and its end position, adds rows to ``out`` and counts them in
+    ``stats``; it returns True when the event ends a transaction, the only place a read may
+    stop before its planned end. Events of other kinds only move the stream on.
+    """
+
+    def __init__(self, source: SourceConfig, rng: ReadRange, fast_rows: bool):
+        self.source = source
+        self.rng = rng
+        self.planner = TablePlanner(source, fast_rows)
+        self.out = _ChangeColumns(
+            rng.file, log_index(rng.epoch, file_index(rng.file)), dt.datetime.now(dt.timezone.utc)
+        )
+        self.stats = RangeStats()
+        self.plans: dict[int, TablePlan | None] = {}  # by the table id TABLE_MAP events assign
+        self.reported: set[tuple[str, str, str]] = set()  # (db, table, version) sent to the driver
+        self.gtid: str | None = None  # of the transaction being read
+        self.handlers = EventHandlers(
+            {
+                GtidEvent: self.on_gtid,
+                MariadbGtidEvent: self.on_mariadb_gtid,
+                TableMapEvent: self.on_table_map,
+                WriteRowsEvent: functools.partial(self.on_rows, "insert"),
+                UpdateRowsEvent: functools.partial(self.on_rows, "update"),
+                DeleteRowsEvent: functools.partial(self.on_rows, "delete"),
+                QueryEvent: self.on_query,
+                XidEvent: self.on_xid,
+            }
+        )
+
+    def batches(self) -> Iterator:
+        """The range's record batches; the last one holds the heartbeat and the stats."""
+        rng, out, stats, handlers = self.rng, self.out, self.stats, self.handlers
+        if rng.is_empty():
+            yield self.finish(rng.end_pos)
+            return
+        stream = open_stream(
+            self.source,
+            self.source.server_id + 1 + rng.index,
+            BinlogPosition(rng.file, rng.start_pos),
+            # Every event, also the ones the library does not implement: the end check must see
+            # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
+            filter_non_implemented_events=False,
+        )
+        stop_pos: int | None = None
+        try:
+            for event in stream:
+                if stream.log_file != rng.file:
+                    # Rotated into the next file: this file is complete (its ROTATE or STOP event
+                    # was its last), so the planned end, never beyond the file's size, is reached.
+                    stop_pos = rng.end_pos
+                    break
+                pos = event.packet.log_pos
+                handle = handlers[type(event)]
+                if handle is not None and handle(event, pos) and rng.stops_early(stats.rows, pos):
+                    stop_pos = pos
+                    break
+                if rng.reached_end(stream.log_file, stream.log_pos):
+                    stop_pos = rng.end_pos
+                    break
+                if out.n >= BATCH_ROWS:
+                    yield out.batch()
+        finally:
+            stream.close()
+        if stop_pos is None:
+            stop_pos = rng.end_of_dump(stream.log_file, stream.log_pos)
+        yield self.finish(stop_pos)
+
+    def finish(self, heartbeat_pos: int | None):
+        """The partition's last batch: the heartbeat (last partition only), then the stats."""
+        if self.rng.last:
+            self.out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
+        stats = self.stats
+        self.out.add(None, None, "stats", self.rng.start_pos, 0, ddl=stats.counts_json(), gtid=stats.gtid_position())
+        return self.out.batch()
+
+    # One handler per kind of event.
+
+    def on_gtid(self, event: Any, pos: int) -> bool:
+        self.gtid = event.gtid
+        return False
+
+    def on_mariadb_gtid(self, event: Any, pos: int) -> bool:
+        self.gtid = event.gtid
+        self.stats.add_mariadb_gtid(event.gtid)
+        return False
+
+    def on_table_map(self, event: Any, pos: int) -> bool:
+        plan = self.plans[event.table_id] = self.planner.plan(event)
+        if plan is not None and (plan.schema.database, plan.schema.table, plan.version) not in self.reported:
+            self.reported.add((plan.schema.database, plan.schema.table, plan.version))
+            self.out.add(
+                plan.schema.database,
+                plan.schema.table,
+                "schema",
+                pos,
+                0,
+                schema_version=plan.version,
+                schema_json=plan.stored.to_json(),
+            )
+        return False
+
+    def on_rows(self, op: str, event: Any, pos: int) -> bool:
+        plan = self.plans.get(event.table_id)
+        if plan is None:
+            return False
+        commit_ts = event.timestamp * 1_000_000
+        if plan.decodes_fast(event, op == "update"):
+            n = self._add_decoded_rows(plan, op, event, pos, commit_ts)
+        else:
+            n = self._add_library_rows(plan, op, event, pos, commit_ts)
+        self.stats.add_rows(op, plan.name, n, commit_ts)
+        return False
+
+    def on_query(self, event: Any, pos: int) -> bool:
+        text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
+        default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
+        for row, db, table, op in captured_ddl(self.source, text, default_db):
+            self.out.add(
+                db,
+                table,
+                op,
+                pos,
+                row,
+                commit_ts=event.timestamp * 1_000_000,
+                gtid=self.gtid,
+                server_id=event.packet.server_id,
+                ddl=text,
+            )
+            self.stats.add_ddl(op)
+        if is_transaction_end(event):  # a COMMIT, or DDL, which commits implicitly
+            self.gtid = None
+            return True
+        return False
+
+    def on_xid(self, event: Any, pos: int) -> bool:
+        """The commit of a transaction."""
+        self.gtid = None
+        return True
+
+    # The two ways of decoding a ROWS event; each adds all of its rows.
+
+    def _add_decoded_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
+        """The fast path: the event's row bytes straight to canonical texts."""
+        update = op == "update"
+        packet = event.packet
+        first: list = []
+        second: list = []
+        n = plan.decoder.decode(
+            packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first]
+        )
+        before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
+        names = plan.decoder.names
+        masker = plan.masker
+        if masker is not None:
+            names = masker.names
+            before = masker.apply(before, n) if before is not None else None
+            after = masker.apply(after, n) if after is not None else None
+        schema = plan.schema
+        self.out.add_event(
+            schema.database,
+            schema.table,
+            op,
+            pos,
+            n,
+            names,
+            before,
+            after,
+            commit_ts,
+            self.gtid,
+            packet.server_id,
+            plan.version,
+        )
+        return n
+
+    def _add_library_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
+        """python-mysql-replication decodes each row; encode_image makes the texts."""
+        schema, cols, pads, rule, salt = plan.schema, plan.columns_by_name, plan.pads, plan.rule, self.planner.salt
+        out, gtid, sid, version = self.out, self.gtid, event.packet.server_id, plan.version
+        n = 0
+        for i, row in enumerate(event.rows):
+            if op == "insert":
+                before, after = None, encode_image(schema, cols, row["values"], row["none_sources"], pads)
+            elif op == "delete":
+                before, after = encode_image(schema, cols, row["values"], row["none_sources"], pads), None
+            else:
+                before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
+                after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
+            out.add(
+                schema.database,
+                schema.table,
+                op,
+                pos,
+                i,
+                before=apply_to_image(rule, salt, before),
+                after=apply_to_image(rule, salt, after),
+                commit_ts=commit_ts,
+                gtid=gtid,
+                server_id=sid,
+                schema_version=version,
+            )
+            n += 1
+        return n
+
+
 def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> Iterator:
     """Decode one file range into Arrow record batches of change-log rows (see the module doc).
 
     Every partition ends with one ``op='stats'`` side row whose ``ddl`` holds, as JSON, its row
     counts per op (``ops``) and per ``db.table`` (``tables``) and the commit time of its newest
-    row change (``last_ts``, microseconds), so the driver needs no aggregation job. ``fast_rows=False`` decodes every row
-    through python-mysql-replication (tests compare both paths).
+    row change (``last_ts``, microseconds), so the driver needs no aggregation job.
+    ``fast_rows=False`` decodes every row through python-mysql-replication (tests compare both
+    paths).
     """
-    from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-    from pymysqlreplication.event import (
-        GtidEvent,
-        MariadbGtidEvent,
-        QueryEvent,
-    )
-    from pymysqlreplication.row_event import (
-        DeleteRowsEvent,
-        TableMapEvent,
-        UpdateRowsEvent,
-        WriteRowsEvent,
-    )
-
-    from binlake.bronze.binlog_rows import compile_rows_decoder
-    from binlake.contract.columns import FlatMasker, apply_to_image, stored_schema
-    from binlake.contract.position import BinlogPosition, file_index, log_index
-    from binlake.source.binlog import is_transaction_end, open_stream
-
-    plain_rows_events = {
-        BINLOG.WRITE_ROWS_EVENT_V1,
-        BINLOG.WRITE_ROWS_EVENT_V2,
-        BINLOG.UPDATE_ROWS_EVENT_V1,
-        BINLOG.UPDATE_ROWS_EVENT_V2,
-        BINLOG.DELETE_ROWS_EVENT_V1,
-        BINLOG.DELETE_ROWS_EVENT_V2,
-    }
-    fidx = log_index(rng.epoch, file_index(rng.file))
-    out = _ChangeColumns(rng.file, fidx, dt.datetime.now(dt.timezone.utc))
-    counts: dict[str, int] = {}
-    per_table: dict[str, int] = {}
-    last_ts = None
-    # MariaDB: the last GTID of each replication domain in the range, so the driver can
-    # carry the GTID state from one batch's end to the next without asking the server.
-    last_gtids: dict[str, str] = {}
-
-    def finish(heartbeat_pos: int | None):
-        if rng.last:
-            out.add(None, None, HEARTBEAT_OP, heartbeat_pos, HEARTBEAT_ROW)
-        out.add(
-            None,
-            None,
-            "stats",
-            rng.start_pos,
-            0,
-            ddl=json.dumps({"ops": counts, "tables": per_table, "last_ts": last_ts}),
-            gtid=",".join(last_gtids[d] for d in sorted(last_gtids)) or None,
-        )
-        return out.batch()
-
-    if rng.end_pos is not None and rng.start_pos >= rng.end_pos:
-        yield finish(rng.end_pos)
-        return
-    stream = open_stream(
-        source,
-        source.server_id + 1 + rng.index,
-        BinlogPosition(rng.file, rng.start_pos),
-        # Every event, also the ones the library does not implement: the end check must see
-        # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
-        filter_non_implemented_events=False,
-    )
-    schemas: dict[int, tuple | None] = {}
-    stored_by_shape: dict[tuple, tuple] = {}
-    salt = source.salt_for_any()
-    reported: set[tuple[str, str, str]] = set()
-    gtid: str | None = None
-    emitted = 0
-    stop_pos: int | None = None
-    try:
-        for event in stream:
-            if stream.log_file != rng.file:
-                # Rotated into the next file: this file is complete (its ROTATE or STOP event
-                # was its last), so the planned end, never beyond the file's size, is reached.
-                stop_pos = rng.end_pos
-                break
-            pos = event.packet.log_pos
-            if isinstance(event, (GtidEvent, MariadbGtidEvent)):
-                gtid = event.gtid
-                if isinstance(event, MariadbGtidEvent):
-                    last_gtids[gtid.split("-", 1)[0]] = gtid
-            elif isinstance(event, TableMapEvent):
-                if not source.captures(event.schema, event.table):
-                    schemas[event.table_id] = None
-                    continue
-                schema = schema_from_table_map(event)
-                # A TABLE_MAP comes with every transaction: the column rule is applied once
-                # per table and source schema, not per transaction.
-                shape = (schema.database, schema.table, schema.columns, schema.key)
-                if shape not in stored_by_shape:
-                    stored = stored_schema(source, schema, strict=False)
-                    stored_by_shape[shape] = (
-                        source.column_rule(schema.database, schema.table),
-                        stored,
-                        stored.version(),
-                    )
-                rule, stored, version = stored_by_shape[shape]
-                # Decoded with the source's own column types, then masked: the snapshot does
-                # the same, so both paths store the same text for the same value.
-                pads = {
-                    c.name: c.max_length
-                    for c in event.columns
-                    if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
-                }
-                decoder = compile_rows_decoder(event.columns, schema) if fast_rows else None
-                masker = FlatMasker(rule, salt, decoder.names) if rule is not None and decoder is not None else None
-                schemas[event.table_id] = (
-                    schema,
-                    {c.name: c for c in schema.columns},
-                    version,
-                    pads,
-                    decoder,
-                    rule,
-                    masker,
-                )
-                if (schema.database, schema.table, version) not in reported:
-                    reported.add((schema.database, schema.table, version))
-                    out.add(
-                        schema.database,
-                        schema.table,
-                        "schema",
-                        pos,
-                        0,
-                        schema_version=version,
-                        schema_json=stored.to_json(),
-                    )
-            elif isinstance(event, (WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent)):
-                known = schemas.get(event.table_id)
-                if known is None:
-                    continue
-                schema, cols, version, pads, decoder, rule, masker = known
-                ts = event.timestamp * 1_000_000
-                sid = event.packet.server_id
-                update = isinstance(event, UpdateRowsEvent)
-                op = "update" if update else "insert" if isinstance(event, WriteRowsEvent) else "delete"
-                if (
-                    decoder is not None
-                    and event.event_type in plain_rows_events
-                    and decoder.full_image(event.columns_present_bitmap)
-                    and (not update or decoder.full_image(event.columns_present_bitmap2))
-                ):
-                    # The fast path: the event's row bytes straight to canonical texts.
-                    packet = event.packet
-                    first: list = []
-                    second: list = []
-                    n = decoder.decode(
-                        packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first]
-                    )
-                    before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
-                    names = decoder.names
-                    if masker is not None:
-                        names = masker.names
-                        before = masker.apply(before, n) if before is not None else None
-                        after = masker.apply(after, n) if after is not None else None
-                    out.add_event(
-                        schema.database, schema.table, op, pos, n, names, before, after, ts, gtid, sid, version
-                    )
-                else:
-                    n = 0
-                    for i, row in enumerate(event.rows):
-                        if op == "insert":
-                            before, after = None, encode_image(schema, cols, row["values"], row["none_sources"], pads)
-                        elif op == "delete":
-                            before, after = encode_image(schema, cols, row["values"], row["none_sources"], pads), None
-                        else:
-                            before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
-                            after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
-                        out.add(
-                            schema.database,
-                            schema.table,
-                            op,
-                            pos,
-                            i,
-                            before=apply_to_image(rule, salt, before),
-                            after=apply_to_image(rule, salt, after),
-                            commit_ts=ts,
-                            gtid=gtid,
-                            server_id=sid,
-                            schema_version=version,
-                        )
-                        n += 1
-                counts[op] = counts.get(op, 0) + n
-                name = f"{schema.database}.{schema.table}"
-                per_table[name] = per_table.get(name, 0) + n
-                last_ts = ts
-                emitted += n
-            elif isinstance(event, QueryEvent):
-                text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
-                upper = text.strip().upper()
-                if (
-                    upper not in ("BEGIN", "COMMIT")
-                    and not upper.startswith("XA ")
-                    and not upper.startswith("SAVEPOINT")
-                ):
-                    default_db = (
-                        event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
-                    )
-                    for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
-                        keep = source.captures(db, table) if (db and table) else _db_captured(source, db)
-                        if keep:
-                            out.add(
-                                db,
-                                table,
-                                op,
-                                pos,
-                                row,
-                                commit_ts=event.timestamp * 1_000_000,
-                                gtid=gtid,
-                                server_id=event.packet.server_id,
-                                ddl=text,
-                            )
-                            counts[op] = counts.get(op, 0) + 1
-            if is_transaction_end(event):
-                gtid = None
-                if (
-                    rng.last
-                    and rng.max_rows is not None
-                    and emitted >= rng.max_rows
-                    and (rng.end_pos is None or pos < rng.end_pos)
-                ):
-                    stop_pos = pos
-                    break
-            if rng.end_pos is not None and stream.log_pos >= rng.end_pos and stream.log_file == rng.file:
-                stop_pos = rng.end_pos
-                break
-            if out.n >= BATCH_ROWS:
-                yield out.batch()
-    finally:
-        stream.close()
-    if rng.last and stop_pos is None:
-        if rng.end_pos is not None:
-            raise BinlogEndedEarly(f"binlog {rng.file} ended before position {rng.end_pos}")
-        stop_pos = stream.log_pos if stream.log_file == rng.file else None
-    yield finish(stop_pos)
+    yield from _RangeReader(source, rng, fast_rows).batches()
 
 
 class _Partition(InputPartition):

@@ -21,14 +21,24 @@ Example (the driver code in :mod:`binlake.bronze.snapshot` does this per wave)::
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
+from dataclasses import dataclass
 from typing import Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from binlake.bronze.chunking import key_from_json, range_condition
+from binlake.config import ColumnRule, SourceConfig
+from binlake.contract.columns import masked_text
 from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
+from binlake.contract.position import BinlogPosition
+from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.types import Column, TableSchema
+from binlake.errors import SchemaChangeError, SourceChangedError
+from binlake.source.mysql import connect, consistent_read, exact_value_sql, server_id
 
 ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
 ER_TABLE_DEF_CHANGED = 1412  # a DDL committed after the read's snapshot began
@@ -307,6 +317,180 @@ def _encoder(col, type_code: int) -> _Memo:
     return memo
 
 
+# ---------------------------------------------------------------------------------------
+# Planning a chunk's read: everything decided before and after the SELECT, without a server
+
+
+@dataclass(frozen=True)
+class ChunkRead:
+    """How one chunk is read, planned from its table's schema and column rule."""
+
+    name: str  # ``db.table``
+    schema: TableSchema  # the table when the snapshot was planned
+    rule: ColumnRule | None
+    salt: str  # the mask salt, if the rule hashes a column
+    select: str  # the chunk's rows: the exact re-selects first, then the table's columns
+    params: list  # the key bounds in ``select``'s WHERE
+    probe: str | None  # when the rule drops columns: a ``LIMIT 0`` SELECT of ``*``, for its names
+    exact: tuple[Column, ...]  # the columns ``select`` reads again exactly, ahead of the others
+
+    def check_columns(self, present: Sequence[str]) -> None:
+        """Raise :class:`SchemaChangeError` unless the table has exactly the planned columns:
+        rows decoded with the planned schema would be silently wrong. The driver re-plans the
+        table when its schema version moved."""
+        if set(present) != {c.name for c in self.schema.columns}:
+            raise SchemaChangeError(
+                f"{self.name} changed during the snapshot (columns now {sorted(present)}): "
+                "re-run binlake snapshot, which re-plans it with the new schema"
+            )
+
+    def row_encoding(
+        self, result_names: Sequence[str], binary: Sequence[bool], type_codes: Sequence[int]
+    ) -> RowEncoding:
+        """How the SELECT's result becomes canonical texts. ``result_names``, ``binary`` (the
+        protocol sends the column as bytes) and ``type_codes`` (its protocol type) describe
+        every result column, the exact re-selects first."""
+        skip = len(self.exact)
+        names = list(result_names[skip:])
+        by_name = {c.name: c for c in self.schema.columns}
+        exact_at = {c.name: k for k, c in enumerate(self.exact)}
+        as_is, encoded = [], []
+        for i, name in enumerate(names):
+            col, src = by_name[name], exact_at.get(name, skip + i)
+            canonical = src == skip + i and not binary[src] and raw_is_canonical(col)
+            how = self.rule.mask.get(name) if self.rule is not None else None
+            if how is not None:
+                # Masked after the canonical text, as capture does: equal values, equal hashes.
+                base = None if canonical else _encoder(col, type_codes[src])
+                encoded.append((i, src, _Memo(functools.partial(_masked, how, self.salt, base))))
+            elif canonical:
+                as_is.append(i)
+            else:
+                encoded.append((i, src, _encoder(col, type_codes[src])))
+        return RowEncoding(names, skip, as_is, encoded)
+
+
+def _masked(how: str, salt: str, base: Mapping | None, raw: str | None) -> str | None:
+    """``raw``'s canonical text (``base``; None: ``raw`` is canonical) as the mask stores it."""
+    return masked_text(how, salt, raw if base is None else base[raw])
+
+
+def plan_chunk_read(p: ChunkPartition, schema: TableSchema, rule: ColumnRule | None, salt: str) -> ChunkRead:
+    """The statements that read chunk ``p`` of a table with ``schema`` under column rule ``rule``."""
+    where, params = range_condition(schema.key_columns, key_from_json(p.start_key), key_from_json(p.end_key))
+    # Columns whose text form loses bits are selected again, exactly, ahead of ``*``;
+    # ``*`` itself stays so that a column added or dropped since planning is noticed.
+    kept = [c for c in schema.columns if rule is None or rule.keeps(c.name)]
+    exact = tuple(c for c in kept if exact_value_sql(c) != quote_ident(c.name))
+    extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
+    table_sql = qualified(p.db, p.table)
+    if len(kept) == len(schema.columns):
+        select, probe = f"SELECT {extra}{table_sql}.* FROM {table_sql} WHERE {where}", None
+    else:
+        # A dropped column is never selected: its values must not reach this process. The
+        # column list is checked by a ``LIMIT 0`` probe of ``*`` (names only, no rows) in
+        # the same transaction, whose metadata lock keeps it until the chunk is read.
+        columns = ", ".join(quote_ident(c.name) for c in kept)
+        select, probe = f"SELECT {extra}{columns} FROM {table_sql} WHERE {where}", f"SELECT * FROM {table_sql} LIMIT 0"
+    return ChunkRead(f"{p.db}.{p.table}", schema, rule, salt, select, params, probe, exact)
+
+
+class RowEncoding:
+    """How the result columns of a chunk's SELECT become its rows' texts: planned once per
+    chunk (:meth:`ChunkRead.row_encoding`), applied to each block of rows with Arrow and numpy,
+    so Python touches each distinct value of a block once and no row on its own."""
+
+    def __init__(self, names: list[str], skip: int, as_is: list[int], encoded: list[tuple[int, int, Mapping]]):
+        """``names``: the row's columns, which are the result's columns after the first ``skip``
+        (the exact re-selects). ``as_is``: the columns whose protocol text is canonical, passed
+        through untouched. ``encoded``: (column, the result column it is read from, raw text ->
+        text) for the others."""
+        import pyarrow as pa
+
+        self.names = names
+        self.as_is = as_is
+        self.as_is_src = [skip + i for i in as_is]
+        self.encoded = encoded
+        self.keys = pa.array(names, pa.string())
+
+    def texts(self, block) -> "pa.Array":
+        """The texts of a :class:`binlake.source.textrows.RowBlock`'s rows, row after row, each
+        in ``names`` order."""
+        import numpy as np
+        import pyarrow as pa
+
+        if not self.encoded:
+            return block.items(self.as_is_src)
+        m, n, as_is = block.rows, len(self.names), self.as_is
+        # Rows x columns positions into [as-is texts, then each encoded column].
+        index = np.empty((m, n), dtype=np.int64)
+        index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
+        parts = [block.items(self.as_is_src)] if as_is else []
+        base = m * len(as_is)
+        for i, src, encode in self.encoded:
+            # Python sees each distinct value of the block once, not each row.
+            raw = block.column(src).dictionary_encode()
+            texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
+            parts.append(texts.take(raw.indices))
+            index[:, i] = base + np.arange(m)
+            base += m
+        return pa.concat_arrays(parts).take(pa.array(index.ravel()))
+
+    def rows(self, texts: "pa.Array", m: int) -> "pa.MapArray":
+        """``m`` rows' :meth:`texts` as MAP<column name, text>."""
+        import numpy as np
+        import pyarrow as pa
+
+        n = len(self.names)
+        offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
+        return pa.MapArray.from_arrays(offsets, self.keys.take(pa.array(np.tile(np.arange(n), m))), texts)
+
+
+class ChunkBatches:
+    """The record batches of one chunk's read: its rows, then its marker row."""
+
+    def __init__(self, p: ChunkPartition, attempt_id: str):
+        self.schema = arrow_schema()
+        self.head = {
+            "snapshot_id": p.snapshot_id,
+            "db": p.db,
+            "table": p.table,
+            "chunk_id": p.chunk_id,
+            "attempt_id": attempt_id,
+            "schema_version": p.schema_version,
+        }
+
+    def rows(self, lw: BinlogPosition, rows: "pa.MapArray") -> "pa.RecordBatch":
+        import pyarrow as pa
+
+        return self._batch(len(rows), lw, rows, pa.nulls(len(rows), self.schema.field("chunk_stats").type))
+
+    def marker(self, lw: BinlogPosition, hw: BinlogPosition, count: int, checksum: int) -> "pa.RecordBatch":
+        """The row (``row`` NULL) that tells the driver the chunk is complete, and what it held."""
+        import pyarrow as pa
+
+        stats = {
+            "lw_file": lw.file,
+            "hw_file": hw.file,
+            "hw_pos": str(hw.pos),
+            "row_count": str(count),
+            "checksum": str(checksum),
+        }
+        texts = self.schema.field("chunk_stats").type
+        return self._batch(1, lw, pa.nulls(1, self.schema.field("row").type), pa.array([list(stats.items())], texts))
+
+    def _batch(self, n: int, lw: BinlogPosition, rows, stats) -> "pa.RecordBatch":
+        import pyarrow as pa
+
+        values = {**self.head, "lw_file_index": lw.log_index, "lw_pos": lw.pos}
+        consts = [pa.repeat(pa.scalar(values[f.name], f.type), n) for f in self.schema if f.name in values]
+        return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=self.schema)
+
+
+# ---------------------------------------------------------------------------------------
+# The read (runs on executors)
+
+
 def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.RecordBatch"]:
     """Read one chunk as Arrow batches: data rows, then the marker row. Runs on an executor.
 
@@ -318,71 +502,15 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
     value, through pymysql's converters and ``encode_value``, as a plain pymysql cursor
     would have done.
     """
-    import numpy as np
-    import pyarrow as pa
-    import pymysql.converters
-    import pymysql.cursors
-
-    from binlake.bronze.chunking import key_from_json, range_condition
-    from binlake.config import SourceConfig
-    from binlake.contract.columns import masked_text
-    from binlake.contract.sql import qualified, quote_ident
-    from binlake.contract.types import TableSchema
-    from binlake.errors import SchemaChangeError, SourceChangedError
-    from binlake.source import textrows
-    from binlake.source.mysql import (
-        connect,
-        consistent_read,
-        exact_value_sql,
-        server_id,
-    )
-
     schema = TableSchema.from_json(json.loads(options["schemas"])[f"{p.db}.{p.table}"])
     source = SourceConfig.from_executor_options(options)
     rule = source.column_rule(p.db, p.table)
-    salt = source.salt_for(rule)
-    attempt_id = options["attempt_id"]
-    where, params = range_condition(schema.key_columns, key_from_json(p.start_key), key_from_json(p.end_key))
-    by_name = {c.name: c for c in schema.columns}
-    # Columns whose text form loses bits are selected again, exactly, ahead of ``*``;
-    # ``*`` itself stays so that a column added or dropped since planning is noticed.
-    kept = [c for c in schema.columns if rule is None or rule.keeps(c.name)]
-    exact = [c for c in kept if exact_value_sql(c) != quote_ident(c.name)]
-    extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
-    table_sql = qualified(p.db, p.table)
-    if len(kept) == len(schema.columns):
-        sql = f"SELECT {extra}{table_sql}.* FROM {table_sql} WHERE {where}"
-    else:
-        # A dropped column is never selected: its values must not reach this process. The
-        # column list is checked by a ``LIMIT 0`` probe of ``*`` (names only, no rows) in
-        # the same transaction, whose metadata lock keeps it until the chunk is read.
-        sql = f"SELECT {extra}{', '.join(quote_ident(c.name) for c in kept)} FROM {table_sql} WHERE {where}"
-
-    out_schema = arrow_schema()
-    texts_type = out_schema.field("row").type
-    head = {
-        "snapshot_id": p.snapshot_id,
-        "db": p.db,
-        "table": p.table,
-        "chunk_id": p.chunk_id,
-        "attempt_id": attempt_id,
-        "schema_version": p.schema_version,
-    }
-
-    def batch(n: int, lw, rows, stats):
-        values = {**head, "lw_file_index": lw.log_index, "lw_pos": lw.pos}
-        consts = [pa.repeat(pa.scalar(values[f.name], f.type), n) for f in out_schema if f.name in values]
-        return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=out_schema)
-
+    plan = plan_chunk_read(p, schema, rule, source.salt_for(rule))
+    batches = ChunkBatches(p, options["attempt_id"])
     epoch = int(options.get("epoch") or 0)
     conn = connect(source)
     try:
-        expected = options.get("server_id")
-        if expected is not None and server_id(conn) != int(expected):
-            raise SourceChangedError(
-                f"the source is now server {server_id(conn)}, not server {expected} that the snapshot of "
-                f"{p.db}.{p.table} was planned on: run binlake capture, then binlake snapshot again"
-            )
+        _check_server(conn, options.get("server_id"), plan.name)
         # A DDL that commits after the read's snapshot began (a TRUNCATE recreates the table)
         # makes the first access fail with 1412 before any row is read: read the chunk again
         # in a new snapshot, with a new low watermark.
@@ -391,88 +519,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                 with consistent_read(conn) as read:
                     lw = read.low.in_epoch(epoch)
                     _barrier(options, p, "lw")
-                    count = 0
-                    checksum = 0
-                    with conn.cursor(pymysql.cursors.SSCursor) as cur:
-                        try:
-                            if len(kept) < len(schema.columns):
-                                cur.execute(f"SELECT * FROM {table_sql} LIMIT 0")
-                                present = [d[0] for d in cur.description]
-                                cur.fetchall()
-                            cur.execute(sql, params)
-                        except pymysql.err.OperationalError as exc:
-                            if _read_again(exc, attempt):
-                                raise _TableDefChanged() from exc
-                            if exc.args[0] != ER_BAD_FIELD_ERROR:
-                                raise
-                            raise SchemaChangeError(
-                                f"{p.db}.{p.table} changed during the snapshot ({exc.args[1]}): "
-                                "re-run binlake snapshot, which re-plans it with the new schema"
-                            ) from exc
-                        names = [d[0] for d in cur.description][len(exact) :]
-                        if len(kept) == len(schema.columns):
-                            present = names
-                        if set(present) != set(by_name):
-                            # Rows decoded with the planned schema would be silently wrong; the driver
-                            # re-plans the table when its schema version moved.
-                            raise SchemaChangeError(
-                                f"{p.db}.{p.table} changed during the snapshot (columns now {sorted(present)}): "
-                                "re-run binlake snapshot, which re-plans it with the new schema"
-                            )
-                        n = len(names)
-                        # Output column i: either the protocol text of result column len(exact) + i as it
-                        # is, or an encoder applied to result column ``src`` (its exact re-select, if any).
-                        binary = [enc is None for enc, _ in cur._result.converters]
-                        exact_at = {c.name: k for k, c in enumerate(exact)}
-                        as_is, encoded = [], []
-                        for i, name in enumerate(names):
-                            c, src = by_name[name], exact_at.get(name, len(exact) + i)
-                            canonical = src == len(exact) + i and not binary[src] and raw_is_canonical(c)
-                            how = rule.mask.get(name) if rule is not None else None
-                            if how is not None:
-                                # Masked after the canonical text, as capture does: equal values, equal hashes.
-                                base = None if canonical else _encoder(c, cur.description[src][1])
-                                encoded.append(
-                                    (
-                                        i,
-                                        src,
-                                        _Memo(
-                                            lambda raw, base=base, how=how: masked_text(
-                                                how, salt, raw if base is None else base[raw]
-                                            )
-                                        ),
-                                    )
-                                )
-                            elif canonical:
-                                as_is.append(i)
-                            else:
-                                encoded.append((i, src, _encoder(c, cur.description[src][1])))
-                        keys = pa.array(names, pa.string())
-                        for block in _first_access_checked(textrows.blocks(cur, BATCH_ROWS), attempt):
-                            m = block.rows
-                            if encoded:
-                                # Rows x columns positions into [as-is texts, then each encoded column].
-                                index = np.empty((m, n), dtype=np.int64)
-                                index[:, as_is] = np.arange(m * len(as_is)).reshape(m, len(as_is))
-                                parts = [block.items([len(exact) + i for i in as_is])] if as_is else []
-                                base = m * len(as_is)
-                                for i, src, encode in encoded:
-                                    # Python sees each distinct value of the block once, not each row.
-                                    raw = block.column(src).dictionary_encode()
-                                    texts = pa.array([encode[v] for v in raw.dictionary.to_pylist()], pa.string())
-                                    parts.append(texts.take(raw.indices))
-                                    index[:, i] = base + np.arange(m)
-                                    base += m
-                                items = pa.concat_arrays(parts).take(pa.array(index.ravel()))
-                            else:
-                                items = block.items([len(exact) + i for i in as_is])
-                            offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
-                            texts = pa.MapArray.from_arrays(
-                                offsets, keys.take(pa.array(np.tile(np.arange(n), m))), items
-                            )
-                            checksum = (checksum + int(row_hashes(names, items).sum(dtype=np.uint64))) & _MASK64
-                            count += m
-                            yield batch(m, lw, texts, pa.nulls(m, texts_type))
+                    count, checksum = yield from _read_rows(conn, plan, attempt, lw, batches)
                     _barrier(options, p, "select")
             except _TableDefChanged:
                 continue
@@ -480,11 +527,62 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
         hw = read.high.in_epoch(epoch)
     finally:
         conn.close()
-    stats = {
-        "lw_file": lw.file,
-        "hw_file": hw.file,
-        "hw_pos": str(hw.pos),
-        "row_count": str(count),
-        "checksum": str(checksum),
-    }
-    yield batch(1, lw, pa.nulls(1, texts_type), pa.array([list(stats.items())], out_schema.field("chunk_stats").type))
+    yield batches.marker(lw, hw, count, checksum)
+
+
+def _check_server(conn, expected: str | None, name: str) -> None:
+    """Watermarks are positions in one server's binlog: fail on another server."""
+    if expected is not None and server_id(conn) != int(expected):
+        raise SourceChangedError(
+            f"the source is now server {server_id(conn)}, not server {expected} that the snapshot of "
+            f"{name} was planned on: run binlake capture, then binlake snapshot again"
+        )
+
+
+def _read_rows(conn, plan: ChunkRead, attempt: int, lw: BinlogPosition, batches: ChunkBatches):
+    """Yield the chunk's row batches, inside the consistent read; returns (row count, checksum)."""
+    import numpy as np
+    import pymysql.cursors
+
+    from binlake.source import textrows  # numpy and pyarrow: imported where rows are read
+
+    count = 0
+    checksum = 0
+    with conn.cursor(pymysql.cursors.SSCursor) as cur:
+        present = _execute(cur, plan, attempt)
+        result_names = [d[0] for d in cur.description]
+        plan.check_columns(present if present is not None else result_names[len(plan.exact) :])
+        encoding = plan.row_encoding(
+            result_names, [enc is None for enc, _ in cur._result.converters], [d[1] for d in cur.description]
+        )
+        for block in _first_access_checked(textrows.blocks(cur, BATCH_ROWS), attempt):
+            texts = encoding.texts(block)
+            checksum = (checksum + int(row_hashes(encoding.names, texts).sum(dtype=np.uint64))) & _MASK64
+            count += block.rows
+            yield batches.rows(lw, encoding.rows(texts, block.rows))
+    return count, checksum
+
+
+def _execute(cur, plan: ChunkRead, attempt: int) -> list[str] | None:
+    """Run the chunk's SELECT, after the probe if there is one; returns the column names the
+    probe saw (None without a probe). Error 1412 becomes :class:`_TableDefChanged` while
+    attempts remain, a vanished column (1054) a :class:`SchemaChangeError`."""
+    import pymysql
+
+    present = None
+    try:
+        if plan.probe is not None:
+            cur.execute(plan.probe)
+            present = [d[0] for d in cur.description]
+            cur.fetchall()
+        cur.execute(plan.select, plan.params)
+    except pymysql.err.OperationalError as exc:
+        if _read_again(exc, attempt):
+            raise _TableDefChanged() from exc
+        if exc.args[0] != ER_BAD_FIELD_ERROR:
+            raise
+        raise SchemaChangeError(
+            f"{plan.name} changed during the snapshot ({exc.args[1]}): "
+            "re-run binlake snapshot, which re-plans it with the new schema"
+        ) from exc
+    return present
