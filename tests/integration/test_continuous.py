@@ -73,7 +73,10 @@ def test_a_change_reaches_gold_while_the_loop_runs_and_sigterm_stops_it_between_
             f"DELETE FROM `{database}`.orders WHERE id = 7",
         )
         gold = lh.gold(database, "orders")
-        _wait("the change in gold", lambda: gold.read(spark).where("id = 5 AND qty = 500").count() == 1)
+        _wait(
+            "the change in gold",
+            lambda: gold.exists(spark) and gold.read(spark).where("id = 5 AND qty = 500").count() == 1,
+        )
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -1,19 +1,27 @@
-"""``binlake run --continuous``: one long-lived process that loops capture -> silver -> gold.
+"""``binlake run --continuous``: one long-lived process that keeps capture, silver and gold moving.
 
-Each loop runs the same steps as ``binlake run``, with the Spark session, the Python workers
-and the JVM's compiled code kept warm between loops, so a change reaches gold seconds after
-it commits. Every step commits exactly as the batch command does, so a kill -9 anywhere
-leaves nothing the next run (continuous or not) cannot finish.
+The three steps run as three stages, each in its own thread, handing over only through what
+the stage before committed: capture commits a batch and tells silver; silver commits its
+progress and tells gold; each starts its next round as soon as the one before it committed,
+not when the slowest of them is done. So a change waits for the stages one after the other
+but no stage waits for the others' unrelated work, and under a steady write load freshness
+follows the slowest stage rather than the sum of all three. Every stage commits exactly as
+its batch command does, so a kill -9 anywhere leaves nothing the next run (continuous or
+not) cannot finish. The Spark session, the Python workers and the JVM's compiled code stay
+warm between rounds; gold runs on a session of its own (its commits carry a session-wide
+writer tag that must not reach silver's).
 
 - Tables that never completed a snapshot are snapshotted first.
-- A loop that captured nothing and left nothing for silver or gold to do sleeps
-  ``poll_seconds`` before asking the server again.
+- Capture asks the server again after ``poll_seconds`` when it found nothing new; silver and
+  gold wait for the stage before them.
 - Gold not ready (a snapshot still running) or a failed ``fail`` check is logged and retried
-  on the next loop; capture and silver go on. Any other failure ends the process with its
-  exit code: a continuous job's scheduler restarts it, and it resumes where it stopped.
+  after ``poll_seconds``; capture and silver go on. Any other failure in any stage ends the
+  process with its exit code: a continuous job's scheduler restarts it, and it resumes where
+  it stopped.
 
-Loops that moved something, and one idle loop a minute, are recorded in the metrics table
-(:mod:`binlake.ops.metrics`), appended once a minute and when the process stops.
+A *loop* is one gold round: its report says what capture and silver did since the last one.
+Stage rounds that moved something, and one idle capture round a minute, are recorded in the
+metrics table (:mod:`binlake.ops.metrics`), appended once a minute and when the process stops.
 
 After each loop the process writes its state to ``<system_path>/continuous/state.json``
 (the lakehouse's system location: a Unity Catalog volume on Databricks): the loop count,
@@ -119,9 +127,10 @@ def run_continuous(
     max_loops: int | None = None,
     stop: threading.Event | None = None,
 ) -> ContinuousState:
-    """Loop capture -> silver -> gold until interrupted, ``stop`` is set or ``max_loops`` loops
-    ran; returns the last state. SIGTERM sets ``stop`` (the loop in progress finishes and is
-    recorded); Ctrl-C, or a second SIGTERM, ends it at once, between commits."""
+    """Run capture, silver and gold as three stages until interrupted, ``stop`` is set or
+    ``max_loops`` gold rounds ran; returns the last state. SIGTERM sets ``stop`` (each stage
+    finishes the round in progress, the last loop is recorded); Ctrl-C, or a second SIGTERM,
+    ends it at once, between commits."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
@@ -131,39 +140,181 @@ def run_continuous(
     began = time.monotonic()
     snapshot = snapshot_what_needs_it(spark, config, progress)
     metrics.add("snapshot", snapshot, time.monotonic() - began)
-    pending = True  # silver and gold have not run yet in this process
     stop = stop or threading.Event()
+    stages = _Stages(spark, config, lh, state, metrics, progress, poll_seconds, max_loops, stop)
     restore = _stop_on_sigterm(stop)
     try:
-        while (max_loops is None or state.loops < max_loops) and not stop.is_set():
-            report = _loop(spark, config, state.loops + 1, pending, progress, metrics)
-            if metrics.due():
-                metrics.flush(spark)
-            state.loops, state.last = report.loop, report
-            if report.freshness_seconds is not None:
-                state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
-            _write_state(lh, state)
-            log.info(
-                "continuous loop %d: %d change(s) captured, %d silver table(s), gold %s%s%s in %.1fs",
-                report.loop,
-                report.captured,
-                report.silver_tables,
-                report.gold,
-                f" at {report.position}" if report.gold == "published" and report.position else "",
-                f" (freshness {report.freshness_seconds:.1f}s)" if report.freshness_seconds is not None else "",
-                report.seconds,
-            )
-            pending = report.gold in ("not ready", "check failed")
-            if not report.captured and not pending:
-                stop.wait(poll_seconds)
+        stages.run()
         if stop.is_set():
             log.info("continuous: stopped after loop %d; every step's commit is in place", state.loops)
     except KeyboardInterrupt:
+        stop.set()
         log.info("continuous: interrupted after loop %d; every step's commit is in place", state.loops)
     finally:
         restore()
         metrics.flush(spark)
     return state
+
+
+class _Stages:
+    """Capture, silver and gold, each looping in a thread, handing over by two events."""
+
+    def __init__(self, spark, config, lh, state, metrics, progress, poll_seconds, max_loops, stop):
+        self.spark, self.config, self.lh, self.state = spark, config, lh, state
+        self.metrics, self.progress, self.poll = metrics, progress, poll_seconds
+        self.max_loops, self.stop = max_loops, stop
+        self.silver_due, self.gold_due = threading.Event(), threading.Event()
+        # What happened since the last gold round, for its loop report.
+        self._since = {"captured": 0, "silver_tables": 0}
+        self._steps: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        threads = [
+            threading.Thread(target=self._guarded, args=(stage,), name=f"binlake-{stage.__name__[1:]}", daemon=True)
+            for stage in (self._capture, self._silver, self._gold)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=0.5)
+        finally:
+            self.stop.set()
+        if self.failure is not None:
+            raise self.failure
+
+    def _guarded(self, stage) -> None:
+        try:
+            stage()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread, which owns the exit code
+            with self._lock:
+                self.failure = self.failure or exc
+            self.stop.set()
+            self.silver_due.set()
+            self.gold_due.set()
+
+    def _timed(self, name: str, fn):
+        t0 = time.monotonic()
+        try:
+            return fn()
+        finally:
+            with self._lock:
+                self._steps[name] = round(time.monotonic() - t0, 3)
+
+    def _record(self, name: str, result, started: str, error: BaseException | None = None) -> None:
+        self.metrics.add(
+            name, result, self._steps.get(name), error, datetime.fromisoformat(started), source_head(self.config)
+        )
+
+    def _capture(self) -> None:
+        first = True
+        while not self.stop.is_set():
+            started = _now()
+            captured = self._timed(
+                "capture", lambda: run_capture(self.spark, self.config, continuous=False, progress=self.progress)
+            )
+            if captured.batches or first:  # the first round: silver and gold start from what it found
+                with self._lock:
+                    self._since["captured"] += captured.changes
+                self.silver_due.set()
+            first = False
+            if captured.batches or self.metrics.sample_due():
+                self._record("capture", captured, started)
+            if not captured.batches:
+                self.stop.wait(self.poll)
+
+    def _silver(self) -> None:
+        while not self.stop.is_set():
+            if not _wait(self.silver_due, self.stop):
+                return
+            self.silver_due.clear()
+            started = _now()
+            silver = self._timed("silver", lambda: run_silver(self.spark, self.config, progress=self.progress))
+            moved = sum(1 for t in silver.tables if t.merged or t.cascaded or t.truncated or t.reconciled)
+            with self._lock:
+                self._since["silver_tables"] += moved
+            if moved or silver.applied is not None:
+                self._record("silver", silver, started)
+            self.gold_due.set()
+
+    def _gold(self) -> None:
+        # Gold's writes tag their commits through a session-wide setting: its own session
+        # (same context and cache, its own SQL settings) keeps the tag off silver's commits.
+        session = _own_session(self.spark)
+        retry = False
+        while not self.stop.is_set():
+            if not _wait(self.gold_due, self.stop, self.poll if retry else None):
+                return
+            self.gold_due.clear()
+            started, began = _now(), time.monotonic()
+            report = LoopReport(self.state.loops + 1, started, 0.0, 0, 0, "unchanged")
+            try:
+                gold = self._timed("gold", lambda: run_gold(session, self.config, progress=self.progress))
+                report.gold, report.position = gold.status, str(gold.position)
+                if gold.status != "unchanged" and not all(t.reused for t in gold.tables):
+                    report.freshness_seconds = _freshness(gold)
+                    self._record("gold", gold, started)
+                retry = False
+            except NotReadyError as exc:
+                # Silver may be what it waits for (snapshot chunks committed since): ask it too.
+                report.gold, retry = "not ready", True
+                self.silver_due.set()
+                self._record("gold", None, started, exc)
+                log.warning("continuous: %s", exc)
+            except QualityCheckFailed as exc:
+                report.gold, retry = "check failed", True
+                self._record("gold", None, started, exc)
+                log.error("continuous: %s", exc)
+            self._finish_loop(report, began)
+
+    def _finish_loop(self, report: LoopReport, began: float) -> None:
+        with self._lock:
+            report.captured, report.silver_tables = self._since["captured"], self._since["silver_tables"]
+            self._since = {"captured": 0, "silver_tables": 0}
+            report.steps = dict(self._steps)
+        report.seconds = round(time.monotonic() - began, 3)
+        state = self.state
+        state.loops, state.last = report.loop, report
+        if report.freshness_seconds is not None:
+            state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
+        _write_state(self.lh, state)
+        if self.metrics.due():
+            self.metrics.flush(self.spark)
+        log.info(
+            "continuous loop %d: %d change(s) captured, %d silver table(s), gold %s%s%s in %.1fs",
+            report.loop,
+            report.captured,
+            report.silver_tables,
+            report.gold,
+            f" at {report.position}" if report.gold == "published" and report.position else "",
+            f" (freshness {report.freshness_seconds:.1f}s)" if report.freshness_seconds is not None else "",
+            report.seconds,
+        )
+        if self.max_loops is not None and state.loops >= self.max_loops:
+            self.stop.set()
+
+
+def _own_session(spark):
+    """A session sharing ``spark``'s context and cache with SQL settings of its own (the same
+    session where one cannot be made: a Spark Connect client)."""
+    try:
+        return spark.newSession()
+    except Exception:  # noqa: BLE001 - PySpark's Connect client may refuse it
+        return spark
+
+
+def _wait(due: threading.Event, stop: threading.Event, timeout: float | None = None) -> bool:
+    """Wait until ``due`` is set (or ``timeout`` passed); False once ``stop`` is set."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stop.is_set():
+        if due.wait(0.2):
+            return not stop.is_set()
+        if deadline is not None and time.monotonic() >= deadline:
+            return True
+    return False
 
 
 def _stop_on_sigterm(stop: threading.Event):
@@ -185,47 +336,3 @@ def _stop_on_sigterm(stop: threading.Event):
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
     return lambda: signal.signal(signal.SIGTERM, previous)
-
-
-def _loop(spark, config: Config, number: int, pending: bool, progress, metrics: MetricsRecorder) -> LoopReport:
-    started, began = _now(), time.monotonic()
-    steps: dict[str, float] = {}
-    outcomes: dict[str, tuple] = {}  # step -> (result, error) for the metrics
-
-    def timed(name, fn):
-        t0 = time.monotonic()
-        try:
-            return fn()
-        finally:
-            steps[name] = round(time.monotonic() - t0, 3)
-
-    captured = timed("capture", lambda: run_capture(spark, config, continuous=False, progress=progress))
-    report = LoopReport(number, started, 0.0, captured.changes, 0, "idle", steps=steps)
-    outcomes["capture"] = (captured, None)
-    if captured.batches or pending or number == 1:
-        silver = timed("silver", lambda: run_silver(spark, config, progress=progress))
-        outcomes["silver"] = (silver, None)
-        report.silver_tables = sum(1 for t in silver.tables if t.merged or t.cascaded or t.truncated or t.reconciled)
-        try:
-            gold = timed("gold", lambda: run_gold(spark, config, progress=progress))
-            outcomes["gold"] = (gold, None)
-            report.gold, report.position = gold.status, str(gold.position)
-            if gold.status != "unchanged" and not all(t.reused for t in gold.tables):
-                report.freshness_seconds = _freshness(gold)
-        except NotReadyError as exc:
-            outcomes["gold"] = (None, exc)
-            report.gold = "not ready"
-            log.warning("continuous: %s", exc)
-        except QualityCheckFailed as exc:
-            outcomes["gold"] = (None, exc)
-            report.gold = "check failed"
-            log.error("continuous: %s", exc)
-    report.seconds = round(time.monotonic() - began, 3)
-    # Loops that moved something are recorded; an idle process records one loop a minute,
-    # so lag and freshness stay charted while nothing changes.
-    if len(outcomes) > 1 or metrics.sample_due():
-        head = source_head(config)
-        at = datetime.fromisoformat(started)
-        for name, (result, error) in outcomes.items():
-            metrics.add(name, result, steps.get(name), error, at, head)
-    return report

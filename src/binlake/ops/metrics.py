@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -102,6 +103,8 @@ class MetricsRecorder:
         self.host = socket.gethostname()
         self.rows: list[dict[str, Any]] = []
         self.last_flush = time.monotonic()
+        # run --continuous adds rows from its three stages' threads.
+        self._lock = threading.Lock()
 
     def add(
         self,
@@ -141,7 +144,8 @@ class MetricsRecorder:
             step_row["detail"] = _one_line(f"{type(error).__name__}: {error}")
             rows += _blocked_rows(error)
         step_row.setdefault("status", OK)
-        self.rows += [{**{c: None for c in COLUMNS}, **base, **r} for r in rows]
+        with self._lock:
+            self.rows += [{**{c: None for c in COLUMNS}, **base, **r} for r in rows]
 
     def due(self) -> bool:
         """Rows are waiting and the last append is :data:`FLUSH_SECONDS` old."""
@@ -154,8 +158,9 @@ class MetricsRecorder:
     def flush(self, spark) -> int:
         """Append the collected rows; returns how many. Never raises: a lost metrics row must
         not fail the run it describes."""
-        rows, self.rows = self.rows, []
-        self.last_flush = time.monotonic()
+        with self._lock:
+            rows, self.rows = self.rows, []
+            self.last_flush = time.monotonic()
         if not rows:
             return 0
         ref = Lakehouse(self.config).metrics
