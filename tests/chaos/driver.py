@@ -702,7 +702,8 @@ def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
 
 def scenario_ci(h: Harness, out: Outcome) -> None:
     """The short form for every `make test`: under a write load, kill -9 of ``binlake
-    maintain`` beside a complete ``binlake run``, then a rotation burst; a few minutes instead
+    maintain`` beside a complete ``binlake run``, a rotation burst, then kill -9 of ``binlake
+    run --continuous`` in each of its three stages; a few minutes instead
     of the full matrix's hour. Kills inside the snapshot are the full run's and
     tests/integration/test_snapshot.py's; the kill after silver's bulk first load is the full
     run's and tests/spark/test_incremental_cost.py's (the state a kill leaves at that point).
@@ -761,6 +762,16 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
             h.mariadb.execute("FLUSH BINARY LOGS")
             out.faults += 1
             time.sleep(0.2)
+        # run --continuous runs capture, silver and gold as three overlapping stages: a kill
+        # in each stage lands while the other two are at work.
+        for point in ("capture.before_commit@3", "silver.before_progress@2", "gold.before_publish_log@2"):
+            rc, err = h.binlake(config, "run", "--continuous", kill_at=point, timeout=420, debug=True)
+            if rc == -9:
+                out.faults += 1
+            else:
+                out.notes.append(
+                    f"run --continuous: the kill at {point} did not trigger (exit {rc}: {_last_line(err)})"
+                )
     finally:
         writer.stop()
     h.converge(config, out)

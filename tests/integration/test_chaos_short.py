@@ -1,5 +1,6 @@
 """The short form of `make chaos`: under a concurrent write load, kill -9 of `binlake
-maintain` running beside a complete `binlake run`, and a binlog rotation burst; gold must
+maintain` running beside a complete `binlake run`, a binlog rotation burst, and kill -9 of
+`binlake run --continuous` in each of its overlapping stages (capture, silver, gold); gold must
 equal the source with nothing missing, extra or different, and every named kill must fire.
 (The kills in each layer are the full matrix's, `make chaos`, and each layer's own kill tests.)"""
 

@@ -41,8 +41,9 @@ def capture_state(spark, lh: Lakehouse) -> CaptureState | None:
     # largest one (commits are ordered by their start). It is normally the latest commit;
     # after maintenance (OPTIMIZE, retention, VACUUM) it is among the last few. Reading them
     # from the Delta log spares a scan of the whole table, which is the fallback.
-    for row in lh.changelog.delta(spark).history(_RECENT_COMMITS).select("userMetadata").collect():
-        tagged = from_tag([row])
+    newest = lh.changelog.latest_version(spark)
+    for commit in reversed(lh.changelog.commits(spark, max(0, newest - _RECENT_COMMITS + 1), newest)):
+        tagged = from_tag([commit])
         if tagged is not None:
             return tagged
     rows = spark.sql(
