@@ -239,11 +239,11 @@ def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
     real = merge.merge_into_silver
     merged = []
 
-    def dies_after_two(spark_, ref, schema, source):
+    def dies_after_two(spark_, ref, schema, source, **options):
         if len(merged) == 2:
             raise RuntimeError("killed")
         merged.append(schema.name)
-        return real(spark_, ref, schema, source)
+        return real(spark_, ref, schema, source, **options)
 
     monkeypatch.setattr(run, "TABLE_THREADS", 1)
     monkeypatch.setattr(merge, "merge_into_silver", dies_after_two)
