@@ -12,6 +12,10 @@ from binlake.config import HistoryConfig, HistoryTable
 from binlake.contract.types import Kind
 from binlake.silver.run import run_silver
 
+# Every test runs silver two or three times with history tables (three more Delta tables per
+# table, each run deriving versions): left out of `make test-fast`, run by `make test`.
+pytestmark = pytest.mark.slow
+
 ORDERS = table("shop.orders", [col("id"), col("status", Kind.STRING), col("note", Kind.STRING)])
 
 
