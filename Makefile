@@ -6,7 +6,7 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-unit bench chaos chaos-short clean
+.PHONY: setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-fast test-unit bench chaos chaos-short clean
 
 setup: venv mariadb-package sysbench-package browser-package spark-jars
 
@@ -58,6 +58,12 @@ demo: setup mysql-up
 PYTEST_WORKERS ?= 3
 test: setup
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
+
+# The edit loop: the unit tests and the Spark tests that need no MariaDB and are not `slow`.
+# Membership is by marker: `integration` is tests/integration plus any test that asks for the
+# mariadb fixture (tests/conftest.py); `slow` marks the long ones, left to `make test`.
+test-fast: venv spark-jars
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration and not slow" --durations=10 $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit -q

@@ -1,7 +1,9 @@
 """Shared fixtures: one local Spark + Delta per session, one throwaway MariaDB per session.
 
 Tests under tests/unit need neither; tests/spark need Spark; tests/integration need both.
-Markers follow the directory, so `pytest -m unit` runs the fast ones.
+Markers follow the directory, so `pytest -m unit` runs the fast ones; a test outside
+tests/integration that asks for the `mariadb` fixture is marked `integration` too, so
+`pytest -m "not integration"` runs every test that needs no MariaDB (`make test-fast`).
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ def pytest_collection_modifyitems(config, items):
         parts = Path(str(item.fspath)).relative_to(ROOT / "tests").parts
         if parts and parts[0] in ("unit", "spark", "integration"):
             item.add_marker(getattr(pytest.mark, parts[0]))
+        # A test anywhere that asks for the session's MariaDB (directly or through another
+        # fixture) needs one: `make test-fast` leaves it out by this marker, not by a list.
+        if "mariadb" in getattr(item, "fixturenames", ()) and parts[:1] != ("integration",):
+            item.add_marker(pytest.mark.integration)
     # `make test` hands whole files to two xdist workers in collection order
     # (--no-loadscope-reorder). Files holding a `slow` test go first, the single long
     # end-to-end tests before them all, so the two longest start at once on different

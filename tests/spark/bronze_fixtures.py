@@ -126,7 +126,7 @@ class Bronze:
         fi, pos = heartbeat
         recs.append(heartbeat_row(BinlogPosition(f"mysql-bin.{fi:06d}", pos), captured_at=T0))
         self.lh.changelog.save(self.spark.createDataFrame(recs, CHANGELOG_SCHEMA).write.format("delta").mode("append"))
-        return self.lh.changelog.delta(self.spark).history(1).first()["version"]
+        return self.lh.changelog.latest_version(self.spark)  # Delta's log object: no Spark job
 
     # sharing one lakehouse between tests (tests/delta_rollback.py) ---------------------------
     def checkpoint(self) -> tuple:

@@ -16,6 +16,11 @@ from binlake.gold.publish import run_gold
 from binlake.silver.run import run_silver
 
 
+# Most tests build lakehouses through silver and gold and count what the next runs cost:
+# left out of `make test-fast`, run by `make test`.
+pytestmark = pytest.mark.slow
+
+
 def t(i: int):
     return table(f"shop.t{i}", [col("id"), col("v", Kind.STRING), col("n")])
 
@@ -29,6 +34,22 @@ def lakehouse(spark, path, tables: int) -> Bronze:
     run_silver(spark, b.config)
     run_gold(spark, b.config)
     return b
+
+
+@pytest.fixture(scope="module")
+def one_base(spark, tmp_path_factory) -> Bronze:
+    return lakehouse(spark, tmp_path_factory.mktemp("incremental_one") / "lh", 1)
+
+
+@pytest.fixture
+def one(one_base) -> Bronze:
+    """One table of three rows, applied to silver and published to gold once; shared by the
+    tests that change it from there, each test's changes cut back after it
+    (tests/delta_rollback.py). The tests that count Spark jobs build their own lakehouses:
+    a cut back drops Delta's cached snapshots, which a job count would see."""
+    checkpoint = one_base.checkpoint()
+    yield one_base
+    one_base.rollback(checkpoint)
 
 
 def jobs(spark, step) -> int:
@@ -155,8 +176,8 @@ def test_two_runs_that_both_found_the_table_empty_load_its_rows_once(spark, tmp_
     assert sorted(r["id"] for r in b.lh.silver("shop", "t0").read(spark).collect()) == [0, 1, 2, 3]
 
 
-def test_gold_merges_what_changed_in_silver(spark, tmp_path):
-    b = lakehouse(spark, tmp_path / "lh", 1)
+def test_gold_merges_what_changed_in_silver(spark, one):
+    b = one
     first = b.lh.gold("shop", "t0").latest_version(spark)
     b.commit(
         b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
@@ -180,8 +201,8 @@ def test_gold_merges_what_changed_in_silver(spark, tmp_path):
     assert all(c["success"] for c in json.loads(logged["checks"])["results"])
 
 
-def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_rebuilt_over(spark, tmp_path):
-    b = lakehouse(spark, tmp_path / "lh", 1)
+def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_rebuilt_over(spark, one):
+    b = one
     gold = b.lh.gold("shop", "t0")
     b.commit(b.insert(t(0), (1, 200, 0), id=3, v="v3", n=3))
     run_silver(spark, b.config)
@@ -217,8 +238,8 @@ def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_reb
     ]
 
 
-def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_incremental_publishes(spark, tmp_path):
-    b = lakehouse(spark, tmp_path / "lh", 1)
+def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_incremental_publishes(spark, one):
+    b = one
     doc = {
         "source": {
             "host": "127.0.0.1",
@@ -249,10 +270,10 @@ def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_increment
     assert [(r["id"], r["n"]) for r in quarantined] == [(1, 50)]
 
 
-def test_a_publish_killed_after_its_gold_merge_converges(spark, tmp_path, monkeypatch):
+def test_a_publish_killed_after_its_gold_merge_converges(spark, one, monkeypatch):
     from binlake import faults
 
-    b = lakehouse(spark, tmp_path / "lh", 1)
+    b = one
     b.commit(
         b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}),
         b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2),

@@ -40,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 SEED = int(os.environ.get("BINLAKE_TEST_SEED") or random.SystemRandom().randrange(1_000_000))
 # A new seed every run, so rounds add up across runs; BINLAKE_E2E_ROUNDS=k for a longer one.
-ROUNDS = int(os.environ.get("BINLAKE_E2E_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("BINLAKE_E2E_ROUNDS", "4"))
 RESNAPSHOT_ROUND = 2
 
 DDL = [

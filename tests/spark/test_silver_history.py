@@ -12,6 +12,10 @@ from binlake.config import HistoryConfig, HistoryTable
 from binlake.contract.types import Kind
 from binlake.silver.run import run_silver
 
+# Every test runs silver two or three times with history tables (three more Delta tables per
+# table, each run deriving versions): left out of `make test-fast`, run by `make test`.
+pytestmark = pytest.mark.slow
+
 ORDERS = table("shop.orders", [col("id"), col("status", Kind.STRING), col("note", Kind.STRING)])
 
 
@@ -20,11 +24,26 @@ def keeping_history(b: Bronze, *rules: HistoryTable) -> Bronze:
     return b
 
 
-@pytest.fixture
-def bronze(spark, tmp_path):
-    b = Bronze(spark, tmp_path / "lh")
+@pytest.fixture(scope="module")
+def shared(spark, tmp_path_factory):
+    """Bronze with the orders schema and nothing else, shared by the tests below; see plain."""
+    b = Bronze(spark, tmp_path_factory.mktemp("silver_history") / "lh")
     b.schema(ORDERS)
-    return keeping_history(b)
+    return b
+
+
+@pytest.fixture
+def plain(shared):
+    """The shared bronze, keeping no history; what the test changes (bronze commits, silver and
+    history tables, the config) is cut back after it (tests/delta_rollback.py)."""
+    checkpoint = shared.checkpoint()
+    yield shared
+    shared.rollback(checkpoint)
+
+
+@pytest.fixture
+def bronze(plain):
+    return keeping_history(plain)
 
 
 def versions(spark, b, name="shop.orders", cols=("id", "status")):
@@ -219,9 +238,8 @@ def test_a_run_killed_before_or_after_the_history_write_converges_when_run_again
     ]
 
 
-def test_a_table_no_pattern_names_gets_no_history_tables(spark, tmp_path):
-    b = keeping_history(Bronze(spark, tmp_path / "lh"), HistoryTable("shop.other"))
-    b.schema(ORDERS)
+def test_a_table_no_pattern_names_gets_no_history_tables(spark, plain):
+    b = keeping_history(plain, HistoryTable("shop.other"))
     b.commit(b.insert(ORDERS, (1, 100, 0), id=1, status="new"))
     run_silver(spark, b.config)
     assert b.lh.silver("shop", "orders").exists(spark)
@@ -231,9 +249,8 @@ def test_a_table_no_pattern_names_gets_no_history_tables(spark, tmp_path):
     )
 
 
-def test_history_enabled_on_a_table_with_rows_starts_from_silvers_rows(spark, tmp_path):
-    b = Bronze(spark, tmp_path / "lh")
-    b.schema(ORDERS)
+def test_history_enabled_on_a_table_with_rows_starts_from_silvers_rows(spark, plain):
+    b = plain
     b.commit(
         b.insert(ORDERS, (1, 100, 0), id=1, status="new"),
         b.truncate(ORDERS, (1, 150, 0)),

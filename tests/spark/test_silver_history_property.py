@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import pytest
 from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
@@ -138,7 +139,9 @@ def record(b, op, seq, before, after):
 
 
 # An example costs about a minute of Spark: one per run, and no shrinking (the failure
-# message names the batches' order, the example is printed as drawn).
+# message names the batches' order, the example is printed as drawn). Two lakehouses of up
+# to five silver runs each: slow, left out of `make test-fast`.
+@pytest.mark.slow
 @settings(
     max_examples=1,
     deadline=None,

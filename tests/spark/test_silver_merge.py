@@ -15,11 +15,21 @@ ORDERS = table(
 CODES = table("shop.codes", [col("code", Kind.STRING), col("v", Kind.STRING)], key=("code",))
 
 
-@pytest.fixture
-def bronze(spark, tmp_path):
-    b = Bronze(spark, tmp_path / "lh")
+@pytest.fixture(scope="module")
+def bronze_base(spark, tmp_path_factory):
+    """Bronze with the orders schema and nothing else, shared by the tests below: each
+    test's changes (its bronze commits, the silver tables and progress its runs create) are
+    cut back after it (tests/delta_rollback.py), so every test starts from this state."""
+    b = Bronze(spark, tmp_path_factory.mktemp("silver_merge") / "lh")
     b.schema(ORDERS)
     return b
+
+
+@pytest.fixture
+def bronze(bronze_base):
+    checkpoint = bronze_base.checkpoint()
+    yield bronze_base
+    bronze_base.rollback(checkpoint)
 
 
 def silver(spark, b, name="shop.orders"):
@@ -241,7 +251,7 @@ def test_silver_table_is_typed_clustered_commented_with_cdf_and_deletion_vectors
     assert fields["_cdc_seq"].dataType.simpleString() == "struct<file_index:bigint,pos:bigint,row:int>"
 
 
-def test_run_silver_checks_its_arguments(spark, bronze):
+def test_run_silver_checks_its_arguments(spark):
     with pytest.raises(TypeError, match="config must be a binlake.config.Config, got dict"):
         run_silver(spark, {})
 

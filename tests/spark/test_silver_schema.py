@@ -18,11 +18,21 @@ V1 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty")])
 OTHER = table("shop.other", [col("id"), col("x", Kind.STRING)])
 
 
-@pytest.fixture
-def b(spark, tmp_path):
-    bronze = Bronze(spark, tmp_path / "lh")
+@pytest.fixture(scope="module")
+def b_base(spark, tmp_path_factory):
+    """Bronze with the items schema and nothing else, shared by the tests below: each test's
+    changes (bronze commits and schemas, the silver tables its runs create and evolve) are
+    cut back after it (tests/delta_rollback.py)."""
+    bronze = Bronze(spark, tmp_path_factory.mktemp("silver_schema") / "lh")
     bronze.schema(V1)
     return bronze
+
+
+@pytest.fixture
+def b(b_base):
+    checkpoint = b_base.checkpoint()
+    yield b_base
+    b_base.rollback(checkpoint)
 
 
 def silver_df(spark, b, name="items"):
