@@ -29,7 +29,7 @@ from binlake.contract.lakehouse import (
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "analysts.md"
 SQL_BLOCK = re.compile(r"```sql\n(.*?)```", re.S)
-UC_NAME = re.compile(r"\bmain\.binlake_(?:bronze|silver|gold)\.[A-Za-z_][A-Za-z0-9_]*")
+UC_NAME = re.compile(r"\bmain\.binlake_(?:bronze|silver|gold|system)\.[A-Za-z_][A-Za-z0-9_]*")
 TABLE_CHANGES = re.compile(r"table_changes\('(main\.binlake_silver\.[A-Za-z0-9_]+)'")
 
 
@@ -318,7 +318,7 @@ def test_the_page_has_sql_for_every_question_it_promises():
         "table_changes(",
         "VERSION AS OF",
         "main.binlake_bronze.changelog",
-        "main.binlake_gold._publish_log",
+        "main.binlake_system.publish_log",
     ):
         assert needle in text
     assert len(_blocks()) >= 10
@@ -378,7 +378,7 @@ def test_the_consistent_cut_ignores_failed_publishes(spark, lakehouse):
 def test_jobs_status_adds_the_last_publish_position_when_spark_is_at_hand(spark, lakehouse, tmp_path):
     from binlake.deploy.jobs import last_publish
 
-    root = Path(lakehouse["main.binlake_gold._publish_log"].path).parents[1]
+    root = Path(lakehouse["main.binlake_system.publish_log"].path).parents[1]
     publish = last_publish(_config(path=str(root)), spark)
     # The newest row is a failed attempt, which did not change gold: the last good publish counts.
     assert publish["position"] == "mysql-bin.000043:250" and publish["publish_id"] == "p3"

@@ -201,12 +201,19 @@ def test_dev_is_the_default_development_target_and_prod_is_pinned_production():
     assert prod["run_as"] and prod["permissions"]
 
 
-def test_the_unity_catalog_schemas_and_checkpoint_volume_exist():
+def test_the_four_unity_catalog_schemas_and_the_volume_exist():
     resources = _merged()["resources"]
     schemas = {v["name"] for v in resources["schemas"].values()}
-    assert schemas == {"${var.bronze_schema}", "${var.silver_schema}", "${var.gold_schema}"}
+    assert schemas == {"${var.bronze_schema}", "${var.silver_schema}", "${var.gold_schema}", "${var.system_schema}"}
     (volume,) = resources["volumes"].values()
     assert volume["schema_name"] == "${resources.schemas.binlake_bronze.name}"
+
+
+def test_resource_keys_are_unique_across_resource_types():
+    # The CLI refuses two resources with one key even of different types (bundle run and
+    # summary name resources by key alone).
+    keys = [name for items in _merged()["resources"].values() for name in items]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,14 +561,14 @@ def test_the_dashboard_file_is_what_the_health_views_generate_and_a_valid_lakevi
             for q in item["widget"]["queries"]:
                 assert q["query"]["datasetName"] in datasets
     assert resource["warehouse_id"] == "${var.warehouse_id}"
-    assert resource["dataset_schema"] == "${resources.schemas.binlake_gold.name}"
+    assert resource["dataset_schema"] == "${resources.schemas.binlake_system_schema.name}"
 
 
 def test_the_lag_alert_evaluates_the_current_lag_view_against_max_lag_seconds():
     from binlake.deploy.dashboard import lag_alert_query
 
     (alert,) = _merged()["resources"]["alerts"].values()
-    metrics = "`${var.catalog}`.`${resources.schemas.binlake_gold.name}`.`_metrics`"
+    metrics = "`${var.catalog}`.`${resources.schemas.binlake_system_schema.name}`.`metrics`"
     assert alert["query_text"] == lag_alert_query(metrics)
     assert alert["evaluation"]["source"]["name"] == "lag_seconds"
     assert alert["evaluation"]["comparison_operator"] == "GREATER_THAN"

@@ -8,18 +8,23 @@ Locally tables are directories under ``lakehouse.path``::
     <path>/bronze/snapshot_chunks      the chunk manifest: one row per completed chunk
     <path>/bronze/schema_history       each table's schema versions with their binlog position
     <path>/silver/<db>/<table>         current state with tombstones
-    <path>/silver/_progress            what silver has applied, per table
     <path>/silver/<db>/<table>__history  one row per version (tables history.tables names),
                                        with __history_events and __history_facts beside it
     <path>/gold/<db>/<table>           validated current state
-    <path>/gold/_publish_log           one row per table per publish
-    <path>/gold/_check_results         Great Expectations' validation result per table per publish
-    <path>/gold/_quarantine            rows dropped by checks with severity drop
-    <path>/gold/_metrics               one row per command run, step and table (health)
-    <path>/_system/continuous          the continuous mode's state (a JSON file)
+    <path>/gold/<db>/<table>__history  the history as of the same publish
+    <path>/system/silver_progress      what silver has applied, per table
+    <path>/system/publish_log          one row per table per publish
+    <path>/system/check_results        Great Expectations' validation result per table per publish
+    <path>/system/quarantine/<db>/<table>  rows dropped by checks with severity drop
+    <path>/system/metrics              one row per command run, step and table (health)
+    <path>/system/files/continuous     the continuous mode's state (a JSON file)
 
-On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>`` with
-``<db>__<table>`` names in the silver and gold schemas, and ``_system`` is a volume path.
+So silver and gold hold only mirrored tables; binlake's own tables are in ``system``. On
+Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>``: the bronze,
+silver, gold and system schemas, ``<db>__<table>`` names in silver and gold,
+``quarantine__<db>__<table>`` in system, and the files are in the ``lakehouse.system_path``
+volume. Earlier binlake versions kept the system tables in gold and silver (with leading
+underscores).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from typing import Callable, NamedTuple, Sequence, TypeVar
 
 from binlake.config import Config
 from binlake.contract.delta_sql import DeltaSql
+from binlake.contract.sql import spark_string
 from binlake.errors import LakehouseError
 from binlake.spark import is_connect
 
@@ -194,6 +200,8 @@ SILVER_METADATA_COLUMNS = (
 )
 
 HISTORY_SUFFIX = "__history"
+HISTORY_TABLE_SUFFIXES = (HISTORY_SUFFIX, f"{HISTORY_SUFFIX}_events", f"{HISTORY_SUFFIX}_facts")
+"""The names a table's history tables add to its own (history, its events, its facts)."""
 
 HISTORY_METADATA_COLUMNS = (
     ("_cdc_valid_from", CDC_SEQ_TYPE, "The change sequence of the record that opened this version."),
@@ -215,13 +223,14 @@ PROGRESS_SCHEMA = (
     "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP, "
     "silver_version BIGINT, stopped STRING, history_version BIGINT"
 )
-"""silver/_progress, one row per table. ``silver_version`` is the silver table's version once
+"""system/silver_progress, one row per table. ``silver_version`` is the silver table's version once
 the run that wrote the row had applied its batch; ``stopped`` is why silver stopped the table
 and the command that recovers it (NULL while the table is applied)."""
+PROGRESS_COMMENT = "binlake: what silver has applied, per table"
 
 
 class ProgressRow(NamedTuple):
-    """One row of silver/_progress, in :data:`PROGRESS_SCHEMA` order."""
+    """One row of system/silver_progress, in :data:`PROGRESS_SCHEMA` order."""
 
     db: str
     table: str
@@ -243,16 +252,19 @@ PUBLISH_LOG_SCHEMA = (
     "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING, silver_rows BIGINT, "
     "publish_group STRING"
 )
-"""gold/_publish_log: one row per table per publish attempt. ``row_count``: the rows gold
+"""system/publish_log: one row per table per publish attempt. ``row_count``: the rows gold
 holds; ``silver_rows``: silver's live rows at ``silver_version`` (they differ by the rows drop
 checks hold back)."""
+# Its change data feed lets the last publish be found in the newest commits (last_published).
+PUBLISH_LOG_PROPERTIES = {"delta.enableChangeDataFeed": "true"}
+PUBLISH_LOG_COMMENT = "binlake: one row per table per publish (gold's commit point)"
 
 
 CHECK_RESULTS_SCHEMA = (
     "publish_id STRING, publish_group STRING, db STRING, `table` STRING, status STRING, success BOOLEAN, "
     "checked_at TIMESTAMP, ge_version STRING, result STRING"
 )
-"""gold/_check_results: Great Expectations' validation result (``result``: the
+"""system/check_results: Great Expectations' validation result (``result``: the
 ``ExpectationSuiteValidationResult`` JSON GE produces) of each table a publish attempt checked
 with expectations, linked to the publish log by ``publish_id``; ``status`` is the attempt's.
 A publish repeated after a kill appends its results again: the newest ``checked_at`` of a
@@ -265,9 +277,10 @@ METRICS_SCHEMA = (
     "rows_out BIGINT, position STRING, lag_bytes BIGINT, lag_seconds DOUBLE, checks_failed INT, "
     "checks_warned INT, detail STRING, job_run_id STRING, host STRING"
 )
-"""gold/_metrics: one row per command run and step (``table`` NULL) and per table a step
+"""system/metrics: one row per command run and step (``table`` NULL) and per table a step
 touched. ``lag_bytes``/``lag_seconds``: how far the step's position is behind the source's
 binlog end when the run finished (seconds: 0 when caught up, else an upper bound)."""
+METRICS_COMMENT = "binlake: one row per command run, step and table"
 
 
 @dataclass(frozen=True)
@@ -385,7 +398,7 @@ class TableRef:
         props = {"delta.appendOnly": "false", **(properties or {})}
         tbl = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         location = f"{self.name}" if self.name else f"delta.`{self.path}`"
-        cmt = f" COMMENT '{comment.replace(chr(39), chr(39) * 2)}'" if comment else ""
+        cmt = f" COMMENT {spark_string(comment)}" if comment else ""
         parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})" if partitioned_by else ""
         spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
@@ -489,6 +502,7 @@ class Lakehouse:
             "bronze": self.config.lakehouse.bronze_schema,
             "silver": self.config.lakehouse.silver_schema,
             "gold": self.config.lakehouse.gold_schema,
+            "system": self.config.lakehouse.system_schema,
         }[layer]
         name = "__".join(parts)
         return TableRef(name=f"`{self.catalog}`.`{schema}`.`{name}`")
@@ -518,22 +532,18 @@ class Lakehouse:
     def silver(self, db: str, table: str) -> TableRef:
         return self._ref("silver", db, table)
 
-    @property
-    def silver_progress(self) -> TableRef:
-        return self._ref("silver", "_progress")
-
     # silver history (docs/history.md): only for the tables history.tables names
     def silver_history(self, db: str, table: str) -> TableRef:
         """One row per version of each key (SCD type 2)."""
-        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}")
+        return self._ref("silver", db, f"{table}{HISTORY_TABLE_SUFFIXES[0]}")
 
     def silver_history_events(self, db: str, table: str) -> TableRef:
         """Every record silver applied to the table, a set by (key, ``_cdc_seq``)."""
-        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}_events")
+        return self._ref("silver", db, f"{table}{HISTORY_TABLE_SUFFIXES[1]}")
 
     def silver_history_facts(self, db: str, table: str) -> TableRef:
         """The table's TRUNCATE-like sequences and completed snapshot chunks."""
-        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}_facts")
+        return self._ref("silver", db, f"{table}{HISTORY_TABLE_SUFFIXES[2]}")
 
     # gold
     def gold(self, db: str, table: str) -> TableRef:
@@ -543,27 +553,32 @@ class Lakehouse:
         """The published SCD type 2 history: silver's, as of the publish's position."""
         return self._ref("gold", db, f"{table}{HISTORY_SUFFIX}")
 
+    # system: binlake's own tables, apart from the mirrored ones
+    @property
+    def silver_progress(self) -> TableRef:
+        return self._ref("system", "silver_progress")
+
     @property
     def publish_log(self) -> TableRef:
-        return self._ref("gold", "_publish_log")
+        return self._ref("system", "publish_log")
 
     @property
     def check_results(self) -> TableRef:
-        return self._ref("gold", "_check_results")
+        return self._ref("system", "check_results")
 
     @property
     def metrics(self) -> TableRef:
-        return self._ref("gold", "_metrics")
+        return self._ref("system", "metrics")
 
     def quarantine(self, db: str, table: str) -> TableRef:
-        return self._ref("gold", "_quarantine", db, table)
+        return self._ref("system", "quarantine", db, table)
 
     # files
     @property
     def system_path(self) -> str:
         if self.config.lakehouse.system_path:
             return self.config.lakehouse.system_path
-        return str(Path(self.root or ".", "_system"))
+        return str(Path(self.root or ".", "system", "files"))
 
     def system_dir(self, name: str) -> str:
         """A directory of files (not tables) in the system location, such as the continuous

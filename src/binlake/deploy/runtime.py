@@ -8,7 +8,7 @@ Everything that differs between them is answered here, once, so the pipeline cod
 =====================  =========================  ==========================================
 Spark session          local Spark + Delta        the cluster's session
 tables                 ``<path>/<layer>/...``     ``<catalog>.<schema>.<name>`` (Unity Catalog)
-system files           ``<path>/_system``         ``/Volumes/<catalog>/<schema>/<volume>``
+system files           ``<path>/system/files``    ``/Volumes/<catalog>/<schema>/<volume>``
 secrets                Secrets API (SDK auth)     job: Secrets API (runtime auth);
                                                   notebook: ``dbutils.secrets``
 =====================  =========================  ==========================================

@@ -1,4 +1,4 @@
-"""``gold/_publish_log``: one row per table per publish attempt, and gold as of a position or time.
+"""``system/publish_log``: one row per table per publish attempt, and gold as of a position or time.
 
 A publish appends its rows LAST, after every gold table is written: the log is the commit
 point. A reader who wants a consistent cut across tables takes one ``publish_id`` from it and

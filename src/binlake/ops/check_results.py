@@ -1,7 +1,7 @@
 """``binlake checks``: gold's Great Expectations results, as GE keeps and shows them.
 
 Every publish attempt stores GE's validation result of each table it checked with
-expectations in ``gold/_check_results`` (:mod:`binlake.gold.publish_log`). This command lists
+expectations in ``system/check_results`` (:mod:`binlake.gold.publish_log`). This command lists
 the newest result per table (the expectations that failed, with GE's counts) and, with
 ``--docs DIR``, renders GE's own Data Docs site from the stored results: the same pages a GE
 checkpoint would build, one validation page per table and publish, and an index.

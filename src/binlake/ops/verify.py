@@ -19,7 +19,7 @@ significand and exponent, not a decimal rendering).
   differently still lands in the same chunk on both sides.
 
 A comparison is only meaningful once silver has applied the binlog past the moment the
-source was read: verify compares only after silver's applied position (``silver/_progress``)
+source was read: verify compares only after silver's applied position (``system/silver_progress``)
 has reached the read's high watermark, running capture and silver first if it has
 not. Rows changed after the source was read can still differ legitimately; a table with
 mismatching chunks and bronze changes after the read's low watermark is verified once

@@ -1,4 +1,4 @@
-"""``silver/_progress``: what silver has applied, one row per table.
+"""``system/silver_progress``: what silver has applied, one row per table.
 
 A row names the change-log and manifest versions the table has taken, the binlog position
 its change log is applied up to (a transaction boundary: gold's Invariant S reads it), and
@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 
 from binlake.contract.lakehouse import (
+    PROGRESS_COMMENT,
     PROGRESS_SCHEMA,
     Lakehouse,
     ProgressRow,
@@ -26,9 +27,7 @@ _ROW_WRITES = ("MERGE", "UPDATE", "WRITE", "DELETE", "STREAMING UPDATE", "RESTOR
 
 def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
-    lh.silver_progress.create_if_missing(
-        spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table"
-    )
+    lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA, comment=PROGRESS_COMMENT)
     current = lh.silver_progress.read(spark)
     for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING"), ("history_version", "BIGINT")):
         if column not in current.columns:
