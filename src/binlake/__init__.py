@@ -27,14 +27,18 @@ _EXPORTS = {
     "Config": "binlake.config",
     # a Spark session with Delta (the cluster's on Databricks, local Spark elsewhere)
     "get_spark": "binlake.spark",
-    # the steps, each idempotent and safe to re-run after a kill
+    # the commands, each idempotent and safe to re-run after a kill; the ones that write a layer
+    # hold its lease while they run (binlake.ops.commands)
     "run_preflight": "binlake.ops.preflight",
-    "run_snapshot": "binlake.bronze.snapshot",
-    "run_capture": "binlake.bronze.capture",
-    "run_silver": "binlake.silver.run",
-    "run_gold": "binlake.gold.publish",
-    "run_pipeline": "binlake.ops.pipeline",
-    "run_verify": "binlake.ops.verify",
+    "run_snapshot": "binlake.ops.commands",
+    "run_capture": "binlake.ops.commands",
+    "run_silver": "binlake.ops.commands",
+    "run_gold": "binlake.ops.commands",
+    "run_pipeline": "binlake.ops.commands",
+    "run_continuous": "binlake.ops.commands",
+    "run_verify": "binlake.ops.commands",
+    "run_maintain": "binlake.ops.commands",
+    "run_erase": "binlake.ops.commands",
     "collect_status": "binlake.ops.status",
     # reading gold as it was published
     "gold_as_of": "binlake.gold.publish_log",
@@ -60,6 +64,9 @@ _EXPORTS = {
     "ComputeError": "binlake.errors",
     "ConnectWithoutDeltaError": "binlake.errors",
     "ConnectWorkersWithoutBinlakeError": "binlake.errors",
+    "LeaseError": "binlake.errors",
+    "LeaseHeldError": "binlake.errors",
+    "LeaseLostError": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

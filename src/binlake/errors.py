@@ -132,3 +132,19 @@ class ConnectWithoutDeltaError(ComputeError):
 class ConnectWorkersWithoutBinlakeError(ComputeError):
     """A Spark Connect server whose Python workers cannot import binlake (or run another
     version of it): the snapshot and binlog readers run there."""
+
+
+class LeaseError(BinlakeError):
+    """A layer (capture, silver or gold) has one writer at a time, fenced by a lease in the
+    system table ``leases``; the message names the holder and what to do."""
+
+    exit_code = 15
+
+
+class LeaseHeldError(LeaseError):
+    """Another live process holds the lease of a layer this command writes; nothing was written."""
+
+
+class LeaseLostError(LeaseError):
+    """This process lost its lease while it ran (it was not renewed in time, so another process
+    took the layer): it stopped writing as soon as it could."""

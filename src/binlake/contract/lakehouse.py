@@ -17,6 +17,7 @@ Locally tables are directories under ``lakehouse.path``::
     <path>/system/check_results        Great Expectations' validation result per table per publish
     <path>/system/quarantine/<db>/<table>  rows dropped by checks with severity drop
     <path>/system/metrics              one row per command run, step and table (health)
+    <path>/system/leases               which process writes which layer (binlake.contract.leases)
     <path>/system/files/continuous     the continuous mode's state (a JSON file)
 
 So silver and gold hold only mirrored tables; binlake's own tables are in ``system``. On
@@ -281,6 +282,14 @@ METRICS_SCHEMA = (
 touched. ``lag_bytes``/``lag_seconds``: how far the step's position is behind the source's
 binlog end when the run finished (seconds: 0 when caught up, else an upper bound)."""
 METRICS_COMMENT = "binlake: one row per command run, step and table"
+
+LEASES_SCHEMA = (
+    "layer STRING, holder_id STRING, command STRING, host STRING, pid BIGINT, job_id STRING, job_run_id STRING, "
+    "acquired_at TIMESTAMP, renewed_at TIMESTAMP, expires_at TIMESTAMP"
+)
+"""system/leases: one row per layer with a single writer (capture, silver, gold): who holds
+it (``holder_id``, one per process and command; the rest describes it) and until when. A lease
+whose ``expires_at`` has passed is free (:mod:`binlake.contract.leases`)."""
 
 
 @dataclass(frozen=True)
@@ -572,6 +581,11 @@ class Lakehouse:
 
     def quarantine(self, db: str, table: str) -> TableRef:
         return self._ref("system", "quarantine", db, table)
+
+    @property
+    def leases(self) -> TableRef:
+        """Who writes which layer (binlake.contract.leases)."""
+        return self._ref("system", "leases")
 
     # files
     @property
