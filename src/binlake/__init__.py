@@ -28,7 +28,8 @@ _EXPORTS = {
     # a Spark session with Delta (the cluster's on Databricks, local Spark elsewhere)
     "get_spark": "binlake.spark",
     # the commands, each idempotent and safe to re-run after a kill; the ones that write a layer
-    # hold its lease while they run (binlake.ops.commands)
+    # hold its lease while they run, and the first one on a lakehouse an earlier binlake laid
+    # out migrates it (binlake.ops.commands)
     "run_preflight": "binlake.ops.preflight",
     "run_snapshot": "binlake.ops.commands",
     "run_capture": "binlake.ops.commands",
@@ -39,6 +40,7 @@ _EXPORTS = {
     "run_verify": "binlake.ops.commands",
     "run_maintain": "binlake.ops.commands",
     "run_erase": "binlake.ops.commands",
+    "migrate_lakehouse": "binlake.ops.commands",
     "collect_status": "binlake.ops.status",
     # reading gold as it was published
     "gold_as_of": "binlake.gold.publish_log",
@@ -64,6 +66,8 @@ _EXPORTS = {
     "ComputeError": "binlake.errors",
     "ConnectWithoutDeltaError": "binlake.errors",
     "ConnectWorkersWithoutBinlakeError": "binlake.errors",
+    "LayoutOutdatedError": "binlake.errors",
+    "LayoutTooNewError": "binlake.errors",
     "LeaseError": "binlake.errors",
     "LeaseHeldError": "binlake.errors",
     "LeaseLostError": "binlake.errors",

@@ -25,6 +25,7 @@ COMMANDS = (
     "verify",
     "maintain",
     "erase",
+    "migrate",
     "jobs",
 )
 
@@ -106,6 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         metavar="COLUMN=VALUE",
         help="a key column's value (repeat for each column of a composite key)",
+    )
+
+    sub.add_parser(
+        "migrate",
+        help="move a lakehouse an earlier binlake laid out to this version's layout (binlake's own tables into the "
+        "system schema); once, under every layer's lease; any writing command does it too",
     )
 
     p = sub.add_parser("jobs", help="the Databricks bundle's job runs (needs databricks-sdk auth)")
@@ -199,6 +206,12 @@ def _dispatch(args: argparse.Namespace, config=None) -> int:
     spark = get_spark()
     from binlake.ops import commands
 
+    # Before anything is recorded: the metrics table itself moves when an earlier layout is migrated.
+    migrated = commands.prepare_lakehouse(spark, config, cmd)
+    if migrated.steps or cmd == "migrate":
+        print(migrated.summary())
+    if cmd == "migrate":
+        return 0
     if cmd == "run" and args.continuous:
         state = commands.run_continuous(spark, config, progress=progress)
         print(f"continuous: stopped after {state.loops} loop(s)")

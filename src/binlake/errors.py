@@ -106,6 +106,15 @@ class LagExceededError(BinlakeError):
     exit_code = 12
 
 
+class LayoutOutdatedError(NotReadyError):
+    """The lakehouse was laid out by an earlier binlake and a read-only command cannot move it;
+    ``binlake migrate`` (or any command that writes) does, once."""
+
+
+class LayoutTooNewError(LakehouseError):
+    """The lakehouse was laid out by a newer binlake than this one: run that version."""
+
+
 class ErasureRefused(BinlakeError):
     """``binlake erase`` would not make the key go away for good (the source or silver still
     has it live, or a snapshot of the table is in flight); nothing was deleted."""

@@ -22,7 +22,7 @@ from binlake.errors import LeaseHeldError, LeaseLostError
 def lh(tmp_path, spark):
     source = SourceConfig(host="h", port=3306, user="u", password=Secret("pw"), server_id=9, tables=("shop.*",))
     lake = Lakehouse(Config(source=source, lakehouse=LakehouseConfig(path=str(tmp_path / "lake"))))
-    ensure_leases_table(spark, lake)
+    ensure_leases_table(spark, lake, layout_version=3)
     return lake
 
 

@@ -25,7 +25,7 @@ Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>`
 silver, gold and system schemas, ``<db>__<table>`` names in silver and gold,
 ``quarantine__<db>__<table>`` in system, and the files are in the ``lakehouse.system_path``
 volume. Earlier binlake versions kept the system tables in gold and silver (with leading
-underscores).
+underscores); :mod:`binlake.contract.layout` moves them.
 """
 
 from __future__ import annotations
@@ -154,6 +154,33 @@ partition the table by. One Spark task reads one chunk attempt, so this adds no 
 per task either way), and Parquet no longer stores eight values per row that Delta keeps
 once per file: on a 1M-row table the write's JVM CPU went from 6.0 to 4.8 seconds. Readers
 (silver, the marker read-back) filter on these columns, which becomes partition pruning."""
+
+# Table properties of snapshot_rows that make writing it cheaper (set at creation; the
+# layout migration sets them on tables an earlier binlake created):
+# - Delta computes min/max/null-count statistics for the first 32 columns of every file it
+#   writes, a good part of the write's CPU. Readers only ever filter snapshot_rows on the
+#   per-chunk columns (silver on snapshot_id, db and table; the marker read-back on
+#   attempt_id): in a table partitioned by them (SNAPSHOT_ROWS_PARTITIONS) that is partition
+#   pruning and no column needs statistics; an unpartitioned table (created before the
+#   partitions) keeps them on snapshot_id and attempt_id (Delta refuses statistics on
+#   partition columns).
+# - Parquet tries a dictionary for the row images' values, which are mostly distinct (ids,
+#   texts) and overflow it after a few thousand rows, then rewrites them as plain values;
+#   plain from the start is cheaper and barely bigger (pages are compressed either way).
+#   Delta hands table properties to the Parquet writer, so a column-scoped key works.
+# - binlake.layout says which of the two tables this is without asking Delta for its
+#   details (a DESCRIBE DETAIL costs more than reading the properties).
+SNAPSHOT_ROWS_LAYOUT = "binlake.layout"
+_PLAIN_ROW_VALUES = {"parquet.enable.dictionary#row.key_value.value": "false"}
+SNAPSHOT_ROWS_PROPERTIES = {
+    SNAPSHOT_ROWS_LAYOUT: "per-chunk-partitions",
+    "delta.dataSkippingNumIndexedCols": "0",
+    **_PLAIN_ROW_VALUES,
+}
+UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
+    **_PLAIN_ROW_VALUES,
+}
 
 SNAPSHOT_CHUNKS_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
@@ -389,6 +416,15 @@ class TableRef:
 
         return DeltaTable.isDeltaTable(spark, self.path)
 
+    def drop(self, spark) -> None:
+        """Remove the table and its files (a path table's directory; ``DROP TABLE`` by name)."""
+        if self.name:
+            spark.sql(f"DROP TABLE IF EXISTS {self.name}")
+        elif Path(self.path).exists():
+            import shutil
+
+            shutil.rmtree(self.path)
+
     def save(self, writer) -> None:
         """Finish a ``df.write.format('delta')...`` chain against this table."""
         if self.name:
@@ -584,7 +620,7 @@ class Lakehouse:
 
     @property
     def leases(self) -> TableRef:
-        """Who writes which layer (binlake.contract.leases)."""
+        """Who writes which layer; also carries the lakehouse's layout version."""
         return self._ref("system", "leases")
 
     # files
@@ -598,6 +634,59 @@ class Lakehouse:
         """A directory of files (not tables) in the system location, such as the continuous
         mode's state."""
         return str(Path(self.system_path, name))
+
+    # Where earlier binlake versions (layout 0) kept the system tables: in gold and silver,
+    # with leading underscores. Only the layout migration (binlake.contract.layout) reads these.
+
+    def layout_0_table(self, name: str) -> TableRef:
+        """Where layout 0 kept system table ``name`` (``silver_progress``, ``publish_log``,
+        ``check_results`` or ``metrics``)."""
+        layer, old = _LAYOUT_0_PLACES[name]
+        return self._ref(layer, old)
+
+    def layout_0_quarantine(self, spark) -> list[tuple[TableRef, TableRef]]:
+        """``(where layout 0 kept it, where it is now)`` of each quarantine table an earlier
+        binlake wrote (found by listing)."""
+        if self.root is not None:
+            old = Path(self.root, "gold", "_quarantine")
+            found = sorted(old.glob("*/*/_delta_log")) if old.is_dir() else []
+            return [(TableRef(path=str(d.parent)), self.quarantine(d.parent.parent.name, d.parent.name)) for d in found]
+        # On Unity Catalog `_quarantine__<db>__<table>` cannot be split back into db and
+        # table when either holds "__"; the new name keeps the same tail.
+        gold, system = self.config.lakehouse.gold_schema, self.config.lakehouse.system_schema
+        pairs = []
+        for row in spark.sql(f"SHOW TABLES IN `{self.catalog}`.`{gold}` LIKE '_quarantine__*'").collect():
+            name = row["tableName"]
+            tail = name[len("_quarantine__") :]
+            pairs.append(
+                (
+                    TableRef(name=f"`{self.catalog}`.`{gold}`.`{name}`"),
+                    TableRef(name=f"`{self.catalog}`.`{system}`.`quarantine__{tail}`"),
+                )
+            )
+        return pairs
+
+    def layout_0_markers(self) -> list[TableRef]:
+        """Tables only an earlier binlake writes (the system tables at their layout 0 places),
+        found without listing anything. Bronze's tables say nothing: this binlake's layer
+        functions write them too, before any command has recorded a layout."""
+        return [self.layout_0_table(name) for name in _LAYOUT_0_PLACES]
+
+    @property
+    def layout_0_files(self) -> str | None:
+        """The local files directory of layout 0 (``<path>/_system``); None when the config
+        names ``lakehouse.system_path``, which did not move."""
+        if self.config.lakehouse.system_path or self.root is None:
+            return None
+        return str(Path(self.root, "_system"))
+
+
+_LAYOUT_0_PLACES = {
+    "silver_progress": ("silver", "_progress"),
+    "publish_log": ("gold", "_publish_log"),
+    "check_results": ("gold", "_check_results"),
+    "metrics": ("gold", "_metrics"),
+}
 
 
 # What the JVM's file systems say when the lakehouse refuses a write (java.io, Hadoop, the

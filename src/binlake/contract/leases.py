@@ -55,6 +55,11 @@ and ``maintain`` and ``erase`` are safe beside every writer: they take no lease.
 LEASE_SECONDS = 300
 RENEW_SECONDS = 60
 
+LAYOUT_PROPERTY = "binlake.layout_version"
+"""The table property of ``leases`` that holds the lakehouse's layout version
+(:mod:`binlake.contract.layout`): the leases table is the first thing every writing command
+touches, so the version costs no read of its own."""
+
 
 @dataclass(frozen=True)
 class Holder:
@@ -74,10 +79,10 @@ class Holder:
         return f"`binlake {self.command}` (pid {self.pid} on {self.host}{job}{run})"
 
 
-def ensure_leases_table(spark, lh: Lakehouse) -> None:
-    """Create ``leases`` with one free row per layer; nothing when it exists. One CREATE ...
-    AS SELECT: the rows are in its first commit, so a process racing this one sees the whole
-    table or none."""
+def ensure_leases_table(spark, lh: Lakehouse, layout_version: int) -> None:
+    """Create ``leases`` with one free row per layer, stamped with ``layout_version``; nothing
+    when it exists. One CREATE ... AS SELECT: the rows and the stamp are in its first commit,
+    so a process racing this one sees the whole table or none."""
     ref = lh.leases
     if ref.exists(spark):
         return
@@ -99,7 +104,8 @@ def ensure_leases_table(spark, lh: Lakehouse) -> None:
     def create() -> None:
         spark.sql(
             f"CREATE TABLE IF NOT EXISTS {ref.sql} USING DELTA "
-            "COMMENT 'binlake: which process writes which layer' "
+            "COMMENT 'binlake: which process writes which layer; the lakehouse layout version' "
+            f"TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '{int(layout_version)}') "
             f"AS SELECT layer, {nulls} FROM VALUES {rows} AS v(layer)"
         )
 

@@ -49,12 +49,9 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
     # One row per table: small enough to pick the latest on the driver, far cheaper than a
     # shuffle on a busy cluster (an old lakehouse may hold several rows per table).
     columns = ["db", "table", "applied_file_index", "applied_pos", "updated_at", "applied_file", "chunks_version"]
-    df = lh.silver_progress.read(spark)
-    optional = [
-        c for c in ("silver_version", "stopped", "history_version") if c in df.columns
-    ]  # older lakehouses lack them
+    columns += ["silver_version", "stopped", "history_version"]
     latest: dict[tuple[str, str], tuple] = {}
-    for r in df.select(*columns, *optional).collect():
+    for r in lh.silver_progress.read(spark).select(*columns).collect():
         if r["applied_file_index"] is None or not config.source.captures(r["db"], r["table"]):
             continue
         rank = (r["applied_file_index"], r["applied_pos"] or 0, r["updated_at"] or datetime.min)
@@ -67,9 +64,9 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
             t,
             BinlogPosition.from_log(r["applied_file"], r["applied_file_index"], r["applied_pos"]),
             r["chunks_version"],
-            r["silver_version"] if "silver_version" in optional else None,
-            r["stopped"] if "stopped" in optional else None,
-            r["history_version"] if "history_version" in optional else None,
+            r["silver_version"],
+            r["stopped"],
+            r["history_version"],
         )
         for (db, t), (_, r) in latest.items()
     ]

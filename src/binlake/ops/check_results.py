@@ -24,6 +24,7 @@ from typing import Any
 
 from binlake.config import Config
 from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.layout import require_current_layout
 from binlake.errors import ConfigError, NotReadyError
 
 
@@ -52,6 +53,7 @@ def stored_results(spark, config: Config, tables: list[str] | None = None, last:
     if last < 1:
         raise ConfigError(f"--last must be at least 1, got {last}")
     lh = Lakehouse(config)
+    require_current_layout(spark, lh)
     if not lh.check_results.exists(spark):
         raise NotReadyError(
             "no check results yet: gold stores Great Expectations' results once a table with "

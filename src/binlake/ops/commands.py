@@ -1,8 +1,10 @@
 """binlake's commands as the CLI and the public API run them.
 
-The commands that write capture, silver or gold hold that layer's lease while they run
-(:mod:`binlake.contract.leases`), so a second writer of the same layer refuses instead of
-running beside the first:
+Every command that writes first brings the lakehouse to this binlake's layout
+(:mod:`binlake.contract.layout`: the migration runs once, the first time this binlake meets a
+lakehouse an earlier one laid out), and the commands that write capture, silver or gold hold
+that layer's lease while they run (:mod:`binlake.contract.leases`), so a second writer of the
+same layer refuses instead of running beside the first:
 
 =============================  ==========================
 command                        leases
@@ -12,12 +14,13 @@ command                        leases
 ``silver``                     silver
 ``gold``                       gold
 ``run``, ``run --continuous``  capture, silver, gold
+``migrate``                    all three, while it moves
 =============================  ==========================
 
 ``snapshot``, ``verify``, ``maintain`` and ``erase`` take none: a snapshot writes bronze beside
 capture by design, and the others are safe beside every writer (docs/maintenance.md,
 docs/security.md). The layer functions underneath (``binlake.bronze.capture.run_capture``, ...)
-take no lease; these do.
+do neither the layout check nor the leases; these do.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import logging
 import os
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Iterator, Sequence
 
 from binlake.config import Config
 from binlake.contract.lakehouse import Lakehouse
-from binlake.contract.leases import CAPTURE, GOLD, LAYERS, SILVER, Holder, Leases, ensure_leases_table, holding
+from binlake.contract.layout import LAYOUT_VERSION, Step, ensure_current_layout
+from binlake.contract.leases import CAPTURE, GOLD, LAYERS, SILVER, Holder, Leases, holding
 from binlake.ops.metrics import JOB_RUN_ENV
 
 log = logging.getLogger("binlake.commands")
@@ -52,10 +57,40 @@ def _checked(config) -> Config:
     return config
 
 
+@dataclass
+class MigrateResult:
+    """What ``binlake migrate`` (or the first writing command on an earlier layout) did."""
+
+    before: int
+    after: int = LAYOUT_VERSION
+    steps: list[Step] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if not self.steps:
+            return f"lakehouse layout {self.after}: up to date, nothing to migrate"
+        done = "; ".join(s.what for s in self.steps)
+        return f"lakehouse layout {self.before} -> {self.after}: {done}"
+
+
+def prepare_lakehouse(spark, config: Config, command: str = "migrate") -> MigrateResult:
+    """Bring the lakehouse to this binlake's layout (a no-op after the first call in a process)."""
+    steps = ensure_current_layout(spark, Lakehouse(_checked(config)), _holder(command))
+    result = MigrateResult(steps[0].number - 1 if steps else LAYOUT_VERSION, steps=steps)
+    if result.steps:
+        log.warning("%s", result.summary())
+    return result
+
+
+def migrate_lakehouse(spark, config: Config) -> MigrateResult:
+    """``binlake migrate``: move a lakehouse an earlier binlake laid out to this binlake's layout
+    (:mod:`binlake.contract.layout` lists the steps); every writing command does it too."""
+    return prepare_lakehouse(spark, config)
+
+
 @contextmanager
 def _writing(spark, config: Config, command: str, layers: Sequence[str], on_lost=None) -> Iterator[Leases]:
     lh = Lakehouse(_checked(config))
-    ensure_leases_table(spark, lh)
+    prepare_lakehouse(spark, config, command)
     with holding(spark, lh, layers, _holder(command), on_lost=on_lost) as leases:
         yield leases
     leases.raise_if_lost()
@@ -71,6 +106,7 @@ def _interrupt_main() -> None:
 def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, progress=None):
     from binlake.bronze import snapshot
 
+    prepare_lakehouse(spark, _checked(config), "snapshot")
     return snapshot.run_snapshot(spark, config, tables=tables, progress=progress)
 
 
@@ -131,16 +167,19 @@ def run_continuous(
 def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, progress=None):
     from binlake.ops import verify
 
+    prepare_lakehouse(spark, _checked(config), "verify")
     return verify.run_verify(spark, config, repair=repair, tables=tables, progress=progress)
 
 
 def run_maintain(spark, config: Config):
     from binlake.ops import maintain
 
+    prepare_lakehouse(spark, _checked(config), "maintain")
     return maintain.run_maintain(spark, config)
 
 
 def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]):
     from binlake.ops import erase
 
+    prepare_lakehouse(spark, _checked(config), "erase")
     return erase.run_erase(spark, config, table, key_pairs)

@@ -23,6 +23,7 @@ from typing import Any, Mapping
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
 from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
+from binlake.contract.layout import require_current_layout
 from binlake.contract.leases import current_holders
 from binlake.errors import BinlakeError, LagExceededError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
@@ -219,6 +220,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
+    require_current_layout(spark, lh)
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     notes: list[str] = []
     warnings: list[str] = []

@@ -29,11 +29,6 @@ def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
     lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA, comment=PROGRESS_COMMENT)
     current = lh.silver_progress.read(spark)
-    for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING"), ("history_version", "BIGINT")):
-        if column not in current.columns:
-            # A lakehouse from before the column: added, NULL until each table's next run.
-            spark.sql(f"ALTER TABLE {lh.silver_progress.sql} ADD COLUMNS ({column} {typ})")
-            current = lh.silver_progress.read(spark)
     fields = ProgressRow._fields
     return {(r["db"], r["table"]): ProgressRow(*(r[f] for f in fields)) for r in current.collect()}
 
