@@ -66,6 +66,7 @@ _EXPORTS = {
     "ComputeError": "binlake.errors",
     "ConnectWithoutDeltaError": "binlake.errors",
     "ConnectWorkersWithoutBinlakeError": "binlake.errors",
+    "TableNameClash": "binlake.errors",
     "LayoutOutdatedError": "binlake.errors",
     "LayoutTooNewError": "binlake.errors",
     "LeaseError": "binlake.errors",

@@ -91,6 +91,11 @@ class NotReadyError(BinlakeError):
     exit_code = 10
 
 
+class TableNameClash(ConfigError):
+    """Two captured source tables would share one lakehouse table (``a__b.c`` and ``a.b__c``
+    are both ``a__b__c`` on Unity Catalog; ``x__history`` is ``x``'s history table)."""
+
+
 class SecretError(ConfigError):
     """A Databricks secret the config references cannot be read; names scope/key, never the value."""
 

@@ -36,7 +36,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, NamedTuple, Sequence, TypeVar
+from typing import Callable, Iterable, NamedTuple, Sequence, TypeVar
 
 from binlake.config import Config
 from binlake.contract.delta_sql import DeltaSql
@@ -687,6 +687,37 @@ _LAYOUT_0_PLACES = {
     "check_results": ("gold", "_check_results"),
     "metrics": ("gold", "_metrics"),
 }
+
+
+def name_clashes(tables: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per pair of source tables that would share a lakehouse table, with the fix.
+
+    A table ``db.t`` becomes ``<db>__<t>`` on Unity Catalog (also ``<db>__<t>__history`` and
+    the history's events and facts, whether or not history is enabled now, so enabling it later
+    cannot clash), and Unity Catalog compares names without case. So ``a__b.c`` and ``a.b__c``
+    clash, as do ``shop.x__history`` and ``shop.x``'s history, and ``Shop.Orders`` and
+    ``shop.orders``. Checked for every lakehouse, local ones too: a config that works on a
+    laptop must work on Databricks."""
+
+    def role(suffix: str, db: str, table: str) -> str:
+        kind = suffix[2:].replace("_", " ") + " table" if suffix else "table"
+        return f"the {kind} of {db}.{table}"
+
+    owner: dict[str, tuple[str, str, str]] = {}
+    clashes = []
+    for db, table in sorted(set(tables)):
+        for suffix in ("", *HISTORY_TABLE_SUFFIXES):
+            name = f"{db}__{table}{suffix}".lower()
+            other = owner.setdefault(name, (db, table, suffix))
+            if other[:2] == (db, table):
+                continue
+            clashes.append(
+                f"source tables {other[0]}.{other[1]} and {db}.{table} would share the lakehouse table {name} "
+                f"({role(other[2], *other[:2])} and {role(suffix, db, table)}; Unity Catalog names are "
+                "<db>__<table>, compared without case): exclude one of them with source.exclude"
+            )
+            break
+    return clashes
 
 
 # What the JVM's file systems say when the lakehouse refuses a write (java.io, Hadoop, the
