@@ -41,7 +41,12 @@ _EXPORTS = {
     "run_maintain": "binlake.ops.commands",
     "run_erase": "binlake.ops.commands",
     "migrate_lakehouse": "binlake.ops.commands",
+    # what the operator notebooks show
     "collect_status": "binlake.ops.status",
+    "format_status": "binlake.ops.status",
+    "recent_changes": "binlake.ops.browse",
+    "snapshot_chunks": "binlake.ops.browse",
+    "jobs_status": "binlake.deploy.jobs",
     # reading gold as it was published
     "gold_as_of": "binlake.gold.publish_log",
     "publish_as_of": "binlake.gold.publish_log",

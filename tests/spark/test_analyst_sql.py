@@ -386,16 +386,15 @@ def test_jobs_status_adds_the_last_publish_position_when_spark_is_at_hand(spark,
 
 
 def test_the_operator_browse_helpers_read_bronze_newest_first(spark, lakehouse):
-    from binlake.deploy.runtime import Runtime, RuntimeKind
+    import binlake
 
     root = Path(lakehouse["main.binlake_bronze.changelog"].path).parents[1]
-    runtime = Runtime(RuntimeKind.LOCAL)
-    changes = runtime.recent_changes(_config(path=str(root)), db="shop", table="orders", limit=2).collect()
+    changes = binlake.recent_changes(spark, _config(path=str(root)), db="shop", table="orders", limit=2).collect()
     assert [(r.file_index, r.pos, r.row) for r in changes] == [(43, 250, 0), (43, 200, 0)]
-    (chunk,) = runtime.snapshot_chunks(_config(path=str(root)), limit=5).collect()
+    (chunk,) = binlake.snapshot_chunks(spark, _config(path=str(root)), limit=5).collect()
     assert chunk.row_count == 3
     with pytest.raises(ValueError, match=r"^limit must be a whole number >= 1, got 0$"):
-        runtime.recent_changes(_config(path=str(root)), limit=0)
+        binlake.recent_changes(spark, _config(path=str(root)), limit=0)
 
 
 def test_all_versions_of_a_key_in_sequence_order(spark, lakehouse):

@@ -203,12 +203,17 @@ def test_dev_is_the_default_development_target_and_prod_is_pinned_production():
     assert prod["run_as"] and prod["permissions"]
 
 
-def test_the_four_unity_catalog_schemas_and_the_volume_exist():
+def test_the_four_unity_catalog_schemas_and_the_files_volume_exist():
     resources = _merged()["resources"]
     schemas = {v["name"] for v in resources["schemas"].values()}
     assert schemas == {"${var.bronze_schema}", "${var.silver_schema}", "${var.gold_schema}", "${var.system_schema}"}
     (volume,) = resources["volumes"].values()
     assert volume["schema_name"] == "${resources.schemas.binlake_bronze.name}"
+    # Nothing streams: no checkpoint is left to keep, the volume holds working files.
+    for where, text in _strings(_merged()):
+        assert "checkpoint" not in text.lower() and "streaming" not in text.lower(), where
+    for path in (ROOT / "databricks.yml", *BUNDLE_FILES):
+        assert "checkpoint" not in path.read_text().lower(), path.name
 
 
 def test_resource_keys_are_unique_across_resource_types():
@@ -646,11 +651,10 @@ def test_the_operator_notebooks_exist():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(path):
+def test_each_notebook_is_databricks_source_format_and_only_calls_the_public_api(path):
     import ast
-    import importlib
 
-    from binlake.deploy.runtime import Runtime
+    import binlake
 
     text = path.read_text(encoding="utf-8")
     assert text.startswith("# Databricks notebook source\n")
@@ -658,18 +662,24 @@ def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(pa
     assert len(cells) >= 3, "a markdown cell, a widgets cell and at least one call"
     assert cells[0].strip().splitlines()[1].startswith("# MAGIC %md")
     tree = ast.parse(text)
+    used = []
     for node in ast.walk(tree):
         # No logic: the notebooks hold calls, never branches, loops or definitions.
         assert not isinstance(node, (ast.If, ast.For, ast.While, ast.FunctionDef, ast.ClassDef, ast.Try)), (
             f"{path.name}:{node.lineno}: move this logic into the binlake package"
         )
-        if isinstance(node, ast.ImportFrom):
-            assert node.module.startswith("binlake"), f"{path.name}: imports {node.module}"
-            module = importlib.import_module(node.module)
-            for alias in node.names:
-                assert hasattr(module, alias.name), f"{path.name}: {node.module} has no {alias.name}"
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runtime":
-            assert hasattr(Runtime, node.attr), f"{path.name}: Runtime has no {node.attr}"
+        # The public API only (binlake.__all__): internals may move.
+        assert not isinstance(node, ast.ImportFrom), f"{path.name}:{node.lineno}: import binlake, not its modules"
+        if isinstance(node, ast.Import):
+            assert [a.name for a in node.names] == ["binlake"], f"{path.name}:{node.lineno}"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "binlake":
+            used.append(node.attr)
+    assert used, f"{path.name} calls nothing of binlake"
+    for name in used:
+        assert name in binlake.__all__, f"{path.name}: binlake.{name} is not in the public API"
+    # Their default config is the file the bundle syncs beside the notebooks' folder.
+    assert 'dbutils.widgets.text("config", "../binlake.yml"' in text
+    assert (path.parent / "../binlake.yml").resolve() == ROOT / "binlake.yml"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -166,7 +166,8 @@ def run_verify(
 ) -> VerifyResult:
     """Compare source and silver chunk by chunk; with ``repair``, re-read differing chunks.
 
-    ``tables``: ``"db.table"`` names (default: every captured table). Raises
+    ``tables``: ``"db.table"`` names (default: every captured table; blank names, as an empty
+    notebook widget split on commas gives, are ignored). Raises
     :class:`VerifyMismatch` (its ``result`` attribute holds the :class:`VerifyResult`) when
     chunks still differ at the end.
     """
@@ -174,6 +175,7 @@ def run_verify(
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
+    tables = [t.strip() for t in tables if t.strip()] if tables is not None else None
     started = time.monotonic()
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
