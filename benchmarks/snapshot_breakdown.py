@@ -162,12 +162,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only {', '.join(unknown)}: no such variant; pick from {', '.join(VARIANTS)}")
 
     from binlake.bronze.snapshot import observe_markers, plan_table, run_snapshot
-    from binlake.bronze.tables import (
+    from binlake.bronze.tables import ensure_bronze_tables
+    from binlake.contract.lakehouse import (
         SNAPSHOT_ROWS_PROPERTIES,
         UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
-        ensure_bronze_tables,
+        Lakehouse,
     )
-    from binlake.contract.lakehouse import Lakehouse
     from binlake.local.mariadb import LocalMariaDB
     from binlake.source.catalog import table_schema
     from binlake.source.mysql import connect

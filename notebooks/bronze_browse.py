@@ -6,26 +6,32 @@
 # MAGIC `file_index, pos, row`, never by time). Leave `db` / `table` empty to see every table,
 # MAGIC including DDL and capture heartbeats. Read-only.
 # MAGIC
-# MAGIC **Needs**: the binlake wheel on the cluster and a `binlake.yml` (see the status notebook).
+# MAGIC **Needs**: the binlake wheel on the cluster and the bundle's `binlake.yml` (see the status notebook).
 
 # COMMAND ----------
 
-dbutils.widgets.text("config", "/Workspace/Shared/binlake/binlake.yml", "binlake.yml path")
+dbutils.widgets.text("config", "../binlake.yml", "binlake.yml (relative to this notebook)")
 dbutils.widgets.text("db", "", "database")
 dbutils.widgets.text("table", "", "table")
 dbutils.widgets.text("limit", "100", "rows")
 
 # COMMAND ----------
 
-from binlake.deploy.runtime import current_runtime
+import binlake
 
-runtime = current_runtime(dbutils=dbutils)
-config = runtime.load_config(dbutils.widgets.get("config"))
+config = binlake.load_config(dbutils.widgets.get("config"))
 
 # COMMAND ----------
 
-display(runtime.recent_changes(config, db=dbutils.widgets.get("db"), table=dbutils.widgets.get("table"),
-                               limit=int(dbutils.widgets.get("limit"))))
+display(
+    binlake.recent_changes(
+        spark,
+        config,
+        db=dbutils.widgets.get("db"),
+        table=dbutils.widgets.get("table"),
+        limit=int(dbutils.widgets.get("limit")),
+    )
+)
 
 # COMMAND ----------
 
@@ -34,5 +40,12 @@ display(runtime.recent_changes(config, db=dbutils.widgets.get("db"), table=dbuti
 
 # COMMAND ----------
 
-display(runtime.snapshot_chunks(config, db=dbutils.widgets.get("db"), table=dbutils.widgets.get("table"),
-                                limit=int(dbutils.widgets.get("limit"))))
+display(
+    binlake.snapshot_chunks(
+        spark,
+        config,
+        db=dbutils.widgets.get("db"),
+        table=dbutils.widgets.get("table"),
+        limit=int(dbutils.widgets.get("limit")),
+    )
+)

@@ -6,20 +6,22 @@
 # MAGIC `true` it re-reads only the chunks that differ. The weekly `binlake_verify` job runs the same
 # MAGIC command; this notebook is for an operator checking by hand.
 # MAGIC
-# MAGIC **Needs**: the binlake wheel on the cluster, network access to MySQL, and a `binlake.yml`
-# MAGIC (see the status notebook). A mismatch fails the cell (exit code 8) with the chunks listed.
+# MAGIC **Needs**: the binlake wheel on the cluster, network access to MySQL, and the bundle's
+# MAGIC `binlake.yml` (see the status notebook). A mismatch fails the cell (`binlake.VerifyMismatch`)
+# MAGIC with the chunks listed.
 
 # COMMAND ----------
 
-dbutils.widgets.text("config", "/Workspace/Shared/binlake/binlake.yml", "binlake.yml path")
+dbutils.widgets.text("config", "../binlake.yml", "binlake.yml (relative to this notebook)")
 dbutils.widgets.dropdown("repair", "false", ["false", "true"], "repair")
 dbutils.widgets.text("tables", "", "tables (db.table, comma-separated; empty = all)")
 
 # COMMAND ----------
 
-from binlake.deploy.entrypoints import main as binlake_job
+import binlake
 
-binlake_job([
-    "--settings", dbutils.widgets.get("config"),
-    "verify", f"--repair-if={dbutils.widgets.get('repair')}", f"--table-list={dbutils.widgets.get('tables')}",
-])
+config = binlake.load_config(dbutils.widgets.get("config"))
+result = binlake.run_verify(
+    spark, config, repair=dbutils.widgets.get("repair") == "true", tables=dbutils.widgets.get("tables").split(",")
+)
+print(result.summary())

@@ -27,15 +27,26 @@ _EXPORTS = {
     "Config": "binlake.config",
     # a Spark session with Delta (the cluster's on Databricks, local Spark elsewhere)
     "get_spark": "binlake.spark",
-    # the steps, each idempotent and safe to re-run after a kill
+    # the commands, each idempotent and safe to re-run after a kill; the ones that write a layer
+    # hold its lease while they run, and the first one on a lakehouse an earlier binlake laid
+    # out migrates it (binlake.ops.commands)
     "run_preflight": "binlake.ops.preflight",
-    "run_snapshot": "binlake.bronze.snapshot",
-    "run_capture": "binlake.bronze.capture",
-    "run_silver": "binlake.silver.run",
-    "run_gold": "binlake.gold.publish",
-    "run_pipeline": "binlake.ops.pipeline",
-    "run_verify": "binlake.ops.verify",
+    "run_snapshot": "binlake.ops.commands",
+    "run_capture": "binlake.ops.commands",
+    "run_silver": "binlake.ops.commands",
+    "run_gold": "binlake.ops.commands",
+    "run_pipeline": "binlake.ops.commands",
+    "run_continuous": "binlake.ops.commands",
+    "run_verify": "binlake.ops.commands",
+    "run_maintain": "binlake.ops.commands",
+    "run_erase": "binlake.ops.commands",
+    "migrate_lakehouse": "binlake.ops.commands",
+    # what the operator notebooks show
     "collect_status": "binlake.ops.status",
+    "format_status": "binlake.ops.status",
+    "recent_changes": "binlake.ops.browse",
+    "snapshot_chunks": "binlake.ops.browse",
+    "jobs_status": "binlake.deploy.jobs",
     # reading gold as it was published
     "gold_as_of": "binlake.gold.publish_log",
     "publish_as_of": "binlake.gold.publish_log",
@@ -60,6 +71,12 @@ _EXPORTS = {
     "ComputeError": "binlake.errors",
     "ConnectWithoutDeltaError": "binlake.errors",
     "ConnectWorkersWithoutBinlakeError": "binlake.errors",
+    "TableNameClash": "binlake.errors",
+    "LayoutOutdatedError": "binlake.errors",
+    "LayoutTooNewError": "binlake.errors",
+    "LeaseError": "binlake.errors",
+    "LeaseHeldError": "binlake.errors",
+    "LeaseLostError": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -25,6 +25,7 @@ COMMANDS = (
     "verify",
     "maintain",
     "erase",
+    "migrate",
     "jobs",
 )
 
@@ -108,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="a key column's value (repeat for each column of a composite key)",
     )
 
+    sub.add_parser(
+        "migrate",
+        help="move a lakehouse an earlier binlake laid out to this version's layout (binlake's own tables into the "
+        "system schema); once, under every layer's lease; any writing command does it too",
+    )
+
     p = sub.add_parser("jobs", help="the Databricks bundle's job runs (needs databricks-sdk auth)")
     p.add_argument("action", choices=["status"])
     p.add_argument("--bundle-name", default="binlake", help="job name prefix of the bundle (default: binlake)")
@@ -115,13 +122,15 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, config=None) -> int:
+    """Run one command; ``config`` (a loaded :class:`~binlake.config.Config`) replaces
+    ``--config`` (``binlake-job`` loads its own)."""
     args = build_parser().parse_args(argv)
     from binlake.progress import setup_logging
 
     setup_logging(args.verbose)
     try:
-        return _dispatch(args)
+        return _dispatch(args, config)
     except BinlakeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -143,10 +152,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _dispatch(args: argparse.Namespace, config=None) -> int:
     from binlake.config import load_config
 
-    config = load_config(args.config)
+    config = config or load_config(args.config)
     cmd = args.command
     if cmd == "preflight":
         from binlake.ops.preflight import run_preflight
@@ -195,10 +204,16 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
 
     spark = get_spark()
-    if cmd == "run" and args.continuous:
-        from binlake.ops.continuous import run_continuous
+    from binlake.ops import commands
 
-        state = run_continuous(spark, config, progress=progress)
+    # Before anything is recorded: the metrics table itself moves when an earlier layout is migrated.
+    migrated = commands.prepare_lakehouse(spark, config, cmd)
+    if migrated.steps or cmd == "migrate":
+        print(migrated.summary())
+    if cmd == "migrate":
+        return 0
+    if cmd == "run" and args.continuous:
+        state = commands.run_continuous(spark, config, progress=progress)
         print(f"continuous: stopped after {state.loops} loop(s)")
         return 0
     from binlake.ops.metrics import recorded
@@ -211,43 +226,27 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def _run_command(spark, config, args: argparse.Namespace, progress):
     """The work of one lakehouse command; returns its result (which has ``summary()``)."""
+    from binlake.ops import commands
+
     cmd = args.command
     if cmd == "snapshot" and args.reset_capture:
-        from binlake.bronze.capture import recover_from_purge
-
-        return recover_from_purge(spark, config, tables=args.table or None, progress=progress)
+        return commands.recover_from_purge(spark, config, tables=args.table or None, progress=progress)
     if cmd == "snapshot":
-        from binlake.bronze.snapshot import run_snapshot
-
-        return run_snapshot(spark, config, tables=args.table or None, progress=progress)
+        return commands.run_snapshot(spark, config, tables=args.table or None, progress=progress)
     if cmd == "capture":
-        from binlake.bronze.capture import run_capture
-
-        return run_capture(spark, config, continuous=args.continuous, progress=progress)
+        return commands.run_capture(spark, config, continuous=args.continuous, progress=progress)
     if cmd == "silver":
-        from binlake.silver.run import run_silver
-
-        return run_silver(spark, config, progress=progress)
+        return commands.run_silver(spark, config, progress=progress)
     if cmd == "gold":
-        from binlake.gold.publish import run_gold
-
-        return run_gold(spark, config, progress=progress)
+        return commands.run_gold(spark, config, progress=progress)
     if cmd == "run":
-        from binlake.ops.pipeline import run_pipeline
-
-        return run_pipeline(spark, config, progress=progress)
+        return commands.run_pipeline(spark, config, progress=progress)
     if cmd == "maintain":
-        from binlake.ops.maintain import run_maintain
-
-        return run_maintain(spark, config)
+        return commands.run_maintain(spark, config)
     if cmd == "verify":
-        from binlake.ops.verify import run_verify
-
-        return run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
+        return commands.run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
     if cmd == "erase":
-        from binlake.ops.erase import run_erase
-
-        return run_erase(spark, config, args.table, args.key)
+        return commands.run_erase(spark, config, args.table, args.key)
     raise AssertionError(cmd)  # pragma: no cover - argparse rejects unknown commands
 
 

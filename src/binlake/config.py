@@ -443,7 +443,11 @@ class LakehouseConfig:
     bronze_schema: str = "bronze"
     silver_schema: str = "silver"
     gold_schema: str = "gold"
-    # Files that are not tables (the continuous mode's state): <path>/_system locally; a UC volume on Databricks.
+    # binlake's own tables (publish log, check results, metrics, quarantine, silver progress,
+    # writer leases): the system/ folder locally, this schema on Unity Catalog, so the silver
+    # and gold schemas hold only mirrored tables.
+    system_schema: str = "binlake_system"
+    # Files that are not tables (the continuous mode's state): <path>/system/files locally; a UC volume on Databricks.
     system_path: str | None = None
 
     def __post_init__(self) -> None:
@@ -457,6 +461,24 @@ class LakehouseConfig:
                 "lakehouse.system_path is required with lakehouse.catalog: "
                 "set a Unity Catalog volume path such as /Volumes/main/binlake/system"
             )
+        schemas = {
+            "bronze_schema": self.bronze_schema,
+            "silver_schema": self.silver_schema,
+            "gold_schema": self.gold_schema,
+            "system_schema": self.system_schema,
+        }
+        for key, name in schemas.items():
+            if not name or not name.strip():
+                raise ConfigError(f"lakehouse.{key} is empty: name a schema, or drop the key for its default")
+        if self.catalog is not None:
+            seen: dict[str, str] = {}
+            for key, name in schemas.items():
+                if name.lower() in seen:
+                    raise ConfigError(
+                        f"lakehouse.{key} and lakehouse.{seen[name.lower()]} are both {name!r}: each layer "
+                        "needs a schema of its own (a table of one would take the name of another's)"
+                    )
+                seen[name.lower()] = key
 
 
 @dataclass(frozen=True)
@@ -755,7 +777,7 @@ _SECTIONS = {
     },
     "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
     "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
-    "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_path"},
+    "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_schema", "system_path"},
     "gold": {"checks", "expectations", "groups"},
     "maintenance": {
         "optimize_min_files",
@@ -1019,6 +1041,8 @@ def _lakehouse(s: Mapping[str, Any]) -> LakehouseConfig:
         bronze_schema=_str(s, "lakehouse.bronze_schema", "bronze") or "bronze",
         silver_schema=_str(s, "lakehouse.silver_schema", "silver") or "silver",
         gold_schema=_str(s, "lakehouse.gold_schema", "gold") or "gold",
+        system_schema=_str(s, "lakehouse.system_schema", LakehouseConfig.system_schema)
+        or LakehouseConfig.system_schema,
         system_path=_str(s, "lakehouse.system_path"),
     )
 

@@ -217,7 +217,7 @@ def _show(config_path: Path, db) -> int:
         if all_equal
         else "     MISMATCH between source and gold row counts"
     )
-    print("\n     the order the expectation suite's drop expectation held back (gold/_quarantine), and GE's result:")
+    print("\n     the order the expectation suite's drop expectation held back (system/quarantine), and GE's result:")
     spark.sql(
         "SELECT customer_id, order_no, quantity, _quarantine_check, _publish_id "
         f"FROM {lh.quarantine('shop', 'orders').sql} ORDER BY _quarantined_at DESC LIMIT 1"

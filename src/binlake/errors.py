@@ -91,6 +91,11 @@ class NotReadyError(BinlakeError):
     exit_code = 10
 
 
+class TableNameClash(ConfigError):
+    """Two captured source tables would share one lakehouse table (``a__b.c`` and ``a.b__c``
+    are both ``a__b__c`` on Unity Catalog; ``x__history`` is ``x``'s history table)."""
+
+
 class SecretError(ConfigError):
     """A Databricks secret the config references cannot be read; names scope/key, never the value."""
 
@@ -104,6 +109,15 @@ class LagExceededError(BinlakeError):
     ``health.max_lag_seconds``."""
 
     exit_code = 12
+
+
+class LayoutOutdatedError(NotReadyError):
+    """The lakehouse was laid out by an earlier binlake and a read-only command cannot move it;
+    ``binlake migrate`` (or any command that writes) does, once."""
+
+
+class LayoutTooNewError(LakehouseError):
+    """The lakehouse was laid out by a newer binlake than this one: run that version."""
 
 
 class ErasureRefused(BinlakeError):
@@ -132,3 +146,19 @@ class ConnectWithoutDeltaError(ComputeError):
 class ConnectWorkersWithoutBinlakeError(ComputeError):
     """A Spark Connect server whose Python workers cannot import binlake (or run another
     version of it): the snapshot and binlog readers run there."""
+
+
+class LeaseError(BinlakeError):
+    """A layer (capture, silver or gold) has one writer at a time, fenced by a lease in the
+    system table ``leases``; the message names the holder and what to do."""
+
+    exit_code = 15
+
+
+class LeaseHeldError(LeaseError):
+    """Another live process holds the lease of a layer this command writes; nothing was written."""
+
+
+class LeaseLostError(LeaseError):
+    """This process lost its lease while it ran (it was not renewed in time, so another process
+    took the layer): it stopped writing as soon as it could."""

@@ -67,7 +67,7 @@ def _not_found(scope: str, key: str) -> SecretError:
     return SecretError(
         f"Databricks secret {scope}/{key} does not exist: create it with "
         f"`databricks secrets put-secret {scope} {key}` (first `databricks secrets create-scope {scope}` "
-        "if the scope is new), or change the reference (bundle variables mysql_secret_scope, mysql_secret_key)"
+        "if the scope is new), or change the reference in binlake.yml (source.password, source.mask_salt)"
     )
 
 

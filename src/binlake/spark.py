@@ -15,7 +15,6 @@ import os
 LOCAL_FILE_CONF = {
     "spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem",
     "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.apache.hadoop.fs.local.RawLocalFs",
-    "spark.sql.streaming.checkpointFileManagerClass": "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
 }
 
 _LOCAL_CONF = {

@@ -217,6 +217,31 @@ def test_a_table_without_primary_key_is_named_with_its_fix(mariadb, database):
     ]
 
 
+def test_tables_that_would_share_a_lakehouse_table_are_a_problem_and_no_command_captures_them(mariadb, database):
+    from binlake.errors import TableNameClash
+    from binlake.source.catalog import captured_tables
+    from binlake.source.mysql import connect
+
+    mariadb.execute(
+        f"CREATE TABLE `{database}`.orders (id INT PRIMARY KEY)",
+        f"CREATE TABLE `{database}`.orders__history (id INT PRIMARY KEY)",
+    )
+    config = config_for(mariadb, [f"{database}.*"])
+    clash = (
+        f"source tables {database}.orders and {database}.orders__history would share the lakehouse table "
+        f"{database}__orders__history (the history table of {database}.orders and the table of "
+        f"{database}.orders__history; Unity Catalog names are <db>__<table>, compared without case): exclude one "
+        "of them with source.exclude"
+    )
+    assert problems_of(config) == [clash]
+    # What snapshot, capture and verify list their tables with refuses them before writing anything.
+    with connect(config.source) as conn, pytest.raises(TableNameClash) as refused:
+        captured_tables(conn, config.source)
+    assert str(refused.value) == clash and refused.value.exit_code == 2
+    fixed = config_for(mariadb, [f"{database}.*"], exclude=[f"{database}.orders__history"])
+    assert run_preflight(fixed).ok
+
+
 def test_a_table_with_a_unique_not_null_key_is_pointed_at_chunk_keys_and_accepted_with_it(mariadb, database):
     mariadb.execute(
         f"CREATE TABLE `{database}`.audit (event_uuid CHAR(36) NOT NULL, msg TEXT, UNIQUE KEY u (event_uuid))"

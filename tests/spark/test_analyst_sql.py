@@ -29,7 +29,7 @@ from binlake.contract.lakehouse import (
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "analysts.md"
 SQL_BLOCK = re.compile(r"```sql\n(.*?)```", re.S)
-UC_NAME = re.compile(r"\bmain\.binlake_(?:bronze|silver|gold)\.[A-Za-z_][A-Za-z0-9_]*")
+UC_NAME = re.compile(r"\bmain\.binlake_(?:bronze|silver|gold|system)\.[A-Za-z_][A-Za-z0-9_]*")
 TABLE_CHANGES = re.compile(r"table_changes\('(main\.binlake_silver\.[A-Za-z0-9_]+)'")
 
 
@@ -318,7 +318,7 @@ def test_the_page_has_sql_for_every_question_it_promises():
         "table_changes(",
         "VERSION AS OF",
         "main.binlake_bronze.changelog",
-        "main.binlake_gold._publish_log",
+        "main.binlake_system.publish_log",
     ):
         assert needle in text
     assert len(_blocks()) >= 10
@@ -378,7 +378,7 @@ def test_the_consistent_cut_ignores_failed_publishes(spark, lakehouse):
 def test_jobs_status_adds_the_last_publish_position_when_spark_is_at_hand(spark, lakehouse, tmp_path):
     from binlake.deploy.jobs import last_publish
 
-    root = Path(lakehouse["main.binlake_gold._publish_log"].path).parents[1]
+    root = Path(lakehouse["main.binlake_system.publish_log"].path).parents[1]
     publish = last_publish(_config(path=str(root)), spark)
     # The newest row is a failed attempt, which did not change gold: the last good publish counts.
     assert publish["position"] == "mysql-bin.000043:250" and publish["publish_id"] == "p3"
@@ -386,16 +386,15 @@ def test_jobs_status_adds_the_last_publish_position_when_spark_is_at_hand(spark,
 
 
 def test_the_operator_browse_helpers_read_bronze_newest_first(spark, lakehouse):
-    from binlake.deploy.runtime import Runtime, RuntimeKind
+    import binlake
 
     root = Path(lakehouse["main.binlake_bronze.changelog"].path).parents[1]
-    runtime = Runtime(RuntimeKind.LOCAL)
-    changes = runtime.recent_changes(_config(path=str(root)), db="shop", table="orders", limit=2).collect()
+    changes = binlake.recent_changes(spark, _config(path=str(root)), db="shop", table="orders", limit=2).collect()
     assert [(r.file_index, r.pos, r.row) for r in changes] == [(43, 250, 0), (43, 200, 0)]
-    (chunk,) = runtime.snapshot_chunks(_config(path=str(root)), limit=5).collect()
+    (chunk,) = binlake.snapshot_chunks(spark, _config(path=str(root)), limit=5).collect()
     assert chunk.row_count == 3
     with pytest.raises(ValueError, match=r"^limit must be a whole number >= 1, got 0$"):
-        runtime.recent_changes(_config(path=str(root)), limit=0)
+        binlake.recent_changes(spark, _config(path=str(root)), limit=0)
 
 
 def test_all_versions_of_a_key_in_sequence_order(spark, lakehouse):

@@ -1,5 +1,6 @@
 """The Databricks bundle (databricks.yml + bundles/*.yml) is valid against the published bundle
-JSON schema, and its cross-references hold: variables, resources, tasks, entry points, files.
+JSON schema, and its cross-references hold: variables, resources, tasks, entry points, and the
+files tasks read (the synced binlake.yml and the suites it names).
 
 The schema checks structure only; `databricks bundle validate` stays the authority, but it needs
 a workspace. These tests catch what a typo would break before anyone deploys.
@@ -13,6 +14,7 @@ import glob
 import json
 import re
 import shlex
+import subprocess
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,7 +22,7 @@ import pytest
 import tomllib
 import yaml
 
-from binlake.config import Secret, load_config_text
+from binlake.config import Secret, load_config
 from binlake.deploy.entrypoints import parse_job_args
 from binlake.errors import ConfigError
 
@@ -201,12 +203,24 @@ def test_dev_is_the_default_development_target_and_prod_is_pinned_production():
     assert prod["run_as"] and prod["permissions"]
 
 
-def test_the_unity_catalog_schemas_and_checkpoint_volume_exist():
+def test_the_four_unity_catalog_schemas_and_the_files_volume_exist():
     resources = _merged()["resources"]
     schemas = {v["name"] for v in resources["schemas"].values()}
-    assert schemas == {"${var.bronze_schema}", "${var.silver_schema}", "${var.gold_schema}"}
+    assert schemas == {"${var.bronze_schema}", "${var.silver_schema}", "${var.gold_schema}", "${var.system_schema}"}
     (volume,) = resources["volumes"].values()
     assert volume["schema_name"] == "${resources.schemas.binlake_bronze.name}"
+    # Nothing streams: no checkpoint is left to keep, the volume holds working files.
+    for where, text in _strings(_merged()):
+        assert "checkpoint" not in text.lower() and "streaming" not in text.lower(), where
+    for path in (ROOT / "databricks.yml", *BUNDLE_FILES):
+        assert "checkpoint" not in path.read_text().lower(), path.name
+
+
+def test_resource_keys_are_unique_across_resource_types():
+    # The CLI refuses two resources with one key even of different types (bundle run and
+    # summary name resources by key alone).
+    keys = [name for items in _merged()["resources"].values() for name in items]
+    assert len(keys) == len(set(keys)), sorted(k for k in keys if keys.count(k) > 1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -336,7 +350,7 @@ def _substitute(text: str) -> str:
         return "resolved_" + ref.split(".")[2] if ref.startswith("resources.") else "x"
 
     text = INTERPOLATION.sub(value, text)
-    text = text.replace("{{job.run_id}}", "123456")  # what Databricks fills in at run time
+    text = text.replace("{{job.run_id}}", "123456").replace("{{job.id}}", "777")  # filled in at run time
     examples = {
         "repair": "false",
         "reset_capture": "false",
@@ -347,25 +361,161 @@ def _substitute(text: str) -> str:
     return JOB_PARAMETER.sub(lambda m: examples.get(m.group(1), ""), text)
 
 
-def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
-    from binlake.cli import build_parser
-    from binlake.config import load_config_text
-    from binlake.deploy.entrypoints import parse_job_args
+def _task_argv(task, file_path: Path = ROOT, **values) -> list[str]:
+    """A wheel task's parameters as Databricks passes them: variables at their defaults (or
+    ``values``), resources at their keys, ``${workspace.file_path}`` at ``file_path`` (the
+    bundle's folder, synced there)."""
+    out = []
+    for arg in task["python_wheel_task"]["parameters"]:
+        for name, value in values.items():
+            arg = arg.replace("${var." + name + "}", str(value))
+        out.append(_substitute(arg.replace("${workspace.file_path}", str(file_path))))
+    return out
 
+
+def _binlake_tasks():
     for job_key, task in _tasks():
         wheel = task.get("python_wheel_task")
-        if not wheel:
-            continue
-        argv = [_substitute(a) for a in wheel["parameters"]]
-        inv = parse_job_args(argv)
+        if wheel and wheel["entry_point"] == "binlake-job":
+            yield f"{job_key}.{task['task_key']}", task
+
+
+# The flags a task passes besides its command: the config file, and what only the deployment
+# knows (where the bundle put the lakehouse, which job run this is).
+DEPLOYMENT_FLAGS = {
+    "--config",
+    "--catalog",
+    "--bronze-schema",
+    "--silver-schema",
+    "--gold-schema",
+    "--system-schema",
+    "--system-path",
+    "--job-id",
+    "--job-run-id",
+}
+
+
+def test_every_task_reads_the_synced_config_and_passes_only_where_the_bundle_deployed():
+    seen = 0
+    for where, task in _binlake_tasks():
+        params = task["python_wheel_task"]["parameters"]
+        flags = [p.split("=", 1)[0] for p in params if p.startswith("--")]
+        command_at = next(i for i, p in enumerate(params) if not p.startswith("--"))
+        assert set(flags[:command_at]) == DEPLOYMENT_FLAGS, where
+        assert params[0] == "--config=${workspace.file_path}/${var.config_file}", where
+        # The source, its secrets and every setting are declared once, in binlake.yml.
+        assert not any(p.startswith(("--mysql", "--tables", "--settings", "--mask-salt")) for p in params), where
+        seen += 1
+    assert seen >= 10
+
+
+def test_every_wheel_task_parameter_list_is_accepted_by_the_entry_point():
+    from binlake.cli import build_parser
+
+    for where, task in _binlake_tasks():
+        inv = parse_job_args(_task_argv(task))
         build_parser().parse_args(["--config", "x.yml", *inv.cli_args])
-        text = inv.config_yaml
-        assert "{{secrets/binlake/mysql-cdc}}" in text, (
-            f"{job_key}.{task['task_key']}: password is not a secret reference"
+        cfg = inv.config()
+        # The password stays a secret reference, read when a connection needs it.
+        assert cfg.source.password == Secret.reference("binlake", "mysql-cdc"), where
+        # The bundle's deployed names win over the file's (development mode prefixes them).
+        lake = cfg.lakehouse
+        assert (lake.catalog, lake.silver_schema, lake.system_schema) == (
+            "main",
+            "resolved_binlake_silver",
+            "resolved_binlake_system_schema",
+        ), where
+        assert lake.system_path == "/Volumes/main/resolved_binlake_bronze/resolved_binlake_system", where
+
+
+# What `databricks bundle deploy` uploads: the bundle's folder minus what git ignores, plus
+# sync.include, minus sync.exclude (the CLI's rules, with gitignore semantics).
+
+
+def _git_ignores(relative: str) -> bool:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", relative], capture_output=True, timeout=30
         )
-        # Loads as a real config once the secret reference is swapped for a stand-in.
-        cfg = load_config_text(text.replace("'{{secrets/binlake/mysql-cdc}}'", "stand-in"))
-        assert cfg.lakehouse.catalog == "main" and cfg.lakehouse.system_path.startswith("/Volumes/main/")
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("git is needed to evaluate .gitignore as the bundle's sync does")
+    if out.returncode == 128:
+        pytest.skip("not a git checkout: cannot evaluate .gitignore as the bundle's sync does")
+    return out.returncode == 0
+
+
+def _matches(pattern: str, relative: str) -> bool:
+    regex = re.escape(pattern).replace(r"\*\*", ".*").replace(r"\*", "[^/]*")
+    return re.fullmatch(regex, relative) is not None
+
+
+def _synced(relative: str) -> bool:
+    sync = _root().get("sync") or {}
+    if any(_matches(p, relative) for p in sync.get("exclude", [])):
+        return False
+    return any(_matches(p, relative) for p in sync.get("include", [])) or not _git_ignores(relative)
+
+
+def test_the_sync_model_reads_gitignore_and_the_include_rules():
+    assert _synced("binlake.yml") and _synced("notebooks/status.py")
+    assert not _synced(".venv/bin/python") and not _synced("dist/binlake.whl")
+    # Included even where a user's .gitignore would drop them (a config is often ignored):
+    # every task reads the config and the suites it names.
+    include = (_root().get("sync") or {}).get("include", [])
+    for path in ("binlake.yml", "binlake.dev.yml", "expectations/shop_orders.json", "expectations/crm/t.json"):
+        assert any(_matches(p, path) for p in include), path
+    assert not any(_matches(p, "src/binlake/cli.py") for p in include)
+
+
+def _config_files() -> dict[str, str]:
+    """The config file each target's tasks read (variable config_file), relative to the bundle."""
+    root = _root()
+    default = root["variables"]["config_file"]["default"]
+    return {t: (body.get("variables") or {}).get("config_file", default) for t, body in root["targets"].items()}
+
+
+def test_every_file_a_task_names_exists_and_is_synced():
+    for target, name in _config_files().items():
+        assert (ROOT / name).is_file() and _synced(name), f"target {target}: {name} is not synced with the bundle"
+        config = load_config(ROOT / name, environ={})
+        # Suites are read relative to the config file, where the bundle syncs them too.
+        for suite in config.gold.expectations:
+            path = (ROOT / name).parent / suite.path
+            assert path.is_file() and _synced(str(path.relative_to(ROOT))), f"{name}: {suite.path} is not synced"
+    for where, task in _binlake_tasks():
+        (arg,) = [a for a in _task_argv(task, file_path=Path("")) if a.startswith("--config=")]
+        assert _synced(arg.split("=", 1)[1]), where
+    for notebook in sorted((ROOT / "notebooks").glob("*.py")):
+        assert _synced(str(notebook.relative_to(ROOT))), notebook.name
+
+
+def test_a_task_finds_the_suites_its_config_names_beside_the_synced_file(tmp_path, monkeypatch):
+    # As on a cluster: the task's working directory is not the bundle's folder.
+    files = tmp_path / "files"
+    (files / "expectations").mkdir(parents=True)
+    (files / "expectations" / "orders.json").write_text(
+        '{"expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]}'
+    )
+    (files / "binlake.yml").write_text(
+        (ROOT / "binlake.yml").read_text() + "gold: {expectations: {shop.orders: expectations/orders.json}}\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    (task,) = [t for w, t in _binlake_tasks() if w == "binlake_pipeline.gold"]
+    cfg = parse_job_args(_task_argv(task, file_path=files)).config()
+    assert [e.type for e in cfg.gold.suite("shop", "orders")] == ["expect_column_values_to_not_be_null"]
+
+
+def test_the_synced_config_names_the_lakehouse_the_bundle_deploys_by_default():
+    # The notebooks read the file's lakehouse section; the jobs read the bundle's: in prod they agree.
+    variables = {k: v.get("default") for k, v in _root()["variables"].items()}
+    lake = load_config(ROOT / "binlake.yml", environ={}).lakehouse
+    assert lake.catalog == variables["catalog"]
+    assert (lake.bronze_schema, lake.silver_schema, lake.gold_schema, lake.system_schema) == tuple(
+        variables[f"{layer}_schema"] for layer in ("bronze", "silver", "gold", "system")
+    )
+    assert (
+        lake.system_path == f"/Volumes/{variables['catalog']}/{variables['bronze_schema']}/{variables['system_volume']}"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,10 +631,13 @@ def test_the_serverless_jobs_run_the_classic_jobs_tasks_in_a_serverless_environm
     assert _root()["variables"]["serverless_environment_version"]["default"] == "4"  # Spark 4.0, as tested
 
 
-def test_no_task_carries_a_password_value():
+def test_no_task_and_no_synced_config_carries_a_password_value():
     for job_key, task in _tasks():
         for arg in task.get("python_wheel_task", {}).get("parameters", []):
-            assert "password=" not in arg.lower() or "secret" in arg.lower(), f"{job_key}: {shlex.quote(arg)}"
+            assert "password" not in arg.lower(), f"{job_key}: {shlex.quote(arg)}"
+    for target, name in _config_files().items():
+        password = load_config(ROOT / name, environ={}).source.password
+        assert password == Secret.reference("binlake", "mysql-cdc"), f"{name} ({target}) must name a secret"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -498,11 +651,10 @@ def test_the_operator_notebooks_exist():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(path):
+def test_each_notebook_is_databricks_source_format_and_only_calls_the_public_api(path):
     import ast
-    import importlib
 
-    from binlake.deploy.runtime import Runtime
+    import binlake
 
     text = path.read_text(encoding="utf-8")
     assert text.startswith("# Databricks notebook source\n")
@@ -510,30 +662,36 @@ def test_each_notebook_is_databricks_source_format_and_only_calls_the_package(pa
     assert len(cells) >= 3, "a markdown cell, a widgets cell and at least one call"
     assert cells[0].strip().splitlines()[1].startswith("# MAGIC %md")
     tree = ast.parse(text)
+    used = []
     for node in ast.walk(tree):
         # No logic: the notebooks hold calls, never branches, loops or definitions.
         assert not isinstance(node, (ast.If, ast.For, ast.While, ast.FunctionDef, ast.ClassDef, ast.Try)), (
             f"{path.name}:{node.lineno}: move this logic into the binlake package"
         )
-        if isinstance(node, ast.ImportFrom):
-            assert node.module.startswith("binlake"), f"{path.name}: imports {node.module}"
-            module = importlib.import_module(node.module)
-            for alias in node.names:
-                assert hasattr(module, alias.name), f"{path.name}: {node.module} has no {alias.name}"
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "runtime":
-            assert hasattr(Runtime, node.attr), f"{path.name}: Runtime has no {node.attr}"
+        # The public API only (binlake.__all__): internals may move.
+        assert not isinstance(node, ast.ImportFrom), f"{path.name}:{node.lineno}: import binlake, not its modules"
+        if isinstance(node, ast.Import):
+            assert [a.name for a in node.names] == ["binlake"], f"{path.name}:{node.lineno}"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "binlake":
+            used.append(node.attr)
+    assert used, f"{path.name} calls nothing of binlake"
+    for name in used:
+        assert name in binlake.__all__, f"{path.name}: binlake.{name} is not in the public API"
+    # Their default config is the file the bundle syncs beside the notebooks' folder.
+    assert 'dbutils.widgets.text("config", "../binlake.yml"' in text
+    assert (path.parent / "../binlake.yml").resolve() == ROOT / "binlake.yml"
 
 
 # ---------------------------------------------------------------------------------------------
 # health: metrics, dashboard, alert
 
 
-def test_every_binlake_job_task_records_its_job_run_in_the_metrics():
-    for job_key, task in _tasks():
-        wheel = task.get("python_wheel_task")
-        if wheel and wheel["entry_point"] == "binlake-job":
-            assert "--job-run-id={{job.run_id}}" in wheel["parameters"], f"{job_key}.{task['task_key']}"
-            assert parse_job_args([_substitute(a) for a in wheel["parameters"]]).job_run_id == "123456"
+def test_every_binlake_job_task_records_its_job_run_and_passes_its_job_for_the_leases():
+    for where, task in _binlake_tasks():
+        params = task["python_wheel_task"]["parameters"]
+        assert "--job-run-id={{job.run_id}}" in params and "--job-id={{job.id}}" in params, where
+        inv = parse_job_args(_task_argv(task))
+        assert (inv.job_run_id, inv.job_id) == ("123456", "777"), where
 
 
 def test_the_dashboard_file_is_what_the_health_views_generate_and_a_valid_lakeview_document():
@@ -554,14 +712,14 @@ def test_the_dashboard_file_is_what_the_health_views_generate_and_a_valid_lakevi
             for q in item["widget"]["queries"]:
                 assert q["query"]["datasetName"] in datasets
     assert resource["warehouse_id"] == "${var.warehouse_id}"
-    assert resource["dataset_schema"] == "${resources.schemas.binlake_gold.name}"
+    assert resource["dataset_schema"] == "${resources.schemas.binlake_system_schema.name}"
 
 
 def test_the_lag_alert_evaluates_the_current_lag_view_against_max_lag_seconds():
     from binlake.deploy.dashboard import lag_alert_query
 
     (alert,) = _merged()["resources"]["alerts"].values()
-    metrics = "`${var.catalog}`.`${resources.schemas.binlake_gold.name}`.`_metrics`"
+    metrics = "`${var.catalog}`.`${resources.schemas.binlake_system_schema.name}`.`metrics`"
     assert alert["query_text"] == lag_alert_query(metrics)
     assert alert["evaluation"]["source"]["name"] == "lag_seconds"
     assert alert["evaluation"]["comparison_operator"] == "GREATER_THAN"
@@ -574,7 +732,7 @@ def test_the_erase_job_passes_its_table_and_key_parameters_to_erase():
     job = _jobs()["binlake_erase"]
     assert {p["name"] for p in job["parameters"]} == {"table", "key"}
     (task,) = job["tasks"]
-    argv = [_substitute(a) for a in task["python_wheel_task"]["parameters"]]
+    argv = _task_argv(task)
     assert parse_job_args(argv).cli_args == ("erase", "--table=shop.customers", "--key", "id=42")
     composite = [a.replace("id=42", "region=eu;id=42") for a in argv]
     assert parse_job_args(composite).cli_args[-4:] == ("--key", "region=eu", "--key", "id=42")
@@ -584,32 +742,24 @@ def test_the_erase_job_passes_its_table_and_key_parameters_to_erase():
 
 
 # ---------------------------------------------------------------------------------------------
-# settings file and mask salt: the same config as binlake.yml, through every task
+# one config: what binlake.yml says reaches every task
 
 
-def test_every_binlake_job_task_reads_the_settings_file_history_and_column_rules_and_the_mask_salt(tmp_path):
-    settings = tmp_path / "binlake.settings.yml"
-    settings.write_text(
-        'source: {columns: {"shop.customers": {exclude: [ssn], mask: {email: hash}}}}\n'
-        "snapshot: {chunk_size: 1000}\nhistory: {tables: [shop.customers]}\n"
+def test_every_task_gets_the_config_files_history_column_rules_and_mask_salt(tmp_path):
+    config = tmp_path / "binlake.yml"
+    config.write_text(
+        (ROOT / "binlake.yml")
+        .read_text()
+        .replace("  # mask_salt:", '  mask_salt: "{{secrets/binlake/mask-salt}}"\n  # was:')
+        + "snapshot: {chunk_size: 1000}\nhistory: {tables: [shop.customers]}\n"
     )
-    for job_key, task in _tasks():
-        wheel = task.get("python_wheel_task")
-        if not wheel or wheel["entry_point"] != "binlake-job":
-            continue
-        where = f"{job_key}.{task['task_key']}"
-        assert "--settings=${var.settings_file}" in wheel["parameters"], where
-        assert "--mask-salt-secret=${var.mask_salt_secret}" in wheel["parameters"], where
-        # Left at their empty defaults, they add nothing.
-        plain = parse_job_args([_substitute(a) for a in wheel["parameters"]])
-        assert "mask_salt" not in plain.settings["source"] and "columns" not in plain.settings["source"], where
-        args = [
-            _substitute(
-                a.replace("${var.settings_file}", str(settings)).replace("${var.mask_salt_secret}", "binlake/mask-salt")
-            )
-            for a in wheel["parameters"]
-        ]
-        cfg = load_config_text(parse_job_args(args).config_yaml, environ={})
+    config.write_text(
+        config.read_text().replace(
+            "  # columns:", '  columns: {"shop.customers": {exclude: [ssn], mask: {email: hash}}}\n  # was:'
+        )
+    )
+    for where, task in _binlake_tasks():
+        cfg = parse_job_args(_task_argv(task, file_path=tmp_path)).config()
         assert cfg.source.column_rule("shop", "customers").exclude == ("ssn",), where
         assert cfg.source.mask_salt == Secret.reference("binlake", "mask-salt") and cfg.snapshot.chunk_size == 1000
         assert cfg.history.table("shop", "customers") is not None, where

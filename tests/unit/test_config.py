@@ -290,6 +290,18 @@ def test_the_lakehouse_needs_exactly_one_location():
     )
 
 
+def test_binlake_s_own_tables_get_a_schema_of_their_own_named_once_per_layer():
+    uc = {"catalog": "main", "system_path": "/Volumes/main/b/s"}
+    assert load(doc(lakehouse=uc)).lakehouse.system_schema == "binlake_system"
+    assert load(doc(lakehouse={**uc, "system_schema": "ops"})).lakehouse.system_schema == "ops"
+    assert refused(doc(lakehouse={**uc, "system_schema": "gold"})) == (
+        "lakehouse.system_schema and lakehouse.gold_schema are both 'gold': each layer needs a schema of its own "
+        "(a table of one would take the name of another's)"
+    )
+    # Locally each layer is a folder anyway: the names are not used.
+    assert load(doc(lakehouse={"path": "x", "gold_schema": "silver"})).lakehouse.gold_schema == "silver"
+
+
 @pytest.mark.parametrize(
     "rules, message",
     [

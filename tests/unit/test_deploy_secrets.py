@@ -14,7 +14,7 @@ import pytest
 from databricks.sdk import WorkspaceClient
 from databricks.sdk.service.workspace import GetSecretResponse
 
-from binlake.config import load_config_text
+from binlake.config import Secret, load_config_text
 from binlake.deploy.entrypoints import parse_job_args, run_job
 from binlake.deploy.runtime import Runtime, RuntimeKind, current_runtime
 from binlake.errors import ConfigError, DatabricksApiError, SecretError
@@ -143,7 +143,7 @@ def test_a_missing_secret_names_scope_key_and_the_command_that_creates_it(worksp
     assert str(exc.value) == (
         "Databricks secret binlake/mysql-cdc does not exist: create it with "
         "`databricks secrets put-secret binlake mysql-cdc` (first `databricks secrets create-scope binlake` "
-        "if the scope is new), or change the reference (bundle variables mysql_secret_scope, mysql_secret_key)"
+        "if the scope is new), or change the reference in binlake.yml (source.password, source.mask_salt)"
     )
     assert exc.value.exit_code == 2, "a secret problem is a config problem"
 
@@ -399,3 +399,33 @@ def test_an_unreachable_workspace_is_a_secret_error_not_a_traceback():
     client = WorkspaceClient(config=SdkConfig(host=f"http://127.0.0.1:{port}", token="x", retry_timeout_seconds=1))
     with pytest.raises(SecretError, match=r"^cannot read Databricks secret s/k: the workspace cannot be reached"):
         resolve_secret("s", "k", client=client)
+
+
+def test_the_config_file_is_read_as_binlake_config_reads_it_and_the_bundle_s_flags_override_its_lakehouse(tmp_path):
+    conf = tmp_path / "files" / "binlake.yml"
+    (conf.parent / "expectations").mkdir(parents=True)
+    (conf.parent / "expectations" / "o.json").write_text(
+        '{"expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]}'
+    )
+    conf.write_text(CONFIG + "gold: {expectations: {shop.orders: expectations/o.json}}\nsnapshot: {chunk_size: 1000}\n")
+    inv = parse_job_args(
+        [f"--config={conf}", "--catalog=dev", "--silver-schema=dev_me_silver", "--job-id=7", "--job-run-id=8", "gold"]
+    )
+    cfg = inv.config()
+    assert (cfg.lakehouse.catalog, cfg.lakehouse.silver_schema, cfg.lakehouse.gold_schema) == (
+        "dev",
+        "dev_me_silver",
+        "gold",
+    )
+    assert cfg.snapshot.chunk_size == 1000 and cfg.gold.suite("shop", "orders")
+    assert cfg.source.password == Secret.reference("binlake", "mysql-cdc")
+    assert (inv.job_id, inv.job_run_id, inv.cli_args) == ("7", "8", ("gold",))
+
+
+def test_config_and_its_older_name_settings_are_one_or_the_other_and_a_missing_file_says_what_syncs_it(tmp_path):
+    with pytest.raises(ConfigError, match=r"^--config and --settings both name a file"):
+        parse_job_args(["--config=a.yml", "--settings=b.yml", "gold"])
+    with pytest.raises(ConfigError, match=r"^--config file '/nowhere/binlake.yml' not found: the bundle syncs"):
+        parse_job_args(["--config=/nowhere/binlake.yml", "gold"])
+    # An empty value, as an older bundle passes for an unset variable, is no file.
+    assert parse_job_args([*BUNDLE_ARGS, "--settings=", "gold"]).origin is None

@@ -53,7 +53,6 @@ from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_op
 from binlake.bronze.tables import (
     ensure_bronze_tables,
     record_schemas,
-    tune_snapshot_rows,
 )
 from binlake.config import Config
 from binlake.contract.columns import stored_schema
@@ -205,8 +204,6 @@ def run_snapshot(
                     _Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in chunks
                 )
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
-    if pending:
-        tune_snapshot_rows(spark, lh)
     _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
@@ -245,7 +242,6 @@ def resnapshot_chunks(
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
-    tune_snapshot_rows(spark, lh)
     result = SnapshotResult()
     with connect(config.source) as conn:
         schema = table_schema(conn, config.source, db, table)

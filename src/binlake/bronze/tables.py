@@ -11,6 +11,7 @@ from binlake.contract.lakehouse import (
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_PLAN_SCHEMA,
     SNAPSHOT_ROWS_PARTITIONS,
+    SNAPSHOT_ROWS_PROPERTIES,
     SNAPSHOT_ROWS_SCHEMA,
     Lakehouse,
     once_per_version,
@@ -21,32 +22,6 @@ from binlake.contract.types import TableSchema
 # Silver reads the change log and the chunk manifest incrementally through the change
 # data feed; the log is append-only by contract.
 _CDF = {"delta.enableChangeDataFeed": "true"}
-
-# Table properties of snapshot_rows that make writing it cheaper. tune_snapshot_rows sets
-# them at every snapshot run, so lakehouses created by an earlier binlake get them too.
-# - Delta computes min/max/null-count statistics for the first 32 columns of every file it
-#   writes, a good part of the write's CPU. Readers only ever filter snapshot_rows on the
-#   per-chunk columns (silver on snapshot_id, db and table; the marker read-back on
-#   attempt_id): in a table partitioned by them (SNAPSHOT_ROWS_PARTITIONS) that is partition
-#   pruning and no column needs statistics; an unpartitioned table from before keeps them on
-#   snapshot_id and attempt_id (Delta refuses statistics on partition columns).
-# - Parquet tries a dictionary for the row images' values, which are mostly distinct (ids,
-#   texts) and overflow it after a few thousand rows, then rewrites them as plain values;
-#   plain from the start is cheaper and barely bigger (pages are compressed either way).
-#   Delta hands table properties to the Parquet writer, so a column-scoped key works.
-# - binlake.layout says which of the two tables this is without asking Delta for its
-#   details (a DESCRIBE DETAIL costs more than the rest of the check).
-_LAYOUT = "binlake.layout"
-_PLAIN_ROW_VALUES = {"parquet.enable.dictionary#row.key_value.value": "false"}
-SNAPSHOT_ROWS_PROPERTIES = {
-    _LAYOUT: "per-chunk-partitions",
-    "delta.dataSkippingNumIndexedCols": "0",
-    **_PLAIN_ROW_VALUES,
-}
-UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {
-    "delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
-    **_PLAIN_ROW_VALUES,
-}
 
 
 def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
@@ -94,17 +69,6 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
         for future in created:
             future.result()  # re-raises the first failure here
     return True
-
-
-def tune_snapshot_rows(spark, lh: Lakehouse) -> None:
-    """Set the snapshot_rows properties above where they are missing."""
-    table = lh.snapshot_rows.sql
-    current = {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
-    wanted = SNAPSHOT_ROWS_PROPERTIES if _LAYOUT in current else UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES
-    missing = {k: v for k, v in wanted.items() if current.get(k) != v}
-    if missing:
-        props = ", ".join(f"'{k}' = '{v}'" for k, v in missing.items())
-        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({props})")
 
 
 def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:

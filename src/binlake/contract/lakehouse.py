@@ -8,18 +8,24 @@ Locally tables are directories under ``lakehouse.path``::
     <path>/bronze/snapshot_chunks      the chunk manifest: one row per completed chunk
     <path>/bronze/schema_history       each table's schema versions with their binlog position
     <path>/silver/<db>/<table>         current state with tombstones
-    <path>/silver/_progress            what silver has applied, per table
     <path>/silver/<db>/<table>__history  one row per version (tables history.tables names),
                                        with __history_events and __history_facts beside it
     <path>/gold/<db>/<table>           validated current state
-    <path>/gold/_publish_log           one row per table per publish
-    <path>/gold/_check_results         Great Expectations' validation result per table per publish
-    <path>/gold/_quarantine            rows dropped by checks with severity drop
-    <path>/gold/_metrics               one row per command run, step and table (health)
-    <path>/_system/continuous          the continuous mode's state (a JSON file)
+    <path>/gold/<db>/<table>__history  the history as of the same publish
+    <path>/system/silver_progress      what silver has applied, per table
+    <path>/system/publish_log          one row per table per publish
+    <path>/system/check_results        Great Expectations' validation result per table per publish
+    <path>/system/quarantine/<db>/<table>  rows dropped by checks with severity drop
+    <path>/system/metrics              one row per command run, step and table (health)
+    <path>/system/leases               which process writes which layer (binlake.contract.leases)
+    <path>/system/files/continuous     the continuous mode's state (a JSON file)
 
-On Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>`` with
-``<db>__<table>`` names in the silver and gold schemas, and ``_system`` is a volume path.
+So silver and gold hold only mirrored tables; binlake's own tables are in ``system``. On
+Databricks the same tables are Unity Catalog tables ``<catalog>.<schema>.<name>``: the bronze,
+silver, gold and system schemas, ``<db>__<table>`` names in silver and gold,
+``quarantine__<db>__<table>`` in system, and the files are in the ``lakehouse.system_path``
+volume. Earlier binlake versions kept the system tables in gold and silver (with leading
+underscores); :mod:`binlake.contract.layout` moves them.
 """
 
 from __future__ import annotations
@@ -27,13 +33,15 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from binlake.config import Config
 from binlake.contract.delta_sql import DeltaSql
+from binlake.contract.sql import spark_string
 from binlake.errors import LakehouseError
 from binlake.spark import is_connect
 
@@ -148,6 +156,33 @@ per task either way), and Parquet no longer stores eight values per row that Del
 once per file: on a 1M-row table the write's JVM CPU went from 6.0 to 4.8 seconds. Readers
 (silver, the marker read-back) filter on these columns, which becomes partition pruning."""
 
+# Table properties of snapshot_rows that make writing it cheaper (set at creation; the
+# layout migration sets them on tables an earlier binlake created):
+# - Delta computes min/max/null-count statistics for the first 32 columns of every file it
+#   writes, a good part of the write's CPU. Readers only ever filter snapshot_rows on the
+#   per-chunk columns (silver on snapshot_id, db and table; the marker read-back on
+#   attempt_id): in a table partitioned by them (SNAPSHOT_ROWS_PARTITIONS) that is partition
+#   pruning and no column needs statistics; an unpartitioned table (created before the
+#   partitions) keeps them on snapshot_id and attempt_id (Delta refuses statistics on
+#   partition columns).
+# - Parquet tries a dictionary for the row images' values, which are mostly distinct (ids,
+#   texts) and overflow it after a few thousand rows, then rewrites them as plain values;
+#   plain from the start is cheaper and barely bigger (pages are compressed either way).
+#   Delta hands table properties to the Parquet writer, so a column-scoped key works.
+# - binlake.layout says which of the two tables this is without asking Delta for its
+#   details (a DESCRIBE DETAIL costs more than reading the properties).
+SNAPSHOT_ROWS_LAYOUT = "binlake.layout"
+_PLAIN_ROW_VALUES = {"parquet.enable.dictionary#row.key_value.value": "false"}
+SNAPSHOT_ROWS_PROPERTIES = {
+    SNAPSHOT_ROWS_LAYOUT: "per-chunk-partitions",
+    "delta.dataSkippingNumIndexedCols": "0",
+    **_PLAIN_ROW_VALUES,
+}
+UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES = {
+    "delta.dataSkippingStatsColumns": "snapshot_id,attempt_id",
+    **_PLAIN_ROW_VALUES,
+}
+
 SNAPSHOT_CHUNKS_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
     "key_columns ARRAY<STRING>, start_key STRING, end_key STRING, "
@@ -194,6 +229,8 @@ SILVER_METADATA_COLUMNS = (
 )
 
 HISTORY_SUFFIX = "__history"
+HISTORY_TABLE_SUFFIXES = (HISTORY_SUFFIX, f"{HISTORY_SUFFIX}_events", f"{HISTORY_SUFFIX}_facts")
+"""The names a table's history tables add to its own (history, its events, its facts)."""
 
 HISTORY_METADATA_COLUMNS = (
     ("_cdc_valid_from", CDC_SEQ_TYPE, "The change sequence of the record that opened this version."),
@@ -215,13 +252,14 @@ PROGRESS_SCHEMA = (
     "applied_file STRING, applied_file_index BIGINT, applied_pos BIGINT, zero_dates BIGINT, updated_at TIMESTAMP, "
     "silver_version BIGINT, stopped STRING, history_version BIGINT"
 )
-"""silver/_progress, one row per table. ``silver_version`` is the silver table's version once
+"""system/silver_progress, one row per table. ``silver_version`` is the silver table's version once
 the run that wrote the row had applied its batch; ``stopped`` is why silver stopped the table
 and the command that recovers it (NULL while the table is applied)."""
+PROGRESS_COMMENT = "binlake: what silver has applied, per table"
 
 
 class ProgressRow(NamedTuple):
-    """One row of silver/_progress, in :data:`PROGRESS_SCHEMA` order."""
+    """One row of system/silver_progress, in :data:`PROGRESS_SCHEMA` order."""
 
     db: str
     table: str
@@ -243,16 +281,19 @@ PUBLISH_LOG_SCHEMA = (
     "published_at TIMESTAMP, row_count BIGINT, checks STRING, status STRING, silver_rows BIGINT, "
     "publish_group STRING"
 )
-"""gold/_publish_log: one row per table per publish attempt. ``row_count``: the rows gold
+"""system/publish_log: one row per table per publish attempt. ``row_count``: the rows gold
 holds; ``silver_rows``: silver's live rows at ``silver_version`` (they differ by the rows drop
 checks hold back)."""
+# Its change data feed lets the last publish be found in the newest commits (last_published).
+PUBLISH_LOG_PROPERTIES = {"delta.enableChangeDataFeed": "true"}
+PUBLISH_LOG_COMMENT = "binlake: one row per table per publish (gold's commit point)"
 
 
 CHECK_RESULTS_SCHEMA = (
     "publish_id STRING, publish_group STRING, db STRING, `table` STRING, status STRING, success BOOLEAN, "
     "checked_at TIMESTAMP, ge_version STRING, result STRING"
 )
-"""gold/_check_results: Great Expectations' validation result (``result``: the
+"""system/check_results: Great Expectations' validation result (``result``: the
 ``ExpectationSuiteValidationResult`` JSON GE produces) of each table a publish attempt checked
 with expectations, linked to the publish log by ``publish_id``; ``status`` is the attempt's.
 A publish repeated after a kill appends its results again: the newest ``checked_at`` of a
@@ -265,9 +306,18 @@ METRICS_SCHEMA = (
     "rows_out BIGINT, position STRING, lag_bytes BIGINT, lag_seconds DOUBLE, checks_failed INT, "
     "checks_warned INT, detail STRING, job_run_id STRING, host STRING"
 )
-"""gold/_metrics: one row per command run and step (``table`` NULL) and per table a step
+"""system/metrics: one row per command run and step (``table`` NULL) and per table a step
 touched. ``lag_bytes``/``lag_seconds``: how far the step's position is behind the source's
 binlog end when the run finished (seconds: 0 when caught up, else an upper bound)."""
+METRICS_COMMENT = "binlake: one row per command run, step and table"
+
+LEASES_SCHEMA = (
+    "layer STRING, holder_id STRING, command STRING, host STRING, pid BIGINT, job_id STRING, job_run_id STRING, "
+    "acquired_at TIMESTAMP, renewed_at TIMESTAMP, expires_at TIMESTAMP"
+)
+"""system/leases: one row per layer with a single writer (capture, silver, gold): who holds
+it (``holder_id``, one per process and command; the rest describes it) and until when. A lease
+whose ``expires_at`` has passed is free (:mod:`binlake.contract.leases`)."""
 
 
 @dataclass(frozen=True)
@@ -396,6 +446,15 @@ class TableRef:
 
         return DeltaTable.isDeltaTable(spark, self.path)
 
+    def drop(self, spark) -> None:
+        """Remove the table and its files (a path table's directory; ``DROP TABLE`` by name)."""
+        if self.name:
+            spark.sql(f"DROP TABLE IF EXISTS {self.name}")
+        elif Path(self.path).exists():
+            import shutil
+
+            shutil.rmtree(self.path)
+
     def save(self, writer) -> None:
         """Finish a ``df.write.format('delta')...`` chain against this table."""
         if self.name:
@@ -414,7 +473,7 @@ class TableRef:
         props = {"delta.appendOnly": "false", **(properties or {})}
         tbl = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
         location = f"{self.name}" if self.name else f"delta.`{self.path}`"
-        cmt = f" COMMENT '{comment.replace(chr(39), chr(39) * 2)}'" if comment else ""
+        cmt = f" COMMENT {spark_string(comment)}" if comment else ""
         parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})" if partitioned_by else ""
         spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
@@ -426,7 +485,7 @@ class TableRef:
 _BY_VERSION: dict[tuple[str, str], tuple[tuple, Any]] = {}
 
 
-def once_per_version(spark, ref: "TableRef", what: str, compute: Callable[[int], _T]) -> _T:
+def once_per_version(spark, ref: TableRef, what: str, compute: Callable[[int], _T]) -> _T:
     """``compute(version)`` of the table's newest version, computed once per commit per
     process (``what`` names the computation). ``compute`` must read the table at ``version``."""
     head = ref.newest_commit(spark)
@@ -446,12 +505,12 @@ def once_per_version(spark, ref: "TableRef", what: str, compute: Callable[[int],
 _POSITION_FACTS: dict[tuple[str, tuple[int, int]], tuple[str | None, str | None]] = {}
 
 
-def remember_position_facts(changelog: "TableRef", p, gtid: str | None, source_time: str | None) -> None:
+def remember_position_facts(changelog: TableRef, p, gtid: str | None, source_time: str | None) -> None:
     """Record ``(gtid, source_time)`` of the last change at or before ``p`` (a BinlogPosition)."""
     _POSITION_FACTS[(str(changelog), p.key())] = (gtid, source_time)
 
 
-def position_facts(changelog: "TableRef", p) -> tuple[str | None, str | None] | None:
+def position_facts(changelog: TableRef, p) -> tuple[str | None, str | None] | None:
     """What :func:`remember_position_facts` recorded for ``p``, or None."""
     return _POSITION_FACTS.get((str(changelog), p.key()))
 
@@ -555,7 +614,7 @@ def with_retry(what: str, fn: Callable[[], _T], retries: int = _RETRIES) -> _T:
     for attempt in range(1, retries + 1):
         try:
             return fn()
-        except Exception as exc:  # noqa: BLE001 - filtered by is_write_conflict
+        except Exception as exc:
             if attempt == retries or not is_write_conflict(exc):
                 raise
             wait = min(0.5 * 2 ** (attempt - 1), 8.0)
@@ -594,6 +653,7 @@ class Lakehouse:
             "bronze": self.config.lakehouse.bronze_schema,
             "silver": self.config.lakehouse.silver_schema,
             "gold": self.config.lakehouse.gold_schema,
+            "system": self.config.lakehouse.system_schema,
         }[layer]
         name = "__".join(parts)
         return TableRef(name=f"`{self.catalog}`.`{schema}`.`{name}`")
@@ -623,22 +683,18 @@ class Lakehouse:
     def silver(self, db: str, table: str) -> TableRef:
         return self._ref("silver", db, table)
 
-    @property
-    def silver_progress(self) -> TableRef:
-        return self._ref("silver", "_progress")
-
     # silver history (docs/history.md): only for the tables history.tables names
     def silver_history(self, db: str, table: str) -> TableRef:
         """One row per version of each key (SCD type 2)."""
-        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}")
+        return self._ref("silver", db, f"{table}{HISTORY_TABLE_SUFFIXES[0]}")
 
     def silver_history_events(self, db: str, table: str) -> TableRef:
         """Every record silver applied to the table, a set by (key, ``_cdc_seq``)."""
-        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}_events")
+        return self._ref("silver", db, f"{table}{HISTORY_TABLE_SUFFIXES[1]}")
 
     def silver_history_facts(self, db: str, table: str) -> TableRef:
         """The table's TRUNCATE-like sequences and completed snapshot chunks."""
-        return self._ref("silver", db, f"{table}{HISTORY_SUFFIX}_facts")
+        return self._ref("silver", db, f"{table}{HISTORY_TABLE_SUFFIXES[2]}")
 
     # gold
     def gold(self, db: str, table: str) -> TableRef:
@@ -648,32 +704,126 @@ class Lakehouse:
         """The published SCD type 2 history: silver's, as of the publish's position."""
         return self._ref("gold", db, f"{table}{HISTORY_SUFFIX}")
 
+    # system: binlake's own tables, apart from the mirrored ones
+    @property
+    def silver_progress(self) -> TableRef:
+        return self._ref("system", "silver_progress")
+
     @property
     def publish_log(self) -> TableRef:
-        return self._ref("gold", "_publish_log")
+        return self._ref("system", "publish_log")
 
     @property
     def check_results(self) -> TableRef:
-        return self._ref("gold", "_check_results")
+        return self._ref("system", "check_results")
 
     @property
     def metrics(self) -> TableRef:
-        return self._ref("gold", "_metrics")
+        return self._ref("system", "metrics")
 
     def quarantine(self, db: str, table: str) -> TableRef:
-        return self._ref("gold", "_quarantine", db, table)
+        return self._ref("system", "quarantine", db, table)
+
+    @property
+    def leases(self) -> TableRef:
+        """Who writes which layer; also carries the lakehouse's layout version."""
+        return self._ref("system", "leases")
 
     # files
     @property
     def system_path(self) -> str:
         if self.config.lakehouse.system_path:
             return self.config.lakehouse.system_path
-        return str(Path(self.root or ".", "_system"))
+        return str(Path(self.root or ".", "system", "files"))
 
     def system_dir(self, name: str) -> str:
         """A directory of files (not tables) in the system location, such as the continuous
         mode's state."""
         return str(Path(self.system_path, name))
+
+    # Where earlier binlake versions (layout 0) kept the system tables: in gold and silver,
+    # with leading underscores. Only the layout migration (binlake.contract.layout) reads these.
+
+    def layout_0_table(self, name: str) -> TableRef:
+        """Where layout 0 kept system table ``name`` (``silver_progress``, ``publish_log``,
+        ``check_results`` or ``metrics``)."""
+        layer, old = _LAYOUT_0_PLACES[name]
+        return self._ref(layer, old)
+
+    def layout_0_quarantine(self, spark) -> list[tuple[TableRef, TableRef]]:
+        """``(where layout 0 kept it, where it is now)`` of each quarantine table an earlier
+        binlake wrote (found by listing)."""
+        if self.root is not None:
+            old = Path(self.root, "gold", "_quarantine")
+            found = sorted(old.glob("*/*/_delta_log")) if old.is_dir() else []
+            return [(TableRef(path=str(d.parent)), self.quarantine(d.parent.parent.name, d.parent.name)) for d in found]
+        # On Unity Catalog `_quarantine__<db>__<table>` cannot be split back into db and
+        # table when either holds "__"; the new name keeps the same tail.
+        gold, system = self.config.lakehouse.gold_schema, self.config.lakehouse.system_schema
+        pairs = []
+        for row in spark.sql(f"SHOW TABLES IN `{self.catalog}`.`{gold}` LIKE '_quarantine__*'").collect():
+            name = row["tableName"]
+            tail = name[len("_quarantine__") :]
+            pairs.append(
+                (
+                    TableRef(name=f"`{self.catalog}`.`{gold}`.`{name}`"),
+                    TableRef(name=f"`{self.catalog}`.`{system}`.`quarantine__{tail}`"),
+                )
+            )
+        return pairs
+
+    def layout_0_markers(self) -> list[TableRef]:
+        """Tables only an earlier binlake writes (the system tables at their layout 0 places),
+        found without listing anything. Bronze's tables say nothing: this binlake's layer
+        functions write them too, before any command has recorded a layout."""
+        return [self.layout_0_table(name) for name in _LAYOUT_0_PLACES]
+
+    @property
+    def layout_0_files(self) -> str | None:
+        """The local files directory of layout 0 (``<path>/_system``); None when the config
+        names ``lakehouse.system_path``, which did not move."""
+        if self.config.lakehouse.system_path or self.root is None:
+            return None
+        return str(Path(self.root, "_system"))
+
+
+_LAYOUT_0_PLACES = {
+    "silver_progress": ("silver", "_progress"),
+    "publish_log": ("gold", "_publish_log"),
+    "check_results": ("gold", "_check_results"),
+    "metrics": ("gold", "_metrics"),
+}
+
+
+def name_clashes(tables: Iterable[tuple[str, str]]) -> list[str]:
+    """One line per pair of source tables that would share a lakehouse table, with the fix.
+
+    A table ``db.t`` becomes ``<db>__<t>`` on Unity Catalog (also ``<db>__<t>__history`` and
+    the history's events and facts, whether or not history is enabled now, so enabling it later
+    cannot clash), and Unity Catalog compares names without case. So ``a__b.c`` and ``a.b__c``
+    clash, as do ``shop.x__history`` and ``shop.x``'s history, and ``Shop.Orders`` and
+    ``shop.orders``. Checked for every lakehouse, local ones too: a config that works on a
+    laptop must work on Databricks."""
+
+    def role(suffix: str, db: str, table: str) -> str:
+        kind = suffix[2:].replace("_", " ") + " table" if suffix else "table"
+        return f"the {kind} of {db}.{table}"
+
+    owner: dict[str, tuple[str, str, str]] = {}
+    clashes = []
+    for db, table in sorted(set(tables)):
+        for suffix in ("", *HISTORY_TABLE_SUFFIXES):
+            name = f"{db}__{table}{suffix}".lower()
+            other = owner.setdefault(name, (db, table, suffix))
+            if other[:2] == (db, table):
+                continue
+            clashes.append(
+                f"source tables {other[0]}.{other[1]} and {db}.{table} would share the lakehouse table {name} "
+                f"({role(other[2], *other[:2])} and {role(suffix, db, table)}; Unity Catalog names are "
+                "<db>__<table>, compared without case): exclude one of them with source.exclude"
+            )
+            break
+    return clashes
 
 
 # What the JVM's file systems say when the lakehouse refuses a write (java.io, Hadoop, the

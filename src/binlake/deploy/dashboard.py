@@ -16,9 +16,9 @@ import sys
 
 from binlake.ops.metrics import health_view
 
-# The dashboard resource sets dataset_catalog/dataset_schema to the gold schema, where the
+# The dashboard resource sets dataset_catalog/dataset_schema to the system schema, where the
 # metrics table lives; the datasets name it alone.
-METRICS = "`_metrics`"
+METRICS = "`metrics`"
 SINCE = "current_timestamp() - INTERVAL 7 DAYS"
 
 _TITLES = {

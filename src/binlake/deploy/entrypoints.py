@@ -1,23 +1,34 @@
 """``binlake-job``: the console entry point the bundle's ``python_wheel_task`` tasks call.
 
-A job task has no ``binlake.yml`` next to it; the bundle passes its variables as flags instead.
-``binlake-job`` turns them into the same config the CLI reads (the password stays a
-``{{secrets/<scope>/<key>}}`` reference, resolved by the runtime at load time) and then runs the
-ordinary CLI, so a job task and ``binlake --config binlake.yml`` share one code path::
+Each task reads the ``binlake.yml`` the bundle syncs into the workspace, and passes the few
+values only the deployment knows: where the bundle put the lakehouse (development mode
+renames the schemas per developer, so the deployed names come from the bundle's resources)
+and which job run this is::
 
-    binlake-job --catalog=main --bronze-schema=binlake_bronze --silver-schema=binlake_silver \\
-        --gold-schema=binlake_gold --system-path=/Volumes/main/binlake_bronze/binlake_system \\
-        --mysql-host=db.internal --mysql-user=cdc --mysql-server-id=5401 \\
-        --mysql-password-secret=binlake/mysql-cdc --tables=shop.* capture --until-now
+    binlake-job --config=/Workspace/.../files/binlake.yml \\
+        --catalog=main --bronze-schema=binlake_bronze --silver-schema=binlake_silver \\
+        --gold-schema=binlake_gold --system-schema=binlake_system \\
+        --system-path=/Volumes/main/binlake_bronze/binlake_system \\
+        --job-id=123 --job-run-id=456 capture --until-now
+
+The flags override the file's ``lakehouse`` keys; the password stays a
+``{{secrets/<scope>/<key>}}`` reference in the file, read when a connection needs it. Paths
+in the file (``gold.expectations`` suites, a relative ``lakehouse.path``) are relative to it,
+as for ``binlake --config``. Then the ordinary CLI runs on that config, so a job task and
+``binlake --config binlake.yml`` share one code path.
 
 Job parameters arrive as text, so three command flags take a value instead of repeating or
 being present: ``--table-list=a.b,c.d`` (empty: all tables) becomes ``--table a.b --table c.d``;
 ``--key-list=region=eu;id=42`` becomes ``--key region=eu --key id=42``;
 ``--repair-if=true`` becomes ``--repair``; ``--reset-capture-if=true`` becomes ``--reset-capture``.
 
-Locally, ``--lakehouse-path DIR`` and ``--mysql-password-env NAME`` replace the Unity Catalog and
-secret flags, and ``--print-config`` prints the generated ``binlake.yml`` (it holds no secret
-value) instead of running, e.g. to save it for the operator notebooks.
+**The older flags** (bundles deployed before the config file was synced) still work: the
+source as flags (``--mysql-host``, ``--mysql-port``, ``--mysql-user``, ``--mysql-server-id``,
+``--mysql-password-secret`` or ``--mysql-password-env``, ``--mask-salt-secret`` or
+``--mask-salt-env``, ``--tables``, ``--exclude``) over an optional ``--settings`` file (the older
+name of ``--config``); locally ``--lakehouse-path DIR`` replaces the Unity Catalog flags.
+``--print-config`` prints the resulting ``binlake.yml`` (it holds no secret value) instead of
+running.
 """
 
 from __future__ import annotations
@@ -25,7 +36,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -34,7 +44,19 @@ import yaml
 
 from binlake.errors import BinlakeError, ConfigError
 
-COMMANDS = ("preflight", "snapshot", "capture", "silver", "gold", "run", "status", "verify", "maintain", "erase")
+COMMANDS = (
+    "preflight",
+    "snapshot",
+    "capture",
+    "silver",
+    "gold",
+    "run",
+    "status",
+    "verify",
+    "maintain",
+    "erase",
+    "migrate",
+)
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off", ""}
@@ -48,43 +70,68 @@ _VALUE_FLAGS = {
 
 @dataclass(frozen=True)
 class JobInvocation:
-    """What one task run does: the config it builds and the CLI arguments after ``--config``."""
+    """What one task run does: the config it builds and the CLI arguments to run on it."""
 
     settings: Mapping[str, Any]
     cli_args: tuple[str, ...]
     print_config: bool = False
     job_run_id: str | None = None
+    job_id: str | None = None
+    # The file the settings came from: relative paths in it are relative to its directory.
+    origin: str | None = None
 
     @property
     def config_yaml(self) -> str:
         return yaml.safe_dump(_plain(self.settings), sort_keys=False)
 
+    def config(self):
+        """The checked :class:`~binlake.config.Config` (raises ``ConfigError`` with the fix)."""
+        from binlake.config import load_config_text
+
+        base_dir = str(Path(self.origin).resolve().parent) if self.origin else os.getcwd()
+        return load_config_text(self.config_yaml, base_dir=base_dir, origin=self.origin or "the job's flags")
+
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="binlake-job",
-        description="Run one binlake command as a Databricks job task, configured by flags instead of binlake.yml.",
+        description="Run one binlake command as a Databricks job task, on the bundle's binlake.yml.",
     )
-    uc = ap.add_argument_group("lakehouse (Unity Catalog, or --lakehouse-path locally)")
+    ap.add_argument(
+        "--config",
+        metavar="PATH",
+        help="the binlake.yml to run with (the bundle syncs it: ${workspace.file_path}/binlake.yml)",
+    )
+    uc = ap.add_argument_group("where the bundle deployed the lakehouse (override the file's lakehouse keys)")
     uc.add_argument("--catalog")
     uc.add_argument("--bronze-schema")
     uc.add_argument("--silver-schema")
     uc.add_argument("--gold-schema")
+    uc.add_argument("--system-schema", help="the schema of binlake's own tables (publish log, metrics, leases, ...)")
     uc.add_argument(
-        "--system-path", help="a Unity Catalog volume path for checkpoints, /Volumes/<catalog>/<schema>/<volume>"
+        "--system-path",
+        help="a Unity Catalog volume path for files (the continuous mode's state), /Volumes/<catalog>/<schema>/<volume>",
     )
     uc.add_argument("--lakehouse-path", help="local Delta directory instead of Unity Catalog")
-    src = ap.add_argument_group("source")
-    src.add_argument("--mysql-host")
-    src.add_argument("--mysql-port")
-    src.add_argument("--mysql-user")
-    src.add_argument("--mysql-server-id")
-    pw = src.add_mutually_exclusive_group()
+    ap.add_argument(
+        "--job-id", help="the Databricks job ({{job.id}}): its next run may take over a killed run's leases"
+    )
+    ap.add_argument("--job-run-id", help="the Databricks job run ({{job.run_id}}), recorded in the metrics table")
+    ap.add_argument("--print-config", action="store_true", help="print the resulting binlake.yml and exit")
+    ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+
+    old = ap.add_argument_group("older flags, kept for bundles deployed before --config (the file's keys are better)")
+    old.add_argument("--settings", metavar="PATH", help="the older name of --config; empty: none")
+    old.add_argument("--mysql-host")
+    old.add_argument("--mysql-port")
+    old.add_argument("--mysql-user")
+    old.add_argument("--mysql-server-id")
+    pw = old.add_mutually_exclusive_group()
     pw.add_argument("--mysql-password-secret", metavar="SCOPE/KEY", help="Databricks secret holding the password")
     pw.add_argument(
         "--mysql-password-env", metavar="NAME", help="environment variable holding the password (local runs)"
     )
-    salt = src.add_mutually_exclusive_group()
+    salt = old.add_mutually_exclusive_group()
     salt.add_argument(
         "--mask-salt-secret",
         metavar="SCOPE/KEY",
@@ -93,17 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     salt.add_argument(
         "--mask-salt-env", metavar="NAME", help="environment variable holding source.mask_salt (local runs)"
     )
-    src.add_argument("--tables", help='comma-separated include patterns, e.g. "shop.*,crm.customers"')
-    src.add_argument("--exclude", help="comma-separated exclude patterns")
-    ap.add_argument(
-        "--settings",
-        metavar="PATH",
-        help="a binlake.yml whose sections apply (snapshot, capture, gold, history, source.columns, ...); "
-        "flags override its source and lakehouse keys; empty: none",
-    )
-    ap.add_argument("--print-config", action="store_true", help="print the generated binlake.yml and exit")
-    ap.add_argument("--job-run-id", help="the Databricks job run ({{job.run_id}}), recorded in the metrics table")
-    ap.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    old.add_argument("--tables", help='comma-separated include patterns, e.g. "shop.*,crm.customers"')
+    old.add_argument("--exclude", help="comma-separated exclude patterns")
+
     ap.add_argument("command", choices=COMMANDS)
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the command's own flags")
     return ap
@@ -112,16 +151,15 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_job_args(argv: Sequence[str]) -> JobInvocation:
     """Turn ``binlake-job`` arguments into a :class:`JobInvocation`; raises ``ConfigError``."""
     ns = build_parser().parse_args(list(argv))
-    settings: dict[str, Any] = {}
-    if ns.settings and ns.settings.strip():
-        settings = _read_settings(ns.settings)
-        path = (settings.get("lakehouse") or {}).get("path")
-        if isinstance(path, str) and not Path(path).is_absolute():
-            # Relative to the settings file, as the CLI resolves it, not to the temporary copy.
-            settings["lakehouse"] = {
-                **settings["lakehouse"],
-                "path": str((Path(ns.settings).resolve().parent / path).resolve()),
-            }
+    config_file = (ns.config or "").strip() or None
+    settings_file = (ns.settings or "").strip() or None
+    if config_file and settings_file:
+        raise ConfigError(
+            "--config and --settings both name a file: --settings is the older name of --config, keep one"
+        )
+    origin = config_file or settings_file
+    flag = "--config" if config_file else "--settings"
+    settings: dict[str, Any] = _read_settings(flag, origin) if origin else {}
 
     source = dict(settings.get("source") or {})
     for key, value in (
@@ -134,17 +172,14 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
             source[key] = value
     if ns.mysql_password_secret is not None:
         source["password"] = _secret_reference(
-            "--mysql-password-secret",
-            ns.mysql_password_secret,
-            "binlake/mysql-cdc (bundle variables mysql_secret_scope and mysql_secret_key)",
+            "--mysql-password-secret", ns.mysql_password_secret, "binlake/mysql-cdc (scope/key)"
         )
     elif ns.mysql_password_env is not None:
         source["password"] = "${" + ns.mysql_password_env + "}"
-    # The bundle passes the flag to every task; an empty value (variable mask_salt_secret
-    # left at its default) means no salt.
+    # Older bundles pass the flag to every task; an empty value (no salt configured) means none.
     if ns.mask_salt_secret is not None and ns.mask_salt_secret.strip():
         source["mask_salt"] = _secret_reference(
-            "--mask-salt-secret", ns.mask_salt_secret.strip(), "binlake/mask-salt (bundle variable mask_salt_secret)"
+            "--mask-salt-secret", ns.mask_salt_secret.strip(), "binlake/mask-salt (scope/key)"
         )
     elif ns.mask_salt_env is not None:
         source["mask_salt"] = "${" + ns.mask_salt_env + "}"
@@ -154,60 +189,72 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:
         source["exclude"] = _csv(ns.exclude)
 
     lakehouse = dict(settings.get("lakehouse") or {})
-    for key, value in (
+    if isinstance(lakehouse.get("path"), str) and not Path(lakehouse["path"]).is_absolute():
+        # Relative to the file, as binlake --config reads it; absolute in --print-config's output.
+        lakehouse["path"] = str((Path(origin).resolve().parent / lakehouse["path"]).resolve())
+    flags = (
         ("catalog", ns.catalog),
         ("bronze_schema", ns.bronze_schema),
         ("silver_schema", ns.silver_schema),
         ("gold_schema", ns.gold_schema),
+        ("system_schema", ns.system_schema),
         ("system_path", ns.system_path),
-    ):
+    )
+    for key, value in flags:
         if value is not None:
             lakehouse[key] = value
+    if ns.catalog is not None:
+        lakehouse.pop("path", None)  # the bundle's catalog replaces a local directory in the file
     if ns.lakehouse_path is not None:
-        # The generated file lives in a temporary directory; a relative path must not follow it there.
+        lakehouse.pop("catalog", None)
         lakehouse["path"] = str(Path(ns.lakehouse_path).resolve())
 
-    if ns.job_run_id is not None and (not ns.job_run_id.strip() or ns.job_run_id.startswith("{{")):
-        raise ConfigError(
-            f"--job-run-id={ns.job_run_id!r} is no run id: Databricks fills in {{{{job.run_id}}}} in job "
-            "tasks only; elsewhere pass a run id or drop the flag"
-        )
+    for name, value in (("--job-run-id", ns.job_run_id), ("--job-id", ns.job_id)):
+        if value is not None and (not value.strip() or value.startswith("{{")):
+            raise ConfigError(
+                f"{name}={value!r} is no job id: Databricks fills in {{{{job.run_id}}}} and {{{{job.id}}}} in job "
+                "tasks only; elsewhere pass an id or drop the flag"
+            )
     settings = {**settings, "source": source, "lakehouse": lakehouse}
     cli_args = (["--verbose"] if ns.verbose else []) + [ns.command, *_expand_value_flags(ns.args)]
     return JobInvocation(
-        settings=settings, cli_args=tuple(cli_args), print_config=ns.print_config, job_run_id=ns.job_run_id
+        settings=settings,
+        cli_args=tuple(cli_args),
+        print_config=ns.print_config,
+        job_run_id=ns.job_run_id,
+        job_id=ns.job_id,
+        origin=origin,
     )
 
 
 def run_job(invocation: JobInvocation, runtime=None) -> int:
-    """Write the generated config to a private temporary file and run the CLI on it."""
+    """Load the config and run the CLI on it."""
     from binlake import cli
     from binlake.config import LakehouseConfig
     from binlake.deploy.runtime import current_runtime
+    from binlake.ops.commands import JOB_ID_ENV
+    from binlake.ops.metrics import JOB_RUN_ENV
 
     if invocation.print_config:
         print(invocation.config_yaml, end="")
         return 0
-    runtime = runtime or current_runtime()
+    # Where the lakehouse is decides whether this can run here at all: checked first.
     lakehouse = invocation.settings.get("lakehouse") or {}
-    runtime.check_lakehouse(
+    (runtime or current_runtime()).check_lakehouse(
         LakehouseConfig(**{k: v for k, v in lakehouse.items() if k in LakehouseConfig.__dataclass_fields__})
     )
-    from binlake.ops.metrics import JOB_RUN_ENV
-
-    previous = os.environ.get(JOB_RUN_ENV)
-    if invocation.job_run_id:
-        os.environ[JOB_RUN_ENV] = invocation.job_run_id
+    config = invocation.config()
+    ids = {JOB_RUN_ENV: invocation.job_run_id, JOB_ID_ENV: invocation.job_id}
+    previous = {name: os.environ.get(name) for name in ids}
+    os.environ.update({name: value for name, value in ids.items() if value})
     try:
-        with tempfile.TemporaryDirectory(prefix="binlake-job-") as tmp:
-            path = Path(tmp, "binlake.yml")
-            path.write_text(invocation.config_yaml, encoding="utf-8")
-            return cli.main(["--config", str(path), *invocation.cli_args])
+        return cli.main(list(invocation.cli_args), config=config)
     finally:
-        if previous is None:
-            os.environ.pop(JOB_RUN_ENV, None)
-        else:
-            os.environ[JOB_RUN_ENV] = previous
+        for name, value in previous.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -228,15 +275,18 @@ def _secret_reference(flag: str, value: str, example: str) -> str:
     return "{{secrets/" + scope + "/" + key + "}}"
 
 
-def _read_settings(path: str) -> dict[str, Any]:
+def _read_settings(flag: str, path: str) -> dict[str, Any]:
     try:
         raw = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
-        raise ConfigError(f"--settings file {path!r} not found: deploy it with the bundle or drop the flag") from None
+        raise ConfigError(
+            f"{flag} file {path!r} not found: the bundle syncs binlake.yml from its root (databricks.yml, sync); "
+            "deploy again, or point the bundle variable config_file at the synced file"
+        ) from None
     except yaml.YAMLError:
-        raise ConfigError(f"--settings file {path!r} is not valid YAML: fix the syntax") from None
+        raise ConfigError(f"{flag} file {path!r} is not valid YAML: fix the syntax") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"--settings file {path!r} must be a YAML mapping of binlake.yml sections")
+        raise ConfigError(f"{flag} file {path!r} must be a YAML mapping of binlake.yml sections")
     return raw
 
 

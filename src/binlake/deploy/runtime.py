@@ -8,7 +8,7 @@ Everything that differs between them is answered here, once, so the pipeline cod
 =====================  =========================  ==========================================
 Spark session          local Spark + Delta        the cluster's session
 tables                 ``<path>/<layer>/...``     ``<catalog>.<schema>.<name>`` (Unity Catalog)
-system files           ``<path>/_system``         ``/Volumes/<catalog>/<schema>/<volume>``
+system files           ``<path>/system/files``    ``/Volumes/<catalog>/<schema>/<volume>``
 secrets                Secrets API (SDK auth)     job: Secrets API (runtime auth);
                                                   notebook: ``dbutils.secrets``
 =====================  =========================  ==========================================
@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping
 
 from binlake.config import Config, LakehouseConfig, load_config
 from binlake.contract.lakehouse import Lakehouse
-from binlake.errors import ConfigError, DatabricksApiError, NotReadyError, SecretError
+from binlake.errors import ConfigError, DatabricksApiError, SecretError
 from binlake.secrets import notebook_dbutils, resolve_secret, workspace_client
 
 
@@ -95,38 +95,6 @@ class Runtime:
     def lakehouse(self, config: Config):
         self.check_lakehouse(config.lakehouse)
         return Lakehouse(config)
-
-    # What the operator notebooks browse; the same call works on a laptop against local tables.
-
-    def recent_changes(self, config: Config, db: str = "", table: str = "", limit: int = 100):
-        """The newest bronze change-log rows (optionally of one ``db``/``table``), newest first by
-        change sequence: ``file_index, pos, row``, never by time."""
-        from pyspark.sql import functions as F
-
-        df = self._filtered(self.lakehouse(config).changelog, db, table, limit)
-        return df.orderBy(F.col("file_index").desc(), F.col("pos").desc(), F.col("row").desc()).limit(limit)
-
-    def snapshot_chunks(self, config: Config, db: str = "", table: str = "", limit: int = 100):
-        """The completed snapshot chunks (the manifest), newest commit first."""
-        from pyspark.sql import functions as F
-
-        df = self._filtered(self.lakehouse(config).snapshot_chunks, db, table, limit)
-        return df.orderBy(F.col("committed_at").desc(), F.col("chunk_id").desc()).limit(limit)
-
-    def _filtered(self, ref, db: str, table: str, limit: int):
-        from pyspark.sql import functions as F
-
-        if not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a whole number >= 1, got {limit!r}")
-        spark = self.spark()
-        if not ref.exists(spark):
-            raise NotReadyError(f"{ref} does not exist yet: run the binlake_snapshot or binlake_pipeline job first")
-        df = ref.read(spark)
-        if db:
-            df = df.where(F.col("db") == db)
-        if table:
-            df = df.where(F.col("table") == table)
-        return df
 
 
 def current_runtime(environ: Mapping[str, str] | None = None, dbutils: Any = None) -> Runtime:

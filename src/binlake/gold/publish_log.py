@@ -1,4 +1,4 @@
-"""``gold/_publish_log``: one row per table per publish attempt, and gold as of a position or time.
+"""``system/publish_log``: one row per table per publish attempt, and gold as of a position or time.
 
 A publish appends its rows LAST, after every gold table is written: the log is the commit
 point. A reader who wants a consistent cut across tables takes one ``publish_id`` from it and
@@ -11,7 +11,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import CHECK_RESULTS_SCHEMA, PUBLISH_LOG_SCHEMA, Lakehouse
+from binlake.contract.lakehouse import (
+    CHECK_RESULTS_SCHEMA,
+    PUBLISH_LOG_COMMENT,
+    PUBLISH_LOG_PROPERTIES,
+    PUBLISH_LOG_SCHEMA,
+    Lakehouse,
+)
+from binlake.contract.layout import require_current_layout
 from binlake.contract.position import BinlogPosition, describe_key, position_key
 from binlake.errors import NotReadyError
 
@@ -25,8 +32,7 @@ STATUS_FAILED = "failed"
 RECENT_COMMITS = 20
 
 
-_CDF = "delta.enableChangeDataFeed"
-# Publish logs this process has already created or brought up to date.
+# Publish logs this process has already created.
 _ready: set[str] = set()
 
 
@@ -34,23 +40,7 @@ def ensure_publish_log(spark, lh: Lakehouse) -> None:
     log_ref = lh.publish_log
     if str(log_ref) in _ready:
         return
-    log_ref.create_if_missing(
-        spark,
-        PUBLISH_LOG_SCHEMA,
-        properties={_CDF: "true"},
-        comment="binlake gold: one row per table per publish (the commit point)",
-    )
-    if log_ref.properties(spark).get(_CDF) != "true":
-        # A publish log from before the change feed was kept: from now on (older commits are
-        # found by a scan, see last_published).
-        spark.sql(f"ALTER TABLE {log_ref.sql} SET TBLPROPERTIES ('{_CDF}' = 'true')")
-    columns = log_ref.read(spark).columns
-    if "silver_rows" not in columns:
-        # A publish log from before silver_rows: NULL in old rows, so their tables are rebuilt once.
-        spark.sql(f"ALTER TABLE {log_ref.sql} ADD COLUMNS (silver_rows BIGINT)")
-    if "publish_group" not in columns:
-        # From before publish groups: NULL in old rows (those publishes covered every table).
-        spark.sql(f"ALTER TABLE {log_ref.sql} ADD COLUMNS (publish_group STRING)")
+    log_ref.create_if_missing(spark, PUBLISH_LOG_SCHEMA, properties=PUBLISH_LOG_PROPERTIES, comment=PUBLISH_LOG_COMMENT)
     _ready.add(str(log_ref))
 
 
@@ -98,7 +88,7 @@ def _last_published(spark, lh: Lakehouse, wanted: set | None, latest: int) -> di
                     feed.unpersist()
                     continue
                 rows = feed
-            except AnalysisException:  # commits from before the feed was kept
+            except AnalysisException:  # a range the feed no longer covers (log retention): scan instead
                 continue
         else:
             rows = lh.publish_log.read(spark)
@@ -244,6 +234,7 @@ def publish_as_of(spark, config: Config, db: str, table: str, position: Any = No
     if position is not None and time is not None:
         raise ValueError("give position or time, not both")
     lh = Lakehouse(config)
+    require_current_layout(spark, lh)
     if not lh.publish_log.exists(spark):
         raise NotReadyError("gold has never been published: run binlake gold first")
     rows = lh.publish_log.read(spark).where(

@@ -20,10 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import Lakehouse, ProgressRow
+from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.position import BinlogPosition
 from binlake.errors import NotReadyError
-from binlake.silver.progress import progress_rank, progress_rows
+from binlake.silver.progress import progress_rows
 
 
 @dataclass(frozen=True)
@@ -45,9 +45,7 @@ class TableState:
 
 def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
     """The progress of each captured table silver has applied, by name."""
-    rows = progress_rows(spark, lh)
-    if rows is None:
-        rows = _old_progress_rows(spark, lh)
+    rows = progress_rows(spark, lh) or {}
     out = [
         TableState(
             r.db,
@@ -62,23 +60,6 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
         if r.applied_file_index is not None and config.source.captures(r.db, r.table)
     ]
     return sorted(out, key=lambda s: (s.db, s.table))
-
-
-def _old_progress_rows(spark, lh: Lakehouse) -> dict:
-    """A progress table silver has not brought up to date yet (it lacks newer columns): read
-    as it is, the missing columns as None."""
-    if not lh.silver_progress.exists(spark):
-        return {}
-    df = lh.silver_progress.read(spark)
-    present = [f for f in ProgressRow._fields if f in df.columns]
-    out = {}
-    for r in df.select(*present).collect():
-        row = ProgressRow(**{f: (r[f] if f in present else None) for f in ProgressRow._fields})
-        key = (row.db, row.table)
-        # An old lakehouse may hold several rows per table: the latest one counts.
-        if key not in out or progress_rank(row) > progress_rank(out[key]):
-            out[key] = row
-    return out
 
 
 def _in_tables(names) -> Any:

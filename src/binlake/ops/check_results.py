@@ -1,7 +1,7 @@
 """``binlake checks``: gold's Great Expectations results, as GE keeps and shows them.
 
 Every publish attempt stores GE's validation result of each table it checked with
-expectations in ``gold/_check_results`` (:mod:`binlake.gold.publish_log`). This command lists
+expectations in ``system/check_results`` (:mod:`binlake.gold.publish_log`). This command lists
 the newest result per table (the expectations that failed, with GE's counts) and, with
 ``--docs DIR``, renders GE's own Data Docs site from the stored results: the same pages a GE
 checkpoint would build, one validation page per table and publish, and an index.
@@ -24,6 +24,7 @@ from typing import Any
 
 from binlake.config import Config
 from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.layout import require_current_layout
 from binlake.errors import ConfigError, NotReadyError
 
 
@@ -52,6 +53,7 @@ def stored_results(spark, config: Config, tables: list[str] | None = None, last:
     if last < 1:
         raise ConfigError(f"--last must be at least 1, got {last}")
     lh = Lakehouse(config)
+    require_current_layout(spark, lh)
     if not lh.check_results.exists(spark):
         raise NotReadyError(
             "no check results yet: gold stores Great Expectations' results once a table with "

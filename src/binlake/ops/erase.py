@@ -138,7 +138,7 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
     for label, ref in (
         (f"silver/{db}/{name}", lh.silver(db, name)),
         (f"gold/{db}/{name}", lh.gold(db, name)),
-        (f"gold/_quarantine/{db}/{name}", lh.quarantine(db, name)),
+        (f"system/quarantine/{db}/{name}", lh.quarantine(db, name)),
         # SCD type 2 history (docs/history.md): every version, and the records it is derived from.
         (f"silver/{db}/{name}__history", lh.silver_history(db, name)),
         (f"silver/{db}/{name}__history_events", lh.silver_history_events(db, name)),

@@ -134,6 +134,8 @@ def run_maintain(spark, config: Config) -> MaintainResult:
         lh.schema_history,
         lh.silver_progress,
         lh.publish_log,
+        lh.check_results,
+        lh.leases,
         *refs,
     ]
     with ThreadPoolExecutor(TABLE_THREADS, thread_name_prefix="maintain") as pool:

@@ -1,4 +1,4 @@
-"""The metrics table (``gold/_metrics``): what every command run did, for dashboards and alerts.
+"""The metrics table (``system/metrics``): what every command run did, for dashboards and alerts.
 
 Each command that reads or writes the lakehouse (snapshot, capture, silver, gold, run,
 run --continuous, maintain, verify) appends one row per step it ran (``table`` NULL: the
@@ -18,7 +18,7 @@ most every :data:`FLUSH_SECONDS`, so metrics cost it one small commit a minute.
 Example (what the bundle's dashboard charts)::
 
     SELECT date_trunc('minute', started_at) AS t, max(lag_seconds) AS lag
-    FROM main.binlake_gold._metrics WHERE step = 'capture' AND `table` IS NULL GROUP BY 1
+    FROM main.binlake_system.metrics WHERE step = 'capture' AND `table` IS NULL GROUP BY 1
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 from binlake.config import Config
-from binlake.contract.lakehouse import METRICS_SCHEMA, Lakehouse, with_retry
+from binlake.contract.lakehouse import METRICS_COMMENT, METRICS_SCHEMA, Lakehouse, with_retry
 from binlake.contract.position import BinlogPosition
 
 log = logging.getLogger("binlake.metrics")
@@ -183,7 +183,7 @@ def ensure_metrics_table(spark, config: Config) -> None:
     ref = Lakehouse(config).metrics
     if str(ref) in _ready:
         return
-    ref.create_if_missing(spark, METRICS_SCHEMA, comment="binlake: one row per command run, step and table")
+    ref.create_if_missing(spark, METRICS_SCHEMA, comment=METRICS_COMMENT)
     _ready.add(str(ref))
 
 

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
 from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
+from binlake.contract.layout import require_current_layout
+from binlake.contract.leases import current_holders
 from binlake.errors import BinlakeError, LagExceededError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
@@ -205,7 +207,8 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
 
     Keys: ``generated_at``, ``capture`` (what capture_status reports, or None), ``captured``
     (the change log's last batch), ``lag`` (``bytes``, ``seconds``, ``seconds_basis``),
-    ``continuous`` (the last loop of ``run --continuous``, or None),
+    ``continuous`` (the last loop of ``run --continuous``, or None), ``writers`` (per layer
+    with a live lease: ``holder``, ``since``, ``until``; binlake.contract.leases),
     ``warnings``, ``notes``, ``last_publish`` and ``tables`` (one dict per table:
     ``table``, ``group`` (its publish group), ``silver_position``, ``stopped`` (why silver
     stopped it and the command that recovers it, or None), ``published_position``, ``publish_id``,
@@ -217,6 +220,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
+    require_current_layout(spark, lh)
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     notes: list[str] = []
     warnings: list[str] = []
@@ -237,6 +241,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
         "captured": captured,
         "lag": lag,
         "continuous": _continuous(lh, now),
+        "writers": _plain(current_holders(spark, lh)),
         "warnings": warnings,
         "notes": notes,
         "last_publish": _last_publish(spark, lh),
@@ -336,6 +341,11 @@ def format_status(status: Mapping[str, Any]) -> str:
             f"continuous: loop {cont['loops']} ended {cont['seconds_since_last_loop']:,.0f} s ago "
             f"({last['seconds']:.1f} s: {last['captured']} changes, gold {last['gold']}){fresh}"
         )
+    writers: dict[str, list[str]] = {}
+    for layer, lease in (status.get("writers") or {}).items():
+        writers.setdefault(f"{lease['holder']} until {lease['until']} UTC", []).append(layer)
+    for holder, layers in writers.items():
+        lines.append(f"writing {', '.join(layers)}: {holder}")
     for w in status.get("warnings") or []:
         lines.append(f"WARNING: {w}")
     for n in status.get("notes") or []:

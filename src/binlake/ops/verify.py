@@ -19,7 +19,7 @@ significand and exponent, not a decimal rendering).
   differently still lands in the same chunk on both sides.
 
 A comparison is only meaningful once silver has applied the binlog past the moment the
-source was read: verify compares only after silver's applied position (``silver/_progress``)
+source was read: verify compares only after silver's applied position (``system/silver_progress``)
 has reached the read's high watermark, running capture and silver first if it has
 not. Rows changed after the source was read can still differ legitimately; a table with
 mismatching chunks and bronze changes after the read's low watermark is verified once
@@ -166,7 +166,8 @@ def run_verify(
 ) -> VerifyResult:
     """Compare source and silver chunk by chunk; with ``repair``, re-read differing chunks.
 
-    ``tables``: ``"db.table"`` names (default: every captured table). Raises
+    ``tables``: ``"db.table"`` names (default: every captured table; blank names, as an empty
+    notebook widget split on commas gives, are ignored). Raises
     :class:`VerifyMismatch` (its ``result`` attribute holds the :class:`VerifyResult`) when
     chunks still differ at the end.
     """
@@ -174,6 +175,7 @@ def run_verify(
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
+    tables = [t.strip() for t in tables if t.strip()] if tables is not None else None
     started = time.monotonic()
     progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)

@@ -1,4 +1,4 @@
-"""``silver/_progress``: what silver has applied, one row per table.
+"""``system/silver_progress``: what silver has applied, one row per table.
 
 A row names the change-log and manifest versions the table has taken, the binlog position
 its change log is applied up to (a transaction boundary: gold's Invariant S reads it), and
@@ -13,6 +13,7 @@ import logging
 from datetime import datetime
 
 from binlake.contract.lakehouse import (
+    PROGRESS_COMMENT,
     PROGRESS_SCHEMA,
     Lakehouse,
     ProgressRow,
@@ -35,22 +36,13 @@ def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
     ref = lh.silver_progress
     if ref.exists(spark):
-        known = progress_rows(spark, lh)
-        if known is not None:
-            return known
-    ref.create_if_missing(spark, PROGRESS_SCHEMA, comment="binlake silver: what silver has applied, per table")
-    current = ref.read(spark)
-    for column, typ in (("silver_version", "BIGINT"), ("stopped", "STRING"), ("history_version", "BIGINT")):
-        if column not in current.columns:
-            # A lakehouse from before the column: added, NULL until each table's next run.
-            spark.sql(f"ALTER TABLE {ref.sql} ADD COLUMNS ({column} {typ})")
-            current = ref.read(spark)
+        return progress_rows(spark, lh)
+    ref.create_if_missing(spark, PROGRESS_SCHEMA, comment=PROGRESS_COMMENT)
     return _read(spark, lh)
 
 
 def progress_rows(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | None:
-    """The progress rows as they stand (None when there is no progress table or it lacks a
-    column this version writes: :func:`read_progress` then brings it up to date)."""
+    """The progress rows as they stand (None when there is no progress table yet)."""
     ref = lh.silver_progress
     if not ref.exists(spark):
         return None
@@ -58,8 +50,6 @@ def progress_rows(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | 
     known = _known.get(str(ref))
     if known is not None and known[0] == head:
         return dict(known[1])
-    if set(ProgressRow._fields) - set(ref.read(spark).columns):
-        return None
     return _read(spark, lh, head)
 
 

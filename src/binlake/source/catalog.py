@@ -8,15 +8,16 @@ from typing import Sequence
 import pymysql
 
 from binlake.config import SourceConfig
+from binlake.contract.lakehouse import name_clashes
 from binlake.contract.sql import qualified
 from binlake.contract.types import TableSchema, column_from_information_schema
-from binlake.errors import ConfigError
+from binlake.errors import ConfigError, TableNameClash
 from binlake.source.mysql import query
 
 _SYSTEM_DBS = ("mysql", "information_schema", "performance_schema", "sys")
 
 
-def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) -> list[tuple[str, str]]:
+def matching_tables(conn: pymysql.connections.Connection, source: SourceConfig) -> list[tuple[str, str]]:
     """(database, table) pairs matching the include/exclude patterns, base tables only."""
     rows = query(
         conn,
@@ -25,6 +26,17 @@ def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) 
         (_SYSTEM_DBS,),
     )
     return [(r["db"], r["t"]) for r in rows if source.captures(r["db"], r["t"])]
+
+
+def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) -> list[tuple[str, str]]:
+    """The tables binlake captures: :func:`matching_tables`, refused with
+    :class:`~binlake.errors.TableNameClash` when two of them would share a lakehouse table
+    (:func:`binlake.contract.lakehouse.name_clashes`) before anything is written for them."""
+    tables = matching_tables(conn, source)
+    clashes = name_clashes(tables)
+    if clashes:
+        raise TableNameClash(clashes[0] + (f" (and {len(clashes) - 1} more clash(es))" if len(clashes) > 1 else ""))
+    return tables
 
 
 def table_arguments(

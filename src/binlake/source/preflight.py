@@ -27,6 +27,7 @@ import pymysql
 
 from binlake.config import BINLOG_READERS, Config, SourceConfig
 from binlake.contract.columns import stored_schema
+from binlake.contract.lakehouse import name_clashes
 from binlake.contract.sql import mysql_string, quote_ident, unquote_ident
 from binlake.contract.types import TableSchema, UnsupportedTypeError, column_from_information_schema
 from binlake.errors import ConfigError, PreflightError
@@ -121,8 +122,10 @@ def check_source(source: SourceConfig, table_check: TableCheck | None = None) ->
         variables = _variables(conn)
         _check_binlog(report, variables, version["v"], mariadb)
         grants = _Grants.parse(r for row in query(conn, "SHOW GRANTS") for r in row.values())
-        tables = catalog.captured_tables(conn, source)
+        tables = catalog.matching_tables(conn, source)
         report.tables = [f"{db}.{t}" for db, t in tables]
+        for clash in name_clashes(tables):
+            report.add("names", Status.FAIL, clash)
         _check_privileges(report, grants, source, tables)
         _check_server_id(report, conn, source, int(version["sid"]), mariadb)
         _check_tables(report, conn, source, tables, grants, table_check)
