@@ -2,8 +2,9 @@
 by snapshot or binlog.
 
 The same rows are read by a real snapshot (the Spark data source's chunk SELECT) and from
-the binlog by capture; both land in bronze and must hold identical texts, which silver then
-types with one decoder.
+the binlog by capture; both must give identical texts. The change log keeps them; the snapshot
+types its texts on their way into bronze with silver's own decoder, so its typed rows must
+equal the binlog's texts decoded, value for value.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW  # tests/mysql_type
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import run_snapshot
 from binlake.contract.lakehouse import Lakehouse
-from binlake.contract.sql import qualified
-from binlake.contract.types import TableSchema, encode_value
+from binlake.contract.sql import qualified, quote_ident, spark_string
+from binlake.contract.types import TableSchema, encode_value, spark_decode_sql
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, query
 
@@ -30,10 +31,7 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
         f"INSERT INTO `{database}`.types VALUES {EDGE_ROW}, {NULL_ROW}, {ODD_ROW}",
     )
     run_snapshot(spark, config)
-    snapshot_images = {
-        int(r.row["id"]): dict(r.row)
-        for r in Lakehouse(config).snapshot_rows.read(spark).where(f"db = '{database}' AND `row` IS NOT NULL").collect()
-    }
+    snapshot_images = _reader_texts(spark, config, database)
     assert sorted(snapshot_images) == [1, 2, 3]
     mariadb.execute(f"DELETE FROM `{database}`.types WHERE id = 1")
     run_capture(spark, config)
@@ -76,6 +74,23 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     assert edge["b64"] == "-1" and edge["b1"] == "1" and edge["y"] == "2155"
     assert edge["bl"] == "3q2+7w==" and edge["f"] == repr(3.141590118408203)
 
+    # Bronze's typed snapshot rows are the binlog's texts through silver's decoder.
+    decode = [f"{spark_decode_sql(c, f'after[{spark_string(c.name)}]')} AS {quote_ident(c.name)}" for c in schema.columns]
+    binlog_typed = {
+        r["id"]: _values(r)
+        for r in Lakehouse(config)
+        .changelog.read(spark)
+        .where(f"db = '{database}' AND op = 'insert'")
+        .selectExpr(*decode)
+        .collect()
+    }
+    [typed] = Lakehouse(config).snapshot_tables(spark, database, "types").values()
+    names = [c.name for c in schema.columns]
+    snapshot_typed = {r["id"]: _values(r) for r in typed.read(spark).where("_cdc_chunk_stats IS NULL").select(*names).collect()}
+    assert sorted(snapshot_typed) == [1, 2, 3]
+    for key in (1, 2, 3):
+        assert snapshot_typed[key] == binlog_typed[key], f"row {key}: typed snapshot and decoded binlog differ"
+
     # The schema version from TABLE_MAP metadata equals the information_schema one.
     assert {r.schema_version for r in log if r.op in ("insert", "delete")} == {schema.version()}
     history = (
@@ -88,3 +103,30 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     from_binlog = TableSchema.from_json(history[0].schema_json)
     assert [c.signature() for c in from_binlog.columns] == [c.signature() for c in schema.columns]
     assert from_binlog.key == schema.key == ("id",)
+
+
+def _values(row) -> dict:
+    """A collected row's values, comparable across reads (NaN equals NaN as its repr)."""
+    return {k: repr(v) for k, v in row.asDict().items()}
+
+
+def _reader_texts(spark, config, database) -> dict[int, dict]:
+    """The snapshot reader's canonical texts of the whole table, by id: what bronze types."""
+    from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_options, text_column
+
+    with connect(config.source) as conn:
+        schema = table_schema(conn, config.source, database, "types")
+    chunk = {
+        "snapshot_id": "texts",
+        "db": database,
+        "table": "types",
+        "chunk_id": 0,
+        "start_key": None,
+        "end_key": None,
+        "schema_version": schema.version(),
+    }
+    spark.dataSource.register(SnapshotDataSource)
+    opts = reader_options(config.source, [chunk], {schema.name: schema.to_json()}, "texts")
+    rows = spark.read.format(FORMAT).options(**opts).load().where("_cdc_chunk_stats IS NULL").collect()
+    images = [{c.name: r[text_column(i)] for i, c in enumerate(schema.columns)} for r in rows]
+    return {int(img["id"]): img for img in images}

@@ -65,11 +65,45 @@ def manifest(spark, lh, db: str, table: str, snapshot_id: str | None = None) -> 
     return df.orderBy("chunk_id").collect()
 
 
-def trusted_rows(spark, lh, snapshot_id: str) -> list:
-    """Data rows silver would trust: joined to the manifest on the attempt that committed."""
-    rows = lh.snapshot_rows.read(spark).where(f"snapshot_id = '{snapshot_id}' AND `row` IS NOT NULL")
-    chunks = lh.snapshot_chunks.read(spark).select("snapshot_id", "chunk_id", "attempt_id")
-    return rows.join(chunks, ["snapshot_id", "chunk_id", "attempt_id"]).collect()
+def snapshot_ref(spark, lh, snapshot_id: str):
+    """The typed table of a snapshot (found through its plan)."""
+    p = lh.snapshot_plan.read(spark).where(f"snapshot_id = '{snapshot_id}'").first()
+    return lh.snapshot_table(p["db"], p["table"], snapshot_id)
+
+
+def trusted_rows(spark, lh, snapshot_id: str) -> list[dict]:
+    """Data rows silver would trust (joined to the manifest on the attempt that committed),
+    each with its values as canonical texts (``row``) and its chunk's manifest fields."""
+    from binlake.contract.types import TableSchema, encode_value
+
+    chunks = {
+        (c["chunk_id"], c["attempt_id"]): c
+        for c in lh.snapshot_chunks.read(spark).where(f"snapshot_id = '{snapshot_id}'").collect()
+    }
+    if not chunks:
+        return []
+    first = next(iter(chunks.values()))
+    assert all(c["row_format"] == "typed" for c in chunks.values())
+    [entry] = (
+        lh.schema_history.read(spark)
+        .where(f"db = '{first['db']}' AND `table` = '{first['table']}' AND schema_version = '{first['schema_version']}'")
+        .select("schema_json")
+        .limit(1)
+        .collect()
+    )
+    schema = TableSchema.from_json(entry["schema_json"])
+    out = []
+    for r in snapshot_ref(spark, lh, snapshot_id).read(spark).where("_cdc_chunk_stats IS NULL").collect():
+        c = chunks.get((r["_cdc_chunk_id"], r["_cdc_attempt_id"]))
+        if c is None:
+            continue
+        out.append(
+            {
+                "row": {col.name: encode_value(col, r[col.name]) for col in schema.columns},
+                **{k: c[k] for k in ("chunk_id", "attempt_id", "lw_file_index", "lw_pos", "db", "table", "schema_version")},
+            }
+        )
+    return out
 
 
 def latest_snapshot_id(spark, lh, db: str, table: str) -> str:
@@ -109,10 +143,8 @@ def assert_snapshot_matches_source(spark, config, db: str, table: str, chunk_siz
         mine = by_chunk.get(c["chunk_id"], [])
         assert c["row_count"] == len(mine)
         assert c["checksum"] == str(functools.reduce(combine_checksum, (dict(r["row"]) for r in mine), 0))
-        # A snapshot row's _cdc_seq is (lw, -1): the rows carry their chunk's low watermark.
-        assert all((r["lw_file_index"], r["lw_pos"]) == (c["lw_file_index"], c["lw_pos"]) for r in mine)
-        # What every row of a chunk shares is its chunk's.
-        assert {(r["db"], r["table"], r["schema_version"]) for r in mine} <= {(db, table, c["schema_version"])}
+        # What every row of a chunk shares (its low watermark, table, schema version) is in
+        # its manifest row, not on the rows.
         assert (c["lw_file_index"], c["lw_pos"]) <= (c["hw_file_index"], c["hw_pos"])
         if chunk_size is not None:
             assert c["row_count"] <= chunk_size
@@ -227,34 +259,47 @@ def test_snapshot_of_every_key_shape_equals_the_source(spark, shop, make_config)
     assert "6 tables" in result.summary()
 
 
-def test_snapshot_rows_is_partitioned_by_the_per_chunk_columns_so_its_files_hold_only_the_rows(
+def test_each_snapshot_has_one_typed_table_whose_files_hold_only_the_rows_and_their_chunk(
     spark, mariadb, database, make_config
 ):
+    """Rows are stored typed, in the snapshot's own table, without partitions; what is the same
+    for a whole chunk is in its manifest row, so the files hold the row values and the chunk's
+    identity only."""
     import pyarrow.parquet as pq
 
-    from binlake.contract.lakehouse import SNAPSHOT_ROWS_PARTITIONS
-
     mariadb.execute(
-        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",
-        "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}')" for i in range(1, 13)),
+        "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10), d DATE)",
+        "INSERT INTO t VALUES " + ",".join(f"({i}, 'v{i}', '2026-01-{i:02d}')" for i in range(1, 13)),
         database=database,
     )
     config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
     run_snapshot(spark, config)
-    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
+    sid = assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
 
     lh = Lakehouse(config)
-    detail = spark.sql(f"DESCRIBE DETAIL {lh.snapshot_rows.sql}").first()
-    assert list(detail["partitionColumns"]) == list(SNAPSHOT_ROWS_PARTITIONS)
-    assert detail["properties"]["binlake.layout"] == "per-chunk-partitions"
-    assert detail["properties"]["delta.dataSkippingNumIndexedCols"] == "0"
-    # One file per chunk attempt (one Spark task each), and Parquet stores only what varies per row.
-    files = list(Path(lh.snapshot_rows.path).rglob("*.parquet"))
+    ref = lh.snapshot_table(database, "t", sid)
+    assert list(lh.snapshot_tables(spark, database, "t")) == [sid]
+    assert not lh.snapshot_rows.exists(spark)  # the map form is only read, where it exists
+    detail = spark.sql(f"DESCRIBE DETAIL {ref.sql}").first()
+    assert list(detail["partitionColumns"]) == []
+    assert detail["properties"]["delta.dataSkippingStatsColumns"] == "_cdc_chunk_id,_cdc_attempt_id"
+    fields = {f.name: f.dataType.simpleString() for f in ref.read(spark).schema.fields}
+    assert fields == {
+        "id": "int",
+        "v": "string",
+        "d": "date",
+        "_cdc_chunk_id": "int",
+        "_cdc_attempt_id": "string",
+        "_cdc_chunk_stats": "map<string,string>",
+    }
+    # One file per chunk attempt (one Spark task each), and no per-chunk constant in it.
+    files = list(Path(ref.path).rglob("*.parquet"))
     assert len(files) == 3
-    assert all(pq.read_schema(f).names == ["row", "chunk_stats"] for f in files)
+    assert all(len(pq.read_schema(f).names) == 6 for f in files)
+    assert all(c["row_format"] == "typed" and c["zero_dates"] == 0 for c in manifest(spark, lh, database, "t"))
 
 
-def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapshot_rows(
+def test_a_lakehouse_with_map_form_snapshot_rows_keeps_them_and_writes_new_snapshots_typed(
     spark, mariadb, database, make_config
 ):
     from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
@@ -267,36 +312,14 @@ def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapsh
     config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
     lh = Lakehouse(config)
     lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)  # as binlake created it until 2026-11-25
+    old = spark.createDataFrame(
+        [("old", database, "t", 0, "a0", 1, 4, "v0", {"id": "1", "v": "x"}, None)], SNAPSHOT_ROWS_SCHEMA
+    )
+    lh.snapshot_rows.save(old.write.format("delta").mode("append"))
 
     run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
-    detail = spark.sql(f"DESCRIBE DETAIL {lh.snapshot_rows.sql}").first()
-    assert list(detail["partitionColumns"]) == []
-    assert detail["properties"]["delta.dataSkippingStatsColumns"] == "snapshot_id,attempt_id"
-    assert "binlake.layout" not in detail["properties"]
-
-    # The README's one statement that moves it to the partitioned layout, then a new snapshot.
-    table = lh.snapshot_rows.sql
-    spark.sql(
-        f"CREATE OR REPLACE TABLE {table} USING DELTA PARTITIONED BY (snapshot_id, db, `table`, chunk_id, "
-        "attempt_id, lw_file_index, lw_pos, schema_version) "
-        f"TBLPROPERTIES ('binlake.layout' = 'per-chunk-partitions') AS SELECT * FROM {table}"
-    )
-    run_snapshot(spark, config, tables=[f"{database}.t"])
-    assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
-    detail = spark.sql(f"DESCRIBE DETAIL {table}").first()
-    assert list(detail["partitionColumns"]) == [
-        "snapshot_id",
-        "db",
-        "table",
-        "chunk_id",
-        "attempt_id",
-        "lw_file_index",
-        "lw_pos",
-        "schema_version",
-    ]
-    assert detail["properties"]["delta.dataSkippingNumIndexedCols"] == "0"
-    assert lh.snapshot_rows.read(spark).where("`row` IS NOT NULL").count() == 16  # both snapshots' rows kept
+    assert lh.snapshot_rows.read(spark).count() == 1  # untouched
 
 
 def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(
@@ -320,13 +343,13 @@ def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(
     run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=2)
     # Two waves (3 + 2 chunks), both from the observation: no Spark job read the markers back.
-    assert [sorted(c for _, c in o) for o in observed] == [[0, 1, 2], [3, 4]] and read_back == []
+    assert [sorted(o) for o in observed] == [[0, 1, 2], [3, 4]] and read_back == []
 
     # Without the observation (a Spark that does not deliver it), the same manifest from a read-back.
     monkeypatch.setattr(snapshot, "_observed_markers", lambda *a: None)
     run_snapshot(spark, config, tables=[f"{database}.t"])
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=2)
-    assert [sorted(c for _, c in r) for r in read_back] == [[0, 1, 2], [3, 4]]
+    assert [sorted(r) for r in read_back] == [[0, 1, 2], [3, 4]]
 
 
 def test_rerun_skips_complete_tables_and_table_option_starts_a_new_snapshot(spark, mariadb, database, make_config):
@@ -398,11 +421,12 @@ def test_password_never_appears_in_the_spark_plan_or_bronze(spark, mariadb, data
             spark._jvm.org.apache.spark.sql.execution.ExplainMode.fromString("extended")
         )
     )
-    assert [r["row"] for r in df.collect() if r["row"] is not None] == [{"id": "1"}]
+    assert [r["_t0"] for r in df.collect() if r["_cdc_chunk_stats"] is None] == ["1"]
 
     run_snapshot(spark, config)
     lh = Lakehouse(config)
-    for ref in (lh.snapshot_rows, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history):
+    typed = list(lh.snapshot_tables(spark, database, "p").values())
+    for ref in (*typed, lh.snapshot_chunks, lh.snapshot_plan, lh.schema_history):
         dump = "\n".join(json.dumps(r.asDict(recursive=True), default=str) for r in ref.read(spark).collect())
         assert password not in dump
 
@@ -606,7 +630,8 @@ def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(sp
     rc, _, err = _cli(config_path, {"BINLAKE_KILL_AT": "snapshot.before_manifest@2"})
     assert rc == -signal.SIGKILL, err
     assert [c["chunk_id"] for c in manifest(spark, lh, db, "k")] == [0, 1]
-    assert lh.snapshot_rows.read(spark).where("chunk_id IN (2, 3) AND `row` IS NULL").count() == 2
+    markers = snapshot_ref(spark, lh, sid).read(spark).where("_cdc_chunk_stats IS NOT NULL")
+    assert markers.where("_cdc_chunk_id IN (2, 3)").count() == 2
 
     # 3. Killed mid-read: a reader sits between its low and high watermark.
     barrier = tmp_path / "barrier"
@@ -624,7 +649,7 @@ def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(sp
     chunks = manifest(spark, lh, db, "k")
     assert [c["chunk_id"] for c in chunks] == list(range(10))  # exactly one manifest row each
     assert_snapshot_matches_source(spark, config, db, "k", chunk_size=3)
-    attempts = {r["attempt_id"] for r in lh.snapshot_rows.read(spark).select("attempt_id").distinct().collect()}
+    attempts = {r[0] for r in snapshot_ref(spark, lh, sid).read(spark).select("_cdc_attempt_id").distinct().collect()}
     assert attempts - {c["attempt_id"] for c in chunks}, "the killed attempts left orphan rows, which were ignored"
 
 

@@ -5,6 +5,10 @@ snapshot write it, so silver can be specified without a MySQL server.
     b.schema(ORDERS)                                       # schema_history entry
     b.commit(b.insert(ORDERS, (1, 100, 0), id="1", v="a"))  # one capture commit + heartbeat
     b.chunk(ORDERS, [{"id": "1", "v": "a"}], lw=(1, 50))     # one snapshot chunk + manifest
+
+Snapshot chunks are written typed, as the snapshot writes them now, or with ``form="map"`` as
+row images in ``snapshot_rows``, as binlake wrote them before typed snapshot rows (silver reads
+both).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from binlake.contract.lakehouse import (
     SCHEMA_HISTORY_SCHEMA,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_ROWS_SCHEMA,
+    TYPED_ROWS,
     ChangeRow,
     Lakehouse,
     ManifestRow,
@@ -65,12 +70,14 @@ class Bronze:
         self.lh = Lakehouse(self.config)
         ensure_bronze_tables(spark, self.lh)
         self._current: dict[str, TableSchema] = {}
+        self._versions: dict[str, TableSchema] = {}
         self._chunk_ids = itertools.count()
         self.heartbeat_pos = (0, 0)
 
     # schema_history -------------------------------------------------------------------
     def schema(self, schema: TableSchema, at=(1, 4), ddl: str | None = None) -> TableSchema:
         self._current[schema.name] = schema
+        self._versions[schema.version()] = schema
         row = (schema.database, schema.table, schema.version(), at[0], at[1], ddl, schema.to_json(), T0)
         self.lh.schema_history.save(
             self.spark.createDataFrame([row], SCHEMA_HISTORY_SCHEMA).write.format("delta").mode("append")
@@ -160,11 +167,19 @@ class Bronze:
         chunk_id=None,
         attempt_id="a1",
         version=None,
+        form="typed",
     ):
         """Rows read by one chunk [start, end) plus its marker; the manifest row last."""
         chunk_id = next(self._chunk_ids) if chunk_id is None else chunk_id
         hw = hw or (lw[0], lw[1] + 10)
         version = version or self.version(schema.name)
+        if form == "typed":
+            zero = self._typed_chunk(self._versions.get(version, schema), rows, lw, hw, snapshot_id, chunk_id, attempt_id)
+            if manifest:
+                self.manifest(
+                    schema, chunk_id, lw, hw, start, end, len(rows), snapshot_id, attempt_id, version, TYPED_ROWS, zero
+                )
+            return chunk_id
         data = [
             (snapshot_id, schema.database, schema.table, chunk_id, attempt_id, lw[0], lw[1], version, _texts(r), None)
             for r in rows
@@ -190,8 +205,55 @@ class Bronze:
             self.manifest(schema, chunk_id, lw, hw, start, end, len(rows), snapshot_id, attempt_id, version)
         return chunk_id
 
+    def _typed_chunk(self, schema, rows, lw, hw, snapshot_id, chunk_id, attempt_id) -> int:
+        """The chunk's rows typed by silver's decoder, as the snapshot writes them; returns the
+        zero dates they held (the snapshot counts them per chunk)."""
+        from binlake.bronze.snapshot import create_snapshot_table
+        from binlake.contract.sql import quote_ident, spark_string
+        from binlake.contract.types import spark_decode_sql
+
+        ref = self.lh.snapshot_table(schema.database, schema.table, snapshot_id)
+        if not ref.exists(self.spark):
+            create_snapshot_table(self.spark, ref, schema, snapshot_id)
+        stats = {
+            "snapshot_id": snapshot_id,
+            "lw_file": f"mysql-bin.{lw[0]:06d}",
+            "lw_file_index": str(lw[0]),
+            "lw_pos": str(lw[1]),
+            "hw_file": f"mysql-bin.{hw[0]:06d}",
+            "hw_pos": str(hw[1]),
+            "row_count": str(len(rows)),
+        }
+        texts = [(chunk_id, attempt_id, _texts(r), None) for r in rows] + [(chunk_id, attempt_id, None, stats)]
+        df = self.spark.createDataFrame(
+            texts, "_cdc_chunk_id INT, _cdc_attempt_id STRING, img MAP<STRING,STRING>, _cdc_chunk_stats MAP<STRING,STRING>"
+        ).selectExpr(
+            *[
+                f"{spark_decode_sql(c, f'try_element_at(img, {spark_string(c.name)})')} AS {quote_ident(c.name)}"
+                for c in schema.columns
+            ],
+            "_cdc_chunk_id",
+            "_cdc_attempt_id",
+            "_cdc_chunk_stats",
+        )
+        ref.save(df.write.format("delta").mode("append"))
+        temporal = {c.name for c in schema.columns if c.kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP)}
+        return sum(1 for r in rows for k, v in r.items() if k in temporal and str(v).startswith("0000-"))
+
     def manifest(
-        self, schema, chunk_id, lw, hw, start, end, row_count, snapshot_id="snap1", attempt_id="a1", version=None
+        self,
+        schema,
+        chunk_id,
+        lw,
+        hw,
+        start,
+        end,
+        row_count,
+        snapshot_id="snap1",
+        attempt_id="a1",
+        version=None,
+        row_format=None,
+        zero_dates=0,
     ):
         enc = lambda b: None if b is None else json.dumps([str(x) for x in b])  # noqa: E731
         row = ManifestRow(
@@ -213,6 +275,8 @@ class Bronze:
             checksum="x",
             schema_version=version or self.version(schema.name),
             committed_at=T0,
+            row_format=row_format,
+            zero_dates=zero_dates if row_format else None,
         )
         self.lh.snapshot_chunks.save(
             self.spark.createDataFrame([row], SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")

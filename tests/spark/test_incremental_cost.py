@@ -93,14 +93,24 @@ def test_a_run_with_nothing_new_commits_nothing(spark, tmp_path):
     assert silver.untouched == 2 and gold.status == "unchanged"
 
 
-def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path):
+@pytest.mark.parametrize("form", ["typed", "map"])
+def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path, form, monkeypatch):
+    """Typed snapshot rows are appended as they are (no value decoded); map-form ones, which
+    an earlier binlake wrote, are decoded on the way."""
+    from binlake.contract import types
+
     b = Bronze(spark, tmp_path / "lh")
     b.schema(t(0))
-    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(5)], lw=(1, 50), start=None, end=[5], chunk_id=0)
-    b.chunk(t(0), [{"id": i, "v": f"v{i}", "n": i} for i in range(5, 8)], lw=(1, 60), start=[5], end=None, chunk_id=1)
+    rows = [{"id": i, "v": f"v{i}", "n": i} for i in range(8)]
+    b.chunk(t(0), rows[:5], lw=(1, 50), start=None, end=[5], chunk_id=0, form=form)
+    b.chunk(t(0), rows[5:], lw=(1, 60), start=[5], end=None, chunk_id=1, form=form)
     b.commit(heartbeat=(1, 70))
 
+    decoded = []
+    real = types.spark_decode_sql
+    monkeypatch.setattr("binlake.silver.batch.spark_decode_sql", lambda *a: decoded.append(a) or real(*a))
     result = run_silver(spark, b.config)
+    assert bool(decoded) == (form == "map")
 
     assert result.table("shop.t0").bulk_loaded and result.table("shop.t0").merged == 8
     history = b.lh.silver("shop", "t0").delta(spark).history().select("operation").collect()

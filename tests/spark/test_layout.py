@@ -183,3 +183,53 @@ def test_a_lakehouse_from_a_newer_binlake_is_refused_by_readers_and_writers(spar
     ):
         with pytest.raises(LayoutTooNewError, match=rf"has layout {LAYOUT_VERSION + 1}, written by a newer binlake"):
             check()
+
+
+# The manifest as binlake wrote it before typed snapshot rows (layout 3): no row_format, no zero_dates.
+OLD_SNAPSHOT_CHUNKS = (
+    "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
+    "key_columns ARRAY<STRING>, start_key STRING, end_key STRING, "
+    "lw_file STRING, lw_file_index BIGINT, lw_pos BIGINT, hw_file STRING, hw_file_index BIGINT, hw_pos BIGINT, "
+    "row_count BIGINT, checksum STRING, schema_version STRING, committed_at TIMESTAMP"
+)
+
+
+def test_map_form_snapshot_rows_of_a_layout_3_lakehouse_are_migrated_in_place_and_read_by_silver(spark, tmp_path):
+    """Step 4 adds the manifest's row_format and zero_dates (NULL in the rows already there:
+    map form); silver then loads the old snapshot's map rows, and a new typed chunk beside
+    them, into one table."""
+    from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
+
+    from binlake.contract.types import Kind
+    from binlake.silver.run import run_silver
+
+    layout.forget_checked_layouts()
+    root = tmp_path / "lake"
+    lh = Lakehouse(_config(root))
+    orders = table("shop.orders", [col("id"), col("v", Kind.STRING), col("d", Kind.DATE)])
+    lh.snapshot_chunks.create_if_missing(spark, OLD_SNAPSHOT_CHUNKS)
+    ensure_current_layout(spark, lh, Holder("run"))  # a new lakehouse: stamped current...
+    spark.sql(f"ALTER TABLE {lh.leases.sql} SET TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '3')")  # ...as layout 3 was
+    layout.forget_checked_layouts()
+
+    b = Bronze(spark, root)
+    b.schema(orders)
+    old = [{"id": 1, "v": "a", "d": "2026-01-02"}, {"id": 2, "v": "b", "d": "0000-00-00"}]
+    b.chunk(orders, old, lw=(1, 50), end=[3], snapshot_id="old", chunk_id=0, form="map", manifest=False)
+    manifest = [
+        ("old", "shop", "orders", 0, "a1", ["id"], None, '["3"]', "mysql-bin.000001", 1, 50)
+        + ("mysql-bin.000001", 1, 60, 2, "x", b.version("shop.orders"), T)
+    ]
+    lh.snapshot_chunks.save(spark.createDataFrame(manifest, OLD_SNAPSHOT_CHUNKS).write.format("delta").mode("append"))
+
+    assert [s.number for s in ensure_current_layout(spark, lh, Holder("run"))] == [4]
+    chunks = lh.snapshot_chunks.read(spark).collect()
+    assert [(c.snapshot_id, c.row_format, c.zero_dates) for c in chunks] == [("old", None, None)]
+
+    b.chunk(orders, [{"id": 3, "v": "c", "d": "2026-01-04"}], lw=(1, 70), start=[3], snapshot_id="old", chunk_id=1)
+    b.commit(heartbeat=(1, 80))
+    result = run_silver(spark, b.config)
+    assert result.table("shop.orders").zero_dates == 1  # counted from the map row's text
+    rows = lh.silver("shop", "orders").read(spark).orderBy("id").collect()
+    assert [(r.id, r.v, str(r.d)) for r in rows] == [(1, "a", "2026-01-02"), (2, "b", "None"), (3, "c", "2026-01-04")]
+    assert {r._cdc_op for r in rows} == {"snapshot"}

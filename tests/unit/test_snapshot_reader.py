@@ -126,12 +126,16 @@ def test_canonical_protocol_texts_pass_as_they_are_and_the_others_are_encoded():
     ]
 
 
-def test_the_rows_are_maps_from_column_name_to_text():
+def test_the_rows_are_one_text_column_per_stored_column_in_the_order_asked():
     encoding = plan_chunk_read(chunk(), SCHEMA, None, "").row_encoding(RESULT, TEXT, TYPES)
     texts = encoding.texts(block_of(ROWS, TEXT))
-    rows = encoding.rows(texts, 3)
-    assert rows.type == arrow_schema().field("row").type
-    assert dict(rows[1].as_py()) == {"id": "12", "price": "1.5", "shipped": None, "email": None}
+    columns = encoding.columns(texts, 3, ["email", "id", "price", "shipped"])
+    assert [c.to_pylist() for c in columns] == [
+        ["a@example.org", None, "\u00e9@example.org"],
+        ["11", "12", "13"],
+        ["0.4823751449584961", "1.5", "1.5"],
+        ["2024-02-29", None, "2024-02-29"],
+    ]
     assert row_hashes(COLUMNS, texts).tolist() == row_hashes(COLUMNS, pa.array(texts.to_pylist())).tolist()
 
 
@@ -158,32 +162,36 @@ def test_a_column_the_protocol_sends_as_bytes_is_encoded():
 LW = BinlogPosition("mysql-bin.000004", 1234, epoch=1)
 
 
-def test_row_batches_carry_the_chunk_and_its_low_watermark():
+def test_row_batches_carry_only_the_texts_and_the_chunk_identity():
     encoding = plan_chunk_read(chunk(), SCHEMA, None, "").row_encoding(RESULT, TEXT, TYPES)
-    batch = ChunkBatches(chunk(), "attempt-9").rows(LW, encoding.rows(encoding.texts(block_of(ROWS, TEXT)), 3))
-    assert batch.schema == arrow_schema() and batch.num_rows == 3
-    first = batch.to_pylist()[0]
-    assert {k: v for k, v in first.items() if k not in ("row", "chunk_stats")} == {
-        "snapshot_id": "snap-1",
-        "db": "shop",
-        "table": "orders",
-        "chunk_id": 3,
-        "attempt_id": "attempt-9",
-        "lw_file_index": LW.log_index,
-        "lw_pos": 1234,
-        "schema_version": "v1",
+    batches = ChunkBatches(chunk(), "attempt-9", COLUMNS)
+    batch = batches.rows(encoding.columns(encoding.texts(block_of(ROWS, TEXT)), 3, COLUMNS))
+    assert batch.schema == arrow_schema(4) and batch.num_rows == 3
+    assert batch.to_pylist()[0] == {
+        "_t0": "11",
+        "_t1": "0.4823751449584961",
+        "_t2": "2024-02-29",
+        "_t3": "a@example.org",
+        "_cdc_chunk_id": 3,
+        "_cdc_attempt_id": "attempt-9",
+        "_cdc_chunk_stats": None,
     }
-    assert first["chunk_stats"] is None
 
 
-def test_the_marker_row_has_no_row_and_holds_the_high_watermark_count_and_checksum():
+def test_the_marker_row_has_no_values_and_holds_the_watermarks_count_checksum_and_zero_dates():
     hw = BinlogPosition("mysql-bin.000005", 99, epoch=1)
-    marker = ChunkBatches(chunk(), "attempt-9").marker(LW, hw, count=3, checksum=2**64 - 1).to_pylist()
-    assert len(marker) == 1 and marker[0]["row"] is None and marker[0]["lw_pos"] == 1234
-    assert dict(marker[0]["chunk_stats"]) == {
+    batches = ChunkBatches(chunk(), "attempt-9", COLUMNS)
+    marker = batches.marker(LW, hw, count=3, checksum=2**64 - 1, zero_dates=2).to_pylist()
+    assert len(marker) == 1 and all(marker[0][f"_t{i}"] is None for i in range(4))
+    assert (marker[0]["_cdc_chunk_id"], marker[0]["_cdc_attempt_id"]) == (3, "attempt-9")
+    assert dict(marker[0]["_cdc_chunk_stats"]) == {
+        "snapshot_id": "snap-1",
         "lw_file": "mysql-bin.000004",
+        "lw_file_index": str(LW.log_index),
+        "lw_pos": "1234",
         "hw_file": "mysql-bin.000005",
         "hw_pos": "99",
         "row_count": "3",
         "checksum": str(2**64 - 1),
+        "zero_dates": "2",
     }

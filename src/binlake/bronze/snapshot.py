@@ -3,10 +3,14 @@
 Per table: record the schema in ``schema_history`` at the binlog position taken before
 planning, plan key-range chunks (:mod:`binlake.bronze.chunking`), persist the plan in
 ``snapshot_plan``, then read the chunks in waves of ``snapshot.wave_size`` as Spark tasks
-(:mod:`binlake.bronze.snapshot_source`). A wave is one Delta append of its rows and
-marker rows to ``snapshot_rows``; only then are its manifest rows, built from the markers
-(collected by a Spark observation of that write, else read back), appended to
-``snapshot_chunks``. A chunk without a manifest row is invisible
+(:mod:`binlake.bronze.snapshot_source`). A chunk is read with one known schema version, so
+its rows are stored typed: each snapshot has its own Delta table
+(:meth:`~binlake.contract.lakehouse.Lakehouse.snapshot_table`), whose rows are the stored
+schema's columns plus the chunk's identity. A wave is one Delta append of its rows and marker
+rows per snapshot in it (side by side); only then are its manifest rows, built from the
+markers (collected by a Spark observation of that write, else read back), appended to
+``snapshot_chunks``: the per-chunk constants (watermarks, schema version, checksum) live
+there, not on the rows. A chunk without a manifest row is invisible
 to silver, so a run killed anywhere leaves nothing half-trusted, and the next run reads
 exactly the chunks of the open snapshot that have no manifest row, under a new attempt id.
 
@@ -49,7 +53,7 @@ from binlake.bronze.chunking import (
     plan_arithmetic,
     plan_by_boundaries,
 )
-from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_options
+from binlake.bronze.snapshot_source import FORMAT, SnapshotDataSource, reader_options, typed_columns
 from binlake.bronze.tables import (
     ensure_bronze_tables,
     record_schemas,
@@ -57,12 +61,20 @@ from binlake.bronze.tables import (
 from binlake.config import Config
 from binlake.contract.columns import stored_schema
 from binlake.contract.lakehouse import (
+    SNAPSHOT_ATTEMPT_ID,
+    SNAPSHOT_CHUNK_ID,
+    SNAPSHOT_CHUNK_STATS,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_PLAN_SCHEMA,
+    SNAPSHOT_VERSION_PROPERTY,
+    TYPED_ROWS,
+    TYPED_SNAPSHOT_META,
+    TYPED_SNAPSHOT_PROPERTIES,
     Lakehouse,
     ManifestRow,
 )
 from binlake.contract.position import epoch_of, file_index, log_index
+from binlake.contract.sql import spark_string
 from binlake.contract.types import TableSchema, encode_value
 from binlake.errors import LakehouseError, PreflightError
 from binlake.progress import Progress
@@ -460,44 +472,44 @@ def _read_waves(
     by_table = {t.name: t for t in result.tables}
     wave_size = config.snapshot.wave_size
     barrier = os.environ.get(BARRIER_ENV)
-    with progress.task("snapshot", total=len(pending), unit="chunks") as task:
+    # A wave's snapshots are written side by side (one Delta append each): a wave of many
+    # small tables is many small Spark jobs, whose driver-side latency overlaps.
+    threads = max(1, min(config.snapshot.parallelism, 8))
+    with progress.task("snapshot", total=len(pending), unit="chunks") as task, ThreadPoolExecutor(
+        threads, thread_name_prefix="binlake-snapshot"
+    ) as pool:
         for i in range(0, len(pending), wave_size):
             wave = pending[i : i + wave_size]
             # A fresh attempt id per wave: rows of a killed earlier attempt of the same chunk
-            # stay in snapshot_rows but never match a manifest row.
+            # stay in the snapshot's table but never match a manifest row.
             attempt_id = uuid.uuid4().hex
-            schemas = {p.schema.name: p.schema.to_json() for p in wave}
-            opts = reader_options(
-                config.source,
-                [p.as_option() for p in wave],
-                schemas,
-                attempt_id,
-                barrier,
-                epoch=source[0],
-                server_id=source[1],
-            )
-            df, observed = observe_markers(spark.read.format(FORMAT).options(**opts).load(), attempt_id)
-            try:
-                lh.snapshot_rows.save(df.write.format("delta").mode("append"))
-            except Exception as exc:  # noqa: BLE001 - re-raised as one line without the options
-                raise _wave_error(exc, wave) from None
+            groups: dict[str, list[_Pending]] = {}
+            for p in wave:
+                groups.setdefault(p.snapshot_id, []).append(p)
+            writes = [
+                pool.submit(_write_snapshot_rows, spark, config, lh, chunks, attempt_id, barrier, source)
+                for chunks in groups.values()
+            ]
+            by_chunk: dict[tuple[str, int], dict] = {}
+            for future in writes:
+                by_chunk.update(future.result())  # re-raises the first failed write
             faults.point("snapshot.before_manifest")
-            by_chunk = _observed_markers(observed, wave) or _read_back_markers(spark, lh, attempt_id)
             if plan_committed is not None:
                 plan_committed.result()  # re-raises a failed plan commit before any manifest row
             now = datetime.now(timezone.utc).replace(tzinfo=None)
             manifest = []
             rows_in_wave = 0
             for p in wave:
-                m = by_chunk.get((p.snapshot_id, p.chunk_id))
-                if m is None:
+                s = by_chunk.get((p.snapshot_id, p.chunk_id))
+                if s is None:
                     raise LakehouseError(
                         f"snapshot chunk {p.schema.name}#{p.chunk_id} left no marker row in "
-                        f"{lh.snapshot_rows}: re-run binlake snapshot"
+                        f"{lh.snapshot_table(p.schema.database, p.schema.table, p.snapshot_id)}: "
+                        "re-run binlake snapshot"
                     )
-                s = m["chunk_stats"]
                 n = int(s["row_count"])
                 rows_in_wave += n
+                lw_index = int(s["lw_file_index"])
                 manifest.append(
                     ManifestRow(
                         snapshot_id=p.snapshot_id,
@@ -509,15 +521,17 @@ def _read_waves(
                         start_key=p.start_key,
                         end_key=p.end_key,
                         lw_file=s["lw_file"],
-                        lw_file_index=m["lw_file_index"],
-                        lw_pos=m["lw_pos"],
+                        lw_file_index=lw_index,
+                        lw_pos=int(s["lw_pos"]),
                         hw_file=s["hw_file"],
-                        hw_file_index=log_index(epoch_of(m["lw_file_index"]), file_index(s["hw_file"])),
+                        hw_file_index=log_index(epoch_of(lw_index), file_index(s["hw_file"])),
                         hw_pos=int(s["hw_pos"]),
                         row_count=n,
                         checksum=s["checksum"],
                         schema_version=p.version,
                         committed_at=now,
+                        row_format=TYPED_ROWS,
+                        zero_dates=int(s.get("zero_dates") or 0),
                     )
                 )
                 t = by_table[p.schema.name]
@@ -529,8 +543,55 @@ def _read_waves(
             task.advance(len(wave), items=rows_in_wave)
 
 
-# The marker rows' columns the manifest is built from.
-_MARKER_COLUMNS = ("snapshot_id", "chunk_id", "lw_file_index", "lw_pos", "chunk_stats")
+def _write_snapshot_rows(
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    chunks: list[_Pending],
+    attempt_id: str,
+    barrier: str | None,
+    source: tuple[int, int],
+) -> dict[tuple[str, int], dict]:
+    """Read chunks of one snapshot and append their rows, typed, and their marker rows to the
+    snapshot's table (one Delta append); returns each chunk's stats by (snapshot, chunk)."""
+    first = chunks[0]
+    schema = first.schema
+    stored = stored_schema(config.source, schema)
+    ref = lh.snapshot_table(schema.database, schema.table, first.snapshot_id)
+    if not ref.exists(spark):
+        create_snapshot_table(spark, ref, stored, first.snapshot_id)
+    opts = reader_options(
+        config.source,
+        [p.as_option() for p in chunks],
+        {schema.name: schema.to_json()},
+        attempt_id,
+        barrier,
+        epoch=source[0],
+        server_id=source[1],
+        stored=stored,
+    )
+    typed = spark.read.format(FORMAT).options(**opts).load().selectExpr(*typed_columns(stored))
+    df, observed = observe_markers(typed, attempt_id)
+    try:
+        ref.save(df.write.format("delta").mode("append"))
+    except Exception as exc:  # noqa: BLE001 - re-raised as one line without the options
+        raise _wave_error(exc, chunks) from None
+    stats = _observed_markers(observed, chunks) or _read_back_markers(spark, ref, attempt_id)
+    return {(first.snapshot_id, chunk_id): s for chunk_id, s in stats.items()}
+
+
+def create_snapshot_table(spark, ref, stored: TableSchema, snapshot_id: str) -> None:
+    """Create a snapshot's typed table: ``stored``'s columns and the chunk identity."""
+    from binlake.contract.sql import quote_ident
+
+    columns = [f"{quote_ident(c.name)} {c.spark_type}" for c in stored.columns]
+    columns += [f"{name} {typ} COMMENT {spark_string(comment)}" for name, typ, comment in TYPED_SNAPSHOT_META]
+    ref.create_if_missing(
+        spark,
+        ", ".join(columns),
+        {**TYPED_SNAPSHOT_PROPERTIES, SNAPSHOT_VERSION_PROPERTY: stored.version()},
+        comment=f"binlake bronze: rows of snapshot {snapshot_id} of {stored.name}, typed",
+    )
 
 
 def observe_markers(df, attempt_id: str):
@@ -543,14 +604,14 @@ def observe_markers(df, attempt_id: str):
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    observed = Observation(f"binlake-snapshot-markers-{attempt_id}")
-    marker = F.when(F.col("chunk_stats").isNotNull(), F.struct(*_MARKER_COLUMNS))
+    observed = Observation(f"binlake-snapshot-markers-{attempt_id}-{uuid.uuid4().hex[:8]}")
+    marker = F.when(F.col(SNAPSHOT_CHUNK_STATS).isNotNull(), F.struct(SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS))
     return df.observe(observed, F.to_json(F.collect_list(marker)).alias("markers")), observed
 
 
-def _observed_markers(observed, wave: list[_Pending]) -> dict[tuple[str, int], dict] | None:
-    """The wave's markers by (snapshot_id, chunk_id) from the observation, or None when it
-    has not got exactly one per chunk of the wave (then the caller reads them back)."""
+def _observed_markers(observed, chunks: list[_Pending]) -> dict[int, dict] | None:
+    """The chunks' stats by chunk id from the observation, or None when it has not got
+    exactly one marker per chunk (then the caller reads them back)."""
     import json
 
     try:
@@ -560,8 +621,8 @@ def _observed_markers(observed, wave: list[_Pending]) -> dict[tuple[str, int], d
     except Exception:  # noqa: BLE001 - any failure here only costs the read-back
         log.debug("snapshot markers not observed; reading them back", exc_info=True)
         return None
-    by_chunk = {(m["snapshot_id"], m["chunk_id"]): m for m in markers}
-    if len(by_chunk) != len(markers) or set(by_chunk) != {(p.snapshot_id, p.chunk_id) for p in wave}:
+    by_chunk = {m[SNAPSHOT_CHUNK_ID]: m[SNAPSHOT_CHUNK_STATS] for m in markers}
+    if len(by_chunk) != len(markers) or set(by_chunk) != {p.chunk_id for p in chunks}:
         return None
     return by_chunk
 
@@ -585,19 +646,19 @@ def _arrived(observed) -> bool:
     return True
 
 
-def _read_back_markers(spark, lh: Lakehouse, attempt_id: str) -> dict[tuple[str, int], dict]:
-    """The wave's markers read from snapshot_rows: what the observation holds, at the cost of a job."""
+def _read_back_markers(spark, ref, attempt_id: str) -> dict[int, dict]:
+    """The attempt's markers read from the snapshot's table: what the observation holds, at
+    the cost of a job."""
     from pyspark.sql import functions as F
 
-    # Marker rows are the ones with chunk_stats; testing that column (not ``row``) keeps
-    # the wave's row images unread, and attempt_id skips every other file.
+    # Marker rows are the ones with stats; the attempt id's statistics skip every other file.
     markers = (
-        lh.snapshot_rows.read(spark)
-        .where((F.col("attempt_id") == attempt_id) & F.col("chunk_stats").isNotNull())
-        .select(*_MARKER_COLUMNS)
+        ref.read(spark)
+        .where((F.col(SNAPSHOT_ATTEMPT_ID) == attempt_id) & F.col(SNAPSHOT_CHUNK_STATS).isNotNull())
+        .select(SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS)
         .collect()
     )
-    return {(m["snapshot_id"], m["chunk_id"]): m.asDict() for m in markers}
+    return {m[SNAPSHOT_CHUNK_ID]: dict(m[SNAPSHOT_CHUNK_STATS]) for m in markers}
 
 
 def _wave_error(exc: Exception, wave: list[_Pending]) -> Exception:

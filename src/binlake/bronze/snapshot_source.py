@@ -3,11 +3,15 @@
 Each partition reads one chunk on an executor: one SELECT of the key range inside a
 consistent-snapshot transaction (no locks), bounded by its low and high binlog watermarks
 (:class:`binlake.source.mysql.consistent_read`: on MariaDB both are the exact position the
-snapshot sees). It
-yields the chunk's data rows and then one marker row (``row`` NULL) whose ``chunk_stats``
-hold ``lw_file``, ``hw_file``, ``hw_pos``, ``row_count`` and ``checksum`` (see
-:func:`row_hashes`). The schema is :data:`binlake.contract.lakehouse.SNAPSHOT_ROWS_SCHEMA`; rows go to
-Spark as Arrow record batches (:func:`arrow_schema`), never one Python tuple per row.
+snapshot sees). All chunks of one read belong to one snapshot, so to one table and one schema
+version: it yields each row as one canonical text per column (``_t0``, ``_t1``, ... in the
+order of the option ``columns``, the stored schema's columns), with the chunk's identity
+(``_cdc_chunk_id``, ``_cdc_attempt_id``), and then one marker row (every text NULL) whose
+``_cdc_chunk_stats`` hold the snapshot id, ``lw_file``, ``lw_file_index``, ``lw_pos``,
+``hw_file``, ``hw_pos``, ``row_count``, ``checksum`` (see :func:`row_hashes`) and
+``zero_dates``. The driver types the texts with silver's decode expressions
+(:func:`typed_columns`) on their way into the snapshot's typed table. Rows go to Spark as Arrow
+record batches (:func:`arrow_schema`), never one Python tuple per row.
 
 The reader keeps no state between partitions and pickles: everything a partition needs is
 in the partition object or in the (string) options. The password travels only under the
@@ -33,10 +37,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from binlake.bronze.chunking import key_from_json, range_condition
 from binlake.config import ColumnRule, SourceConfig
 from binlake.contract.columns import masked_text
-from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
+from binlake.contract.lakehouse import SNAPSHOT_ATTEMPT_ID, SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS
 from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import qualified, quote_ident
-from binlake.contract.types import Column, TableSchema
+from binlake.contract.types import Column, Kind, TableSchema, spark_decode_sql
 from binlake.errors import SchemaChangeError, SourceChangedError
 from binlake.source.mysql import connect, consistent_read, exact_value_sql, server_id
 
@@ -175,17 +179,25 @@ def reader_options(
     barrier_dir: str | None = None,
     epoch: int = 0,
     server_id: int | None = None,
+    stored: TableSchema | None = None,
 ) -> dict[str, str]:
     """Options for one read: chunks (dicts with snapshot_id, db, table, chunk_id, start_key,
-    end_key, schema_version), table schemas as JSON by ``db.table``, and the connection.
-    Watermarks are positions of source epoch ``epoch``, valid only on server ``server_id``
-    (when given: a reader that finds another server there fails instead of mixing them)."""
+    end_key, schema_version) of one snapshot, table schemas as JSON by ``db.table``, the
+    schema binlake stores the table with (``stored``: the columns the read yields; default
+    the table's schema), and the connection. Watermarks are positions of source epoch
+    ``epoch``, valid only on server ``server_id`` (when given: a reader that finds another
+    server there fails instead of mixing them)."""
+    chunks = list(chunks)
+    if stored is None:
+        stored = TableSchema.from_json(dict(schemas)[f"{chunks[0]['db']}.{chunks[0]['table']}"])
     opts = {
         **source.executor_options(),
-        "chunks": json.dumps(list(chunks), separators=(",", ":")),
+        "chunks": json.dumps(chunks, separators=(",", ":")),
         "schemas": json.dumps(dict(schemas), separators=(",", ":")),
         "attempt_id": attempt_id,
         "epoch": str(int(epoch)),
+        "columns": json.dumps([c.name for c in stored.columns], separators=(",", ":")),
+        "zero_date_columns": json.dumps([c.name for c in stored.columns if _has_zero_dates(c)], separators=(",", ":")),
     }
     if server_id is not None:
         opts["server_id"] = str(int(server_id))
@@ -200,7 +212,7 @@ class SnapshotDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SNAPSHOT_ROWS_SCHEMA
+        return read_schema(len(json.loads(self.options["columns"])))
 
     def reader(self, schema) -> "SnapshotReader":
         return SnapshotReader(dict(self.options))
@@ -208,7 +220,7 @@ class SnapshotDataSource(DataSource):
 
 class SnapshotReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]):
-        for key in ("source", "password", "chunks", "schemas", "attempt_id"):
+        for key in ("source", "password", "chunks", "schemas", "attempt_id", "columns"):
             if key not in options:
                 raise ValueError(f"{FORMAT} needs the option {key!r}")
         self.options = dict(options)
@@ -244,25 +256,49 @@ def _barrier(options: Mapping[str, str], p: ChunkPartition, stage: str) -> None:
         time.sleep(0.02)
 
 
-def arrow_schema():
-    """:data:`SNAPSHOT_ROWS_SCHEMA` as Arrow: the reader yields ``RecordBatch`` es of it."""
+def read_schema(n: int) -> str:
+    """The read's schema for a table of ``n`` stored columns: one text per column, then the
+    chunk identity and the marker's stats."""
+    texts = "".join(f"{text_column(i)} STRING, " for i in range(n))
+    return (
+        f"{texts}{SNAPSHOT_CHUNK_ID} INT, {SNAPSHOT_ATTEMPT_ID} STRING, "
+        f"{SNAPSHOT_CHUNK_STATS} MAP<STRING, STRING>"
+    )
+
+
+def text_column(i: int) -> str:
+    """The name of the read's ``i``-th text column (source names may be any text)."""
+    return f"_t{i}"
+
+
+def arrow_schema(n: int):
+    """:func:`read_schema` as Arrow: the reader yields ``RecordBatch`` es of it."""
     import pyarrow as pa
 
-    texts = pa.map_(pa.string(), pa.string())
     return pa.schema(
         [
-            ("snapshot_id", pa.string()),
-            ("db", pa.string()),
-            ("table", pa.string()),
-            ("chunk_id", pa.int32()),
-            ("attempt_id", pa.string()),
-            ("lw_file_index", pa.int64()),
-            ("lw_pos", pa.int64()),
-            ("schema_version", pa.string()),
-            ("row", texts),
-            ("chunk_stats", texts),
+            *((text_column(i), pa.string()) for i in range(n)),
+            (SNAPSHOT_CHUNK_ID, pa.int32()),
+            (SNAPSHOT_ATTEMPT_ID, pa.string()),
+            (SNAPSHOT_CHUNK_STATS, pa.map_(pa.string(), pa.string())),
         ]
     )
+
+
+def typed_columns(stored: TableSchema) -> list[str]:
+    """The SQL that types a read of ``stored``'s columns as the snapshot's typed table holds
+    them: silver's own decode expression per column (zero dates become NULL, as in silver),
+    then the chunk identity and stats."""
+    from binlake.contract.sql import quote_ident as q
+
+    typed = [f"{spark_decode_sql(c, text_column(i))} AS {q(c.name)}" for i, c in enumerate(stored.columns)]
+    return [*typed, SNAPSHOT_CHUNK_ID, SNAPSHOT_ATTEMPT_ID, SNAPSHOT_CHUNK_STATS]
+
+
+def _has_zero_dates(col: Column) -> bool:
+    """Whether the column's canonical texts can be a zero date (``0000-...``), which silver's
+    decode turns into NULL and counts (:func:`binlake.contract.types.is_zero_date_sql`)."""
+    return col.kind in (Kind.DATE, Kind.DATETIME, Kind.TIMESTAMP)
 
 
 def raw_is_canonical(col) -> bool:
@@ -436,55 +472,60 @@ class RowEncoding:
             base += m
         return pa.concat_arrays(parts).take(pa.array(index.ravel()))
 
-    def rows(self, texts: "pa.Array", m: int) -> "pa.MapArray":
-        """``m`` rows' :meth:`texts` as MAP<column name, text>."""
+    def columns(self, texts: "pa.Array", m: int, order: Sequence[str]) -> list["pa.Array"]:
+        """``m`` rows' :meth:`texts` as one array per column, in ``order`` (column names)."""
         import numpy as np
         import pyarrow as pa
 
         n = len(self.names)
-        offsets = pa.array(np.arange(0, (m + 1) * n, n, dtype=np.int32))
-        return pa.MapArray.from_arrays(offsets, self.keys.take(pa.array(np.tile(np.arange(n), m))), texts)
+        at = {name: j for j, name in enumerate(self.names)}
+        return [texts.take(pa.array(np.arange(at[name], m * n, n, dtype=np.int64))) for name in order]
 
 
 class ChunkBatches:
     """The record batches of one chunk's read: its rows, then its marker row."""
 
-    def __init__(self, p: ChunkPartition, attempt_id: str):
-        self.schema = arrow_schema()
-        self.head = {
-            "snapshot_id": p.snapshot_id,
-            "db": p.db,
-            "table": p.table,
-            "chunk_id": p.chunk_id,
-            "attempt_id": attempt_id,
-            "schema_version": p.schema_version,
-        }
-
-    def rows(self, lw: BinlogPosition, rows: "pa.MapArray") -> "pa.RecordBatch":
+    def __init__(self, p: ChunkPartition, attempt_id: str, columns: Sequence[str]):
         import pyarrow as pa
 
-        return self._batch(len(rows), lw, rows, pa.nulls(len(rows), self.schema.field("chunk_stats").type))
+        self.columns = list(columns)
+        self.schema = arrow_schema(len(self.columns))
+        self.snapshot_id = p.snapshot_id
+        self.chunk_id = pa.scalar(p.chunk_id, pa.int32())
+        self.attempt_id = pa.scalar(attempt_id, pa.string())
 
-    def marker(self, lw: BinlogPosition, hw: BinlogPosition, count: int, checksum: int) -> "pa.RecordBatch":
-        """The row (``row`` NULL) that tells the driver the chunk is complete, and what it held."""
+    def rows(self, texts: Sequence["pa.Array"]) -> "pa.RecordBatch":
+        """A batch of data rows: their texts, one array per column in ``columns`` order."""
+        import pyarrow as pa
+
+        n = len(texts[0]) if texts else 0
+        return self._batch(n, list(texts), pa.nulls(n, self.schema.field(SNAPSHOT_CHUNK_STATS).type))
+
+    def marker(
+        self, lw: BinlogPosition, hw: BinlogPosition, count: int, checksum: int, zero_dates: int = 0
+    ) -> "pa.RecordBatch":
+        """The row (every text NULL) that tells the driver the chunk is complete, and what it held."""
         import pyarrow as pa
 
         stats = {
+            "snapshot_id": self.snapshot_id,
             "lw_file": lw.file,
+            "lw_file_index": str(lw.log_index),
+            "lw_pos": str(lw.pos),
             "hw_file": hw.file,
             "hw_pos": str(hw.pos),
             "row_count": str(count),
             "checksum": str(checksum),
+            "zero_dates": str(zero_dates),
         }
-        texts = self.schema.field("chunk_stats").type
-        return self._batch(1, lw, pa.nulls(1, self.schema.field("row").type), pa.array([list(stats.items())], texts))
+        texts = [pa.nulls(1, pa.string()) for _ in self.columns]
+        return self._batch(1, texts, pa.array([list(stats.items())], self.schema.field(SNAPSHOT_CHUNK_STATS).type))
 
-    def _batch(self, n: int, lw: BinlogPosition, rows, stats) -> "pa.RecordBatch":
+    def _batch(self, n: int, texts: list, stats) -> "pa.RecordBatch":
         import pyarrow as pa
 
-        values = {**self.head, "lw_file_index": lw.log_index, "lw_pos": lw.pos}
-        consts = [pa.repeat(pa.scalar(values[f.name], f.type), n) for f in self.schema if f.name in values]
-        return pa.RecordBatch.from_arrays([*consts, rows, stats], schema=self.schema)
+        ids = [pa.repeat(self.chunk_id, n), pa.repeat(self.attempt_id, n)]
+        return pa.RecordBatch.from_arrays([*texts, *ids, stats], schema=self.schema)
 
 
 # ---------------------------------------------------------------------------------------
@@ -506,7 +547,9 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
     source = SourceConfig.from_executor_options(options)
     rule = source.column_rule(p.db, p.table)
     plan = plan_chunk_read(p, schema, rule, source.salt_for(rule))
-    batches = ChunkBatches(p, options["attempt_id"])
+    columns = json.loads(options["columns"])
+    zero_date_columns = json.loads(options.get("zero_date_columns") or "[]")
+    batches = ChunkBatches(p, options["attempt_id"], columns)
     epoch = int(options.get("epoch") or 0)
     conn = connect(source)
     try:
@@ -519,7 +562,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
                 with consistent_read(conn) as read:
                     lw = read.low.in_epoch(epoch)
                     _barrier(options, p, "lw")
-                    count, checksum = yield from _read_rows(conn, plan, attempt, lw, batches)
+                    count, checksum, zero = yield from _read_rows(conn, plan, attempt, batches, zero_date_columns)
                     _barrier(options, p, "select")
             except _TableDefChanged:
                 continue
@@ -527,7 +570,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.Re
         hw = read.high.in_epoch(epoch)
     finally:
         conn.close()
-    yield batches.marker(lw, hw, count, checksum)
+    yield batches.marker(lw, hw, count, checksum, zero)
 
 
 def _check_server(conn, expected: str | None, name: str) -> None:
@@ -539,15 +582,18 @@ def _check_server(conn, expected: str | None, name: str) -> None:
         )
 
 
-def _read_rows(conn, plan: ChunkRead, attempt: int, lw: BinlogPosition, batches: ChunkBatches):
-    """Yield the chunk's row batches, inside the consistent read; returns (row count, checksum)."""
+def _read_rows(conn, plan: ChunkRead, attempt: int, batches: ChunkBatches, zero_date_columns: Sequence[str]):
+    """Yield the chunk's row batches, inside the consistent read; returns (row count,
+    checksum, zero dates: how many of the texts in ``zero_date_columns`` are a zero date)."""
     import numpy as np
+    import pyarrow.compute as pc
     import pymysql.cursors
 
     from binlake.source import textrows  # numpy and pyarrow: imported where rows are read
 
     count = 0
     checksum = 0
+    zero = 0
     with conn.cursor(pymysql.cursors.SSCursor) as cur:
         present = _execute(cur, plan, attempt)
         result_names = [d[0] for d in cur.description]
@@ -559,8 +605,12 @@ def _read_rows(conn, plan: ChunkRead, attempt: int, lw: BinlogPosition, batches:
             texts = encoding.texts(block)
             checksum = (checksum + int(row_hashes(encoding.names, texts).sum(dtype=np.uint64))) & _MASK64
             count += block.rows
-            yield batches.rows(lw, encoding.rows(texts, block.rows))
-    return count, checksum
+            columns = encoding.columns(texts, block.rows, batches.columns)
+            for name, values in zip(batches.columns, columns):
+                if name in zero_date_columns:
+                    zero += int(pc.sum(pc.starts_with(values, "0000-")).as_py() or 0)
+            yield batches.rows(columns)
+    return count, checksum, zero
 
 
 def _execute(cur, plan: ChunkRead, attempt: int) -> list[str] | None:

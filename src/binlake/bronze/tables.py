@@ -10,9 +10,6 @@ from binlake.contract.lakehouse import (
     SCHEMA_HISTORY_SCHEMA,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_PLAN_SCHEMA,
-    SNAPSHOT_ROWS_PARTITIONS,
-    SNAPSHOT_ROWS_PROPERTIES,
-    SNAPSHOT_ROWS_SCHEMA,
     Lakehouse,
     once_per_version,
     with_retry,
@@ -26,7 +23,8 @@ _CDF = {"delta.enableChangeDataFeed": "true"}
 
 def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
     """Create every bronze table that does not exist yet (idempotent, safe to race); True if
-    any was created."""
+    any was created. Snapshot rows go to one typed table per snapshot, created by the snapshot
+    (``snapshot_rows``, their map form before, is only read where an earlier binlake wrote it)."""
     from concurrent.futures import ThreadPoolExecutor
 
     tables = [
@@ -38,13 +36,6 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
             (),
         ),
         (lh.snapshot_plan, SNAPSHOT_PLAN_SCHEMA, None, "binlake bronze: planned snapshot chunks", ()),
-        (
-            lh.snapshot_rows,
-            SNAPSHOT_ROWS_SCHEMA,
-            SNAPSHOT_ROWS_PROPERTIES,
-            "binlake bronze: rows read by snapshot chunks",
-            SNAPSHOT_ROWS_PARTITIONS,
-        ),
         (lh.snapshot_chunks, SNAPSHOT_CHUNKS_SCHEMA, _CDF, "binlake bronze: manifest of completed snapshot chunks", ()),
         (
             lh.schema_history,

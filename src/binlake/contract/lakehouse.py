@@ -4,7 +4,8 @@ Locally tables are directories under ``lakehouse.path``::
 
     <path>/bronze/changelog            every binlog change, DDL and capture heartbeat
     <path>/bronze/snapshot_plan        the planned chunks of each snapshot
-    <path>/bronze/snapshot_rows        rows read by snapshot chunks
+    <path>/bronze/snapshots/<db>/<table>/<snapshot_id>  rows read by one snapshot's chunks, typed
+    <path>/bronze/snapshot_rows        rows read by snapshot chunks before typed rows (map form)
     <path>/bronze/snapshot_chunks      the chunk manifest: one row per completed chunk
     <path>/bronze/schema_history       each table's schema versions with their binlog position
     <path>/silver/<db>/<table>         current state with tombstones
@@ -187,10 +188,42 @@ SNAPSHOT_CHUNKS_SCHEMA = (
     "snapshot_id STRING, db STRING, `table` STRING, chunk_id INT, attempt_id STRING, "
     "key_columns ARRAY<STRING>, start_key STRING, end_key STRING, "
     "lw_file STRING, lw_file_index BIGINT, lw_pos BIGINT, hw_file STRING, hw_file_index BIGINT, hw_pos BIGINT, "
-    "row_count BIGINT, checksum STRING, schema_version STRING, committed_at TIMESTAMP"
+    "row_count BIGINT, checksum STRING, schema_version STRING, committed_at TIMESTAMP, "
+    "row_format STRING, zero_dates BIGINT"
 )
 """bronze/snapshot_chunks. Silver trusts only rows whose (snapshot_id, chunk_id, attempt_id)
-has a row here, so a chunk half-written by a killed run is invisible."""
+has a row here, so a chunk half-written by a killed run is invisible. ``row_format`` says
+where the chunk's rows are: :data:`TYPED_ROWS` in the snapshot's own typed table
+(:meth:`Lakehouse.snapshot_table`), NULL (chunks written before typed rows) as row images in
+``snapshot_rows``. ``zero_dates``: how many zero dates the chunk's rows held (typed rows hold
+NULL there; NULL for map-form chunks, whose texts still show them)."""
+
+TYPED_ROWS = "typed"
+"""``snapshot_chunks.row_format`` of a chunk whose rows are in its snapshot's typed table."""
+
+# The columns a typed snapshot table adds to the snapshot's columns (the stored schema of the
+# snapshot's schema version, typed as silver types them). A data row has the chunk's identity
+# and NULL stats; each chunk attempt also writes one marker row: every source column NULL and
+# ``_cdc_chunk_stats`` holding the chunk's snapshot_id, watermarks, row count, checksum and
+# zero dates, so even an empty chunk leaves them behind. Everything else that is the same for
+# a whole chunk (snapshot, table, schema version, low watermark) is in the manifest row.
+SNAPSHOT_CHUNK_ID = "_cdc_chunk_id"
+SNAPSHOT_ATTEMPT_ID = "_cdc_attempt_id"
+SNAPSHOT_CHUNK_STATS = "_cdc_chunk_stats"
+TYPED_SNAPSHOT_META = (
+    (SNAPSHOT_CHUNK_ID, "INT", "The chunk of the snapshot this row was read by."),
+    (SNAPSHOT_ATTEMPT_ID, "STRING", "The attempt that read it: only attempts with a manifest row count."),
+    (SNAPSHOT_CHUNK_STATS, "MAP<STRING, STRING>", "NULL for a data row; the chunk's stats on its marker row."),
+)
+SNAPSHOT_VERSION_PROPERTY = "binlake.schema_version"
+"""A typed snapshot table's property: the schema version its columns are."""
+# Typed snapshot tables: source column names as they are (column mapping), statistics only on
+# the chunk identity (silver and the marker read-back select by it), no partitions: a Spark
+# task writes one chunk, so files are per chunk attempt and near the chunk's size.
+TYPED_SNAPSHOT_PROPERTIES = {
+    "delta.columnMapping.mode": "name",
+    "delta.dataSkippingStatsColumns": f"{SNAPSHOT_CHUNK_ID},{SNAPSHOT_ATTEMPT_ID}",
+}
 
 
 class ManifestRow(NamedTuple):
@@ -214,6 +247,8 @@ class ManifestRow(NamedTuple):
     checksum: str
     schema_version: str
     committed_at: datetime
+    row_format: str | None = None
+    zero_dates: int | None = None
 
 
 SCHEMA_HISTORY_SCHEMA = (
@@ -670,6 +705,26 @@ class Lakehouse:
     @property
     def snapshot_rows(self) -> TableRef:
         return self._ref("bronze", "snapshot_rows")
+
+    def snapshot_table(self, db: str, table: str, snapshot_id: str) -> TableRef:
+        """The typed rows of one snapshot of ``db.table`` (every chunk attempt of it)."""
+        return self._ref("bronze", "snapshots", db, table, snapshot_id)
+
+    def snapshot_tables(self, spark, db: str, table: str) -> dict[str, TableRef]:
+        """The typed snapshot tables of ``db.table`` that exist, by snapshot id (found by
+        listing: a snapshot killed before its manifest has one too)."""
+        if self.root is not None:
+            base = Path(self.root, "bronze", "snapshots", db, table)
+            found = sorted(d.parent.name for d in base.glob("*/_delta_log")) if base.is_dir() else []
+            return {sid: self.snapshot_table(db, table, sid) for sid in found}
+        bronze = self.config.lakehouse.bronze_schema
+        prefix = f"snapshots__{db}__{table}__"
+        rows = spark.sql(f"SHOW TABLES IN `{self.catalog}`.`{bronze}`").collect()
+        return {
+            r["tableName"][len(prefix) :]: self.snapshot_table(db, table, r["tableName"][len(prefix) :])
+            for r in rows
+            if r["tableName"].lower().startswith(prefix.lower())
+        }
 
     @property
     def snapshot_chunks(self) -> TableRef:

@@ -15,7 +15,7 @@ Each step is idempotent and recorded as soon as it is done, so a migration kille
 finished by the next command. A lakehouse no earlier binlake wrote starts at the current
 version and runs no step.
 
-Layout 0 is every lakehouse written before layouts were numbered. The steps to layout 3:
+Layout 0 is every lakehouse written before layouts were numbered. The steps to layout 4:
 
 1. binlake's own tables move out of the gold and silver schemas into the system schema:
    ``gold/_publish_log``, ``_check_results``, ``_metrics`` and ``_quarantine/<db>/<table>``
@@ -34,6 +34,11 @@ Layout 0 is every lakehouse written before layouts were numbered. The steps to l
    for a table from before the partitions, which Delta cannot repartition in place).
 3. Locally, the system files (the continuous mode's state) move from ``<path>/_system`` to
    ``<path>/system/files``.
+4. ``bronze/snapshot_chunks`` gets the columns ``row_format`` and ``zero_dates``: new snapshots
+   write their rows typed, one table per snapshot (``bronze/snapshots/<db>/<table>/<id>``),
+   and say so in their manifest rows. Rows already in ``bronze/snapshot_rows`` stay there, in
+   map form: their manifest rows get ``row_format`` NULL, which is what silver reads them by,
+   so nothing is rewritten (maintenance removes them once a newer snapshot supersedes them).
 """
 
 from __future__ import annotations
@@ -116,6 +121,18 @@ def _missing_snapshot_rows_properties(spark, lh: Lakehouse) -> dict[str, str]:
     return {k: v for k, v in wanted.items() if current.get(k) != v}
 
 
+def _manifest_row_format(spark, lh: Lakehouse) -> None:
+    ref = lh.snapshot_chunks
+    if not ref.exists(spark):
+        return
+    have = {f.name for f in ref.read(spark).schema.fields}
+    missing = [(c, t) for c, t in (("row_format", "STRING"), ("zero_dates", "BIGINT")) if c not in have]
+    if missing:
+        columns = ", ".join(f"{quote_ident(c)} {t}" for c, t in missing)
+        statement = f"ALTER TABLE {ref.sql} ADD COLUMNS ({columns})"
+        with_retry("snapshot_chunks row_format", lambda: spark.sql(statement))
+
+
 def _move_system_files(spark, lh: Lakehouse) -> None:
     old = lh.layout_0_files
     if old is None or not Path(old).is_dir():
@@ -142,6 +159,7 @@ STEPS = (
     Step(1, "moved binlake's own tables from the gold and silver schemas to the system schema", _move_system_tables),
     Step(2, "set bronze snapshot_rows' write properties", _snapshot_rows_properties),
     Step(3, "moved the local system files to system/files", _move_system_files),
+    Step(4, "added row_format and zero_dates to bronze snapshot_chunks (typed snapshot rows)", _manifest_row_format),
 )
 LAYOUT_VERSION = len(STEPS)
 """The layout this binlake reads and writes."""

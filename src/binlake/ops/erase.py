@@ -35,11 +35,12 @@ from binlake.bronze.tables import (
 )
 from binlake.config import Config
 from binlake.contract.columns import masked_text
-from binlake.contract.lakehouse import Lakehouse, TableRef, delete_where
+from binlake.contract.lakehouse import SNAPSHOT_VERSION_PROPERTY, Lakehouse, TableRef, delete_where
 from binlake.contract.sql import qualified, quote_ident, spark_string
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import ConfigError, ErasureRefused
 from binlake.gold.readiness import silver_progress, snapshot_blockers
+from binlake.silver import schema_evolution as se
 from binlake.source.mysql import connect, query
 
 log = logging.getLogger("binlake.erase")
@@ -134,6 +135,10 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
             f"db = {spark_string(db)} AND `table` = {spark_string(name)} AND `row` IS NOT NULL AND {bronze('`row`')}"
         )
         result.erased.append(_erase(spark, lh.snapshot_rows, "bronze/snapshot_rows", condition))
+    for snapshot_id, ref in lh.snapshot_tables(spark, db, name).items():
+        condition = _snapshot_table_predicate(spark, lh, ref, schema, key)
+        if condition is not None:
+            result.erased.append(_erase(spark, ref, f"bronze/snapshots/{db}/{name}/{snapshot_id}", condition))
     typed = _typed_predicate(schema, key)
     for label, ref in (
         (f"silver/{db}/{name}", lh.silver(db, name)),
@@ -162,6 +167,23 @@ def _typed_literal(schema: TableSchema, column: str, value: str) -> str:
 
 def _typed_predicate(schema: TableSchema, key: Mapping[str, str]) -> str:
     return " AND ".join(f"{quote_ident(c)} = {_typed_literal(schema, c, v)}" for c, v in key.items())
+
+
+def _snapshot_table_predicate(spark, lh: Lakehouse, ref: TableRef, schema: TableSchema, key: Mapping[str, str]):
+    """The SQL that matches the key in a typed snapshot table, whose columns are those of the
+    schema version it was read with (a key column renamed since is found under its old name);
+    None when that version lacks a key column (no row of it can hold the key)."""
+    types = {f.name: f.dataType.simpleString() for f in ref.read(spark).schema.fields}
+    names = {c: c for c in key}
+    if any(c not in types for c in key):
+        version = ref.properties(spark).get(SNAPSHOT_VERSION_PROPERTY)
+        maps = se.name_maps(se.load_history(spark, lh, schema.database, schema.table), schema)
+        names = {c: maps.get(version, {}).get(c) for c in key}
+        if any(n is None or n not in types for n in names.values()):
+            return None
+    return " AND ".join(
+        f"{quote_ident(names[c])} = CAST({spark_string(v)} AS {types[names[c]]})" for c, v in key.items()
+    )
 
 
 def _bronze_image_predicate(schema: TableSchema, key: Mapping[str, str]):

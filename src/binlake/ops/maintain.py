@@ -36,6 +36,7 @@ from binlake.bronze.tables import changelog_deletable, restore_append_only
 from binlake.config import Config
 from binlake.contract.lakehouse import (
     HEARTBEAT_OP,
+    SNAPSHOT_ATTEMPT_ID,
     Lakehouse,
     TableRef,
     delete_where,
@@ -129,6 +130,7 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     ]
     everything = [
         lh.snapshot_rows,
+        *(ref for s in states for ref in lh.snapshot_tables(spark, s.db, s.table).values()),
         lh.snapshot_chunks,
         lh.snapshot_plan,
         lh.schema_history,
@@ -286,6 +288,8 @@ def _prune_bronze(
 ) -> None:
     from pyspark.sql import functions as F
 
+    for s in states:
+        _prune_typed_snapshots(spark, lh, s, facts[s.name], result)
     if lh.snapshot_rows.exists(spark):
         for s in states:
             f = facts[s.name]
@@ -350,6 +354,41 @@ def _prune_bronze(
         result.changelog_rows_removed = delete_where(spark, lh.changelog, condition, "change-log retention")
 
 
+def _prune_typed_snapshots(spark, lh: Lakehouse, s: TableState, f: _Snapshots, result: MaintainResult) -> None:
+    """The typed snapshot tables' part of retention: a snapshot planned before the base is
+    dropped whole (its own table), and killed attempts of complete snapshots (rows without a
+    manifest row, never read) are deleted."""
+    from pyspark.sql import functions as F
+
+    tables = lh.snapshot_tables(spark, s.db, s.table)
+    if not tables:
+        return
+    # Unity Catalog lists names in lower case: snapshot ids are compared that way.
+    older = {i.lower() for i in f.older}
+    complete = {i.lower(): i for i in f.complete}
+    for sid, ref in tables.items():
+        if sid.lower() in older:
+            files = _file_count(spark, ref)
+            ref.drop(spark)
+            result.snapshot_files_removed += files
+            log.info("maintain %s: snapshot %s dropped (%d files)", s.name, sid, files)
+        elif sid.lower() in complete:
+            kept = {
+                r["attempt_id"]
+                for r in lh.snapshot_chunks.read(spark)
+                .where(F.col("snapshot_id") == complete[sid.lower()])
+                .select("attempt_id")
+                .distinct()
+                .collect()
+            }
+            written = {r[0] for r in ref.read(spark).select(SNAPSHOT_ATTEMPT_ID).distinct().collect()}
+            orphans = sorted(written - kept)
+            if orphans:
+                doomed = f"{SNAPSHOT_ATTEMPT_ID} IN ({', '.join(spark_string(a) for a in orphans)})"
+                result.snapshot_files_removed += _delete_partitions(spark, ref, doomed)
+
+
 def _delete_partitions(spark, ref: TableRef, predicate) -> int:
-    """Delete whole partitions of snapshot_rows (a metadata-only commit); returns the files removed."""
+    """Delete the snapshot rows ``predicate`` matches (whole partitions of snapshot_rows, a
+    metadata-only commit; whole attempts' files of a typed snapshot table); returns the files removed."""
     return delete_where(spark, ref, predicate, f"snapshot retention of {ref}", metric="numRemovedFiles")

@@ -2,10 +2,13 @@
 
 What is new for a table is what bronze committed after the versions its progress row
 names: change-log rows (the change data feed of ``bronze/changelog``) and rows of snapshot
-chunks whose manifest row is new (``bronze/snapshot_chunks`` joined to ``snapshot_rows``).
-Each row image is decoded with the schema version it was written under, to the table's
-latest schema (:class:`Decoder`), so a rename or an added column reads the same from any
-image. Nothing here writes rows; :mod:`binlake.silver.merge` applies a batch.
+chunks whose manifest row is new (``bronze/snapshot_chunks`` joined to the snapshot's typed
+table, or to ``snapshot_rows`` for chunks an earlier binlake wrote as row images). Each row
+image is decoded with the schema version it was written under, to the table's latest schema
+(:class:`Decoder`), so a rename or an added column reads the same from any image. Typed
+snapshot rows need no decode: their columns are only renamed, added or widened to the latest
+schema (:func:`typed_snapshot_records`). Nothing here writes rows; :mod:`binlake.silver.merge`
+applies a batch.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ from dataclasses import dataclass, field
 from binlake.contract.lakehouse import (
     DATA_OPS,
     DELETE,
+    SNAPSHOT_ATTEMPT_ID,
+    SNAPSHOT_CHUNK_ID,
+    SNAPSHOT_CHUNK_STATS,
+    TYPED_ROWS,
     UPDATE,
     Lakehouse,
     TableRef,
@@ -98,6 +105,7 @@ class TableBatch:
     pending: bool  # records to MERGE
     change_count: int = 0
     snapshot_rows: int = 0
+    snapshot_zero_dates: int = 0  # zero dates typed snapshot rows held (counted when read)
     schema_changes: list = field(default_factory=list)
     rebuilt: bool = False  # replaced from a snapshot after an incompatible schema change
     snapshots_only: bool = False  # no change-log record and no TRUNCATE bounds this batch
@@ -114,8 +122,58 @@ def changelog_records(cl, db: str, table: str, start_version: int):
     return cl.where((F.col("db") == db) & (F.col("table") == table) & (F.col("_commit_version") >= start_version))
 
 
+def is_typed(chunk: dict) -> bool:
+    """Whether a manifest row's chunk has its rows in its snapshot's typed table."""
+    return chunk.get("row_format") == TYPED_ROWS
+
+
+def typed_snapshot_records(spark, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict):
+    """Records (as :func:`batch_records` returns them) of the given (trusted) typed chunks of one
+    table: each snapshot's typed rows of the manifest's attempts, at the chunk's low watermark,
+    their columns projected to ``target`` (``name_maps``: a renamed column's values land in the
+    new name, an added one is NULL, a widened one is cast). No value is decoded."""
+    from pyspark.sql import functions as F
+
+    parts = []
+    for snapshot_id in sorted({c["snapshot_id"] for c in chunks}):
+        mine = [c for c in chunks if c["snapshot_id"] == snapshot_id]
+        manifest = spark.createDataFrame(
+            [(c["chunk_id"], c["attempt_id"], c["lw_file_index"], c["lw_pos"]) for c in mine],
+            f"{SNAPSHOT_CHUNK_ID} INT, {SNAPSHOT_ATTEMPT_ID} STRING, `__lw_file_index` BIGINT, `__lw_pos` BIGINT",
+        )
+        rows = (
+            lh.snapshot_table(mine[0]["db"], mine[0]["table"], snapshot_id)
+            .read(spark)
+            .where(F.col(SNAPSHOT_CHUNK_STATS).isNull())
+            .join(F.broadcast(manifest), [SNAPSHOT_CHUNK_ID, SNAPSHOT_ATTEMPT_ID])
+        )
+        names = name_maps.get(mine[0]["schema_version"]) or {c.name: c.name for c in target.columns}
+        have = set(rows.columns)
+        typed = []
+        for col in target.columns:
+            source = names.get(col.name)
+            value = quote_ident(source) if source is not None and source in have else "NULL"
+            typed.append(f"CAST({value} AS {col.spark_type}) AS {quote_ident(col.name)}")
+        parts.append(
+            rows.selectExpr(
+                *typed,
+                seq_sql("`__lw_file_index`", "`__lw_pos`", str(SNAPSHOT_ROW)) + " AS _cdc_seq",
+                "'snapshot' AS _cdc_op",
+                "false AS _cdc_deleted",
+                "CAST(NULL AS TIMESTAMP) AS _cdc_commit_ts",
+                f"{PRIO_LOGGED} AS _prio",
+                "0 AS _zero_dates",
+            )
+        )
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.unionByName(p)
+    return out
+
+
 def snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
-    """Data rows of the given (trusted) chunks of one table."""
+    """Data rows of the given (trusted) chunks of one table that an earlier binlake wrote as
+    row images to ``snapshot_rows``."""
     from pyspark.sql import functions as F
 
     manifest = spark.createDataFrame(
@@ -131,10 +189,15 @@ def snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
     return rows.join(F.broadcast(manifest), ["snapshot_id", "chunk_id", "attempt_id"], "left_semi")
 
 
-def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
+def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps, typed=None):
     """Typed records of the batch, before dedup: the table's columns plus ``_cdc_seq``,
     ``_cdc_op``, ``_cdc_deleted``, ``_cdc_commit_ts``, ``_prio`` (ties on ``_cdc_seq``) and
-    ``_zero_dates`` (how many zero dates the record's image held)."""
+    ``_zero_dates`` (how many zero dates the record's image held). ``changes``: change-log
+    rows, or None; ``snaps``: map-form snapshot rows, or None; ``typed``: typed snapshot
+    records (:func:`typed_snapshot_records`), or None. A batch of typed snapshot records only
+    is those records as they are: no decode at all."""
+    if changes is None and snaps is None and typed is not None:
+        return typed
     unified = changes.selectExpr(
         "op",
         "schema_version",
@@ -171,11 +234,11 @@ def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
     for p in parts[1:]:
         records = records.unionByName(p)
 
-    typed = [f"{decoder.column_sql(c.name)} AS {quote_ident(c.name)}" for c in schema.columns]
+    columns = [f"{decoder.column_sql(c.name)} AS {quote_ident(c.name)}" for c in schema.columns]
     # Zero dates become NULL; how many is counted where the records are applied.
     zero = f"CASE WHEN op = '{DELETE}' THEN 0 ELSE {decoder.zero_dates_sql('img')} END"
-    return records.selectExpr(
-        *typed,
+    decoded = records.selectExpr(
+        *columns,
         "seq AS _cdc_seq",
         "op AS _cdc_op",
         f"op = '{DELETE}' AS _cdc_deleted",
@@ -183,6 +246,7 @@ def batch_records(schema: TableSchema, decoder: Decoder, changes, snaps):
         "prio AS _prio",
         f"{zero} AS _zero_dates",
     )
+    return decoded if typed is None else decoded.unionByName(typed)
 
 
 def logged_changes(schema: TableSchema, decoder: Decoder, changes):
@@ -294,8 +358,11 @@ def prepare(
     truncated = max(stored_truncate or batch_truncate, batch_truncate) if batch_truncate else stored_truncate
     emptied = tuple(sorted({*bounds, *([stored_truncate] if stored_truncate else [])}))
 
-    snaps = snapshot_records(spark, lh, new_chunks) if new_chunks else None
-    if records is None:
+    typed_chunks = [c for c in new_chunks if is_typed(c)]
+    map_chunks = [c for c in new_chunks if not is_typed(c)]
+    snaps = snapshot_records(spark, lh, map_chunks) if map_chunks else None
+    typed = typed_snapshot_records(spark, lh, typed_chunks, schema, decoder.name_maps) if typed_chunks else None
+    if records is None and (snaps is not None or typed is None):
         records = spark.createDataFrame(
             [],
             "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
@@ -306,7 +373,7 @@ def prepare(
         table=table,
         ref=ref,
         schema=schema,
-        records=batch_records(schema, decoder, records, snaps),
+        records=batch_records(schema, decoder, records, snaps, typed),
         changes=logged_changes(schema, decoder, records) if news.updates_deletes else None,
         truncated=truncated,
         batch_truncate=batch_truncate,
@@ -316,6 +383,7 @@ def prepare(
         pending=bool(news.changes) or bool(new_chunks),
         change_count=news.changes,
         snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
+        snapshot_zero_dates=sum(int(c.get("zero_dates") or 0) for c in typed_chunks),
         schema_changes=schema_changes,
         rebuilt=rebuilt,
         snapshots_only=not news.changes and stored_truncate is None and not bounds,

@@ -64,6 +64,8 @@ def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> 
         # The records the batch holds bound its keys: cascaded ones are counted in apart.
         expected = batch.change_count * 2 + batch.snapshot_rows + out.cascaded
         m, out.zero_dates = merge_into_silver(spark, batch.ref, batch.schema, source, expected_rows=expected)
+        # Typed snapshot rows hold their zero dates as NULL: the chunks counted them when read.
+        out.zero_dates += batch.snapshot_zero_dates
         out.merged = m.get("num_inserted_rows", 0) + m.get("num_updated_rows", 0)
     if batch.batch_truncate is not None:
         out.truncated = apply_truncate(spark, batch.ref, batch.truncated)
@@ -85,7 +87,8 @@ def bulk_loadable(batch: TableBatch) -> bool:
 
 
 def bulk_load(spark, batch: TableBatch) -> Applied:
-    """Append the typed snapshot rows: one read of bronze, one decode, one write.
+    """Append the snapshot rows: one read of bronze, one write (typed snapshot rows need no
+    decode; map-form ones from an earlier binlake are decoded on the way).
 
     A run killed after the append finds the table no longer empty and MERGEs the same rows,
     which changes nothing (none is newer than itself). Two runs that both found the table
@@ -124,7 +127,8 @@ def bulk_load(spark, batch: TableBatch) -> Applied:
         return Applied(bulk_loaded=True)
     got = counted.get
     log.info("silver %s: bulk load of %s snapshot rows", batch.name, got.get("rows"))
-    return Applied(merged=int(got.get("rows") or 0), zero_dates=int(got.get("zero") or 0), bulk_loaded=True)
+    zero = int(got.get("zero") or 0) + batch.snapshot_zero_dates
+    return Applied(merged=int(got.get("rows") or 0), zero_dates=zero, bulk_loaded=True)
 
 
 def _committed(spark, ref: TableRef, since: int, tag: str) -> bool:
