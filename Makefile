@@ -6,7 +6,7 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-fast test-unit bench chaos chaos-short clean
+.PHONY: setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-fast test-unit bench bench-large chaos chaos-short clean
 
 setup: venv mariadb-package sysbench-package browser-package spark-jars
 
@@ -70,6 +70,10 @@ test-unit: venv
 
 bench: setup
 	$(PY) -m benchmarks.run
+
+# The large sizes too: full_sync_scaling syncs lineitem SF1 (6M rows) beside SF0.1.
+bench-large: setup
+	$(PY) -m benchmarks.run --large --only full_sync
 
 chaos: setup
 	$(PY) tests/chaos/driver.py --full

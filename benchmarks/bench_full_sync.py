@@ -9,6 +9,8 @@
   table written to a new Delta table (typed by the JDBC schema). Goal 3.0 or less: the
   exactly-once protocol (watermarks, manifests, dedup, checks) may cost, but not an order
   of magnitude.
+- ``full_sync_scaling`` (``make bench-large`` only): the same sync of lineitem SF1 (6M rows)
+  divided by the SF0.1 time. Goal 11 or less: the cost grows linearly with the rows.
 """
 
 from __future__ import annotations
@@ -21,21 +23,36 @@ from benchmarks.tpch import load_lineitem
 
 MATRIXONE_ROWS_PER_S = 59_000
 GOAL_VS_RELOAD = 3.0
+GOAL_SCALING = 11.0
 
 
 def run(ctx) -> list[dict]:
+    scale = 0.01 if ctx.quick else 0.1
+    rows, elapsed = full_sync(ctx, scale)
+    out = _versus_reload(ctx, rows, elapsed)
+    if ctx.large:
+        _, large = full_sync(ctx, 1.0)
+        print(f"   SF1 / SF{scale}: {large / elapsed:,.2f}x the time", flush=True)
+        out.append(
+            result("full_sync_scaling", large / elapsed, "x (lower is better)", "goal", GOAL_SCALING, higher_is_better=False)
+        )
+    return out
+
+
+def full_sync(ctx, scale: float) -> tuple[int, float]:
+    """lineitem at ``scale`` snapshotted, captured, applied and published into a new lakehouse:
+    (rows, seconds)."""
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
     from binlake.config import load_config
     from binlake.gold.publish import run_gold
     from binlake.silver.run import run_silver
 
-    scale = 0.01 if ctx.quick else 0.1
     rows = load_lineitem(ctx.mariadb, "tpch_sync", scale, ctx.workdir)
-    cfg_path = ctx.workdir / "full_sync.yml"
+    cfg_path = ctx.workdir / f"full_sync_{scale}.yml"
     cfg_path.write_text(
         ctx.mariadb.config_yaml(
-            str(ctx.workdir / "full_sync_lake"),
+            str(ctx.workdir / f"full_sync_lake_{scale}"),
             ["tpch_sync.*"],
             server_id=8100,
             snapshot={"chunk_size": 50000, "parallelism": 2},
@@ -60,6 +77,10 @@ def run(ctx) -> list[dict]:
         + ", ".join(f"{k} {v:,.1f}s" for k, v in steps.items()),
         flush=True,
     )
+    return rows, elapsed
+
+
+def _versus_reload(ctx, rows: int, elapsed: float) -> list[dict]:
     reloaded, reload_s = jdbc_to_delta(
         ctx, "tpch_sync", "lineitem", "l_orderkey", max(2, rows // 50000), str(ctx.workdir / "full_sync_reload")
     )

@@ -7,6 +7,11 @@
 - ``idle_run_s``: the same ``binlake run`` with nothing changed (reported, no goal).
 - ``table_count_scaling``: the same round on 200 tables (the same 1,000 changes over 10)
   divided by the 16-table time. The goal is 1.5 or less: cost follows the changes.
+- ``first_load_many_tables_vs_reload``: the 200 tables' first ``binlake run`` (snapshot,
+  capture, silver, gold, in a new process) divided by a plain reload of the same 200 tables:
+  Spark's JDBC read of each written to a new Delta table, as many tables at a time as the
+  snapshot's ``parallelism`` (2), in the bench's warm Spark session (so the reload pays no
+  JVM start: the ratio is, if anything, against binlake). Goal 3.0 or less.
 - ``freshness_p50_s`` / ``freshness_p99_s``: ``binlake run --continuous`` on the 16 tables
   under a steady write load of about 100 row changes/s; for every captured insert or update
   in the measured minute, the source commit time (the row's ``updated_at``, set by the
@@ -41,6 +46,8 @@ CHANGES = 1_000
 CHANGED_TABLES = 10
 GOAL_RUN_S = 20.0
 GOAL_SCALING = 1.5
+GOAL_FIRST_LOAD_VS_RELOAD = 3.0
+RELOAD_THREADS = 2  # the snapshot's parallelism in config_file
 GOAL_P50_S, GOAL_P99_S = 15.0, 30.0
 LOAD_SECONDS = 60  # measured part of the continuous write load
 WARMUP_SECONDS = 20
@@ -134,6 +141,23 @@ def rounds(ctx, db: str, tables: int, tag: str) -> dict[str, float]:
         flush=True,
     )
     return {"first": first, "idle": idle, "incremental": best}
+
+
+def reload_tables(ctx, db: str, names: list[str]) -> float:
+    """Seconds for Spark's JDBC read of every table written to a new Delta table each,
+    RELOAD_THREADS tables at a time (the reload a user without CDC runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from benchmarks.bench_snapshot import jdbc_to_delta
+
+    base = ctx.workdir / f"reload_{db}"
+    started = time.monotonic()
+    with ThreadPoolExecutor(RELOAD_THREADS) as pool:
+        counts = list(pool.map(lambda n: jdbc_to_delta(ctx, db, n, "id", 1, str(base / n))[0], names))
+    seconds = time.monotonic() - started
+    if any(c < ROWS * 0.9 for c in counts):
+        raise AssertionError(f"the reload wrote {min(counts)} rows of a table of about {ROWS}")
+    return seconds
 
 
 def _steps(steps: dict[str, float]) -> str:
@@ -277,6 +301,22 @@ def run(ctx) -> list[dict]:
         scaling = large["incremental"] / small["incremental"]
         out.append(
             result("table_count_scaling", scaling, "x (lower is better)", "goal", GOAL_SCALING, higher_is_better=False)
+        )
+        reload_s = reload_tables(ctx, "bench_inc200", [f"t{i:03d}" for i in range(200)])
+        print(
+            f"   plain Spark JDBC reload of the 200 tables into Delta ({RELOAD_THREADS} at a time): {reload_s:.1f}s "
+            f"(first binlake run {large['first'] / reload_s:.1f}x)",
+            flush=True,
+        )
+        out.append(
+            result(
+                "first_load_many_tables_vs_reload",
+                large["first"] / reload_s,
+                "x (lower is better)",
+                "goal",
+                GOAL_FIRST_LOAD_VS_RELOAD,
+                higher_is_better=False,
+            )
         )
     p50, p99, _ = freshness(ctx, "bench_inc16", config_file(ctx, "bench_inc16", "16"))
     out += [

@@ -32,6 +32,7 @@ class BenchContext:
     spark: object
     workdir: Path
     quick: bool
+    large: bool = False  # `make bench-large`: the benchmarks' large sizes too (full_sync_scaling)
 
 
 def result(name: str, value: float, unit: str, peer: str, peer_value: float, higher_is_better: bool = True) -> dict:
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="make bench")
     ap.add_argument("--only", action="append", default=[], help="run only bench modules whose name contains this")
     ap.add_argument("--quick", action="store_true", help="small data sizes (for a smoke run)")
+    ap.add_argument("--large", action="store_true", help="also the large sizes (make bench-large)")
     ns = ap.parse_args(argv)
 
     from binlake.local.mariadb import LocalMariaDB
@@ -66,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ["MYSQL_PASSWORD"] = db.cdc_password
     spark = get_spark("binlake-bench", extra_packages=JDBC_PACKAGES)
-    ctx = BenchContext(mariadb=db, spark=spark, workdir=workdir, quick=ns.quick)
+    ctx = BenchContext(mariadb=db, spark=spark, workdir=workdir, quick=ns.quick, large=ns.large)
     results: list[dict] = []
     try:
         for mod in sorted(
