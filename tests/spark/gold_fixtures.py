@@ -186,6 +186,8 @@ class Lake:
                 "x",
                 "v1",
                 ts(planned_at),
+                "typed",
+                0,
             )
             for i, c in enumerate(chunks)
             if c is not None
@@ -226,6 +228,8 @@ class Lake:
                     "x",
                     "v1",
                     ts("2026-11-01 07:30:00"),
+                    "typed",
+                    0,
                 )
             ]
         )

@@ -172,6 +172,8 @@ def _build(spark, lh: Lakehouse) -> None:
                 "c0ffee",
                 "v1",
                 _ts("2026-11-20 09:20:00"),
+                None,  # row_format: map rows in snapshot_rows, as binlake wrote them before typed rows
+                None,
             )
         ],
         SNAPSHOT_CHUNKS_SCHEMA,
