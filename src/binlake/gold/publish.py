@@ -661,19 +661,47 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
             t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema, w.base_rows)
             faults.point("gold.after_incremental_merge")
     if t.history_version is not None:
-        # The history silver held once it had applied this position: a copy of that version
-        # (quality checks apply to the current-state table, not to past versions).
         history = lh.gold_history(t.db, t.table)
         with _writing(history):
-            _write_gold(
-                spark,
-                history,
-                lh.silver_history(t.db, t.table).read_version(spark, t.history_version),
-                f"SCD type 2 history of {t.name}",
-            )
+            _publish_history(spark, lh, t, w.schema)
     settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
     log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
     return warnings
+
+
+HISTORY_SOURCE_PROPERTY = "binlake.history_source_version"
+"""On a gold history table: the silver history version it holds the rows of. Set after each
+write, so a publish killed between the two finds an older version and replaces more keys than
+it must, never fewer (replacing a key's versions with silver's is idempotent)."""
+
+
+def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema) -> None:
+    """Make gold's history of ``t`` hold silver's history as of ``t.history_version`` (quality
+    checks apply to the current-state table, not to past versions): the versions of the keys
+    silver's history changed since the version gold holds, in one MERGE, or a whole copy when
+    gold holds none or silver's history was rewritten in between (a schema change, a rebuild,
+    an erase: any commit other than a MERGE)."""
+    from pyspark.sql import functions as F
+
+    from binlake.silver.history import replace_versions
+
+    silver, gold, version = lh.silver_history(t.db, t.table), lh.gold_history(t.db, t.table), t.history_version
+    held = gold.properties(spark).get(HISTORY_SOURCE_PROPERTY) if gold.exists(spark) else None
+    if held is not None and int(held) == version:
+        return
+    since = None if held is None or int(held) > version else int(held)
+    if since is not None and all(c["operation"] == "MERGE" for c in silver.commits(spark, since + 1, version)):
+        key = list(schema.key)
+        keys = silver.read_changes(spark, since + 1, version, inserts_only=False).select(*key).distinct()
+        keys = keys.localCheckpoint()  # read by the bounds, the rows and the MERGE: once
+        first = quote_ident(key[0])
+        bounds = tuple(keys.agg(F.min(F.col(first)), F.max(F.col(first))).first())
+        if bounds[0] is not None:
+            rows = silver.read_version(spark, version).join(keys, key, "left_semi")
+            replace_versions(spark, gold, schema, keys, bounds, rows)
+    else:
+        _write_gold(spark, gold, silver.read_version(spark, version), f"SCD type 2 history of {t.name}")
+    spark.sql(f"ALTER TABLE {gold.sql} SET TBLPROPERTIES ('{HISTORY_SOURCE_PROPERTY}' = '{int(version)}')")
 
 
 # ---------------------------------------------------------------------------------------
