@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'name':34} {'value':>14} {'unit':22} {'peer':28} {'peer_value':>14} {'ratio':>7}")
     for r in results:
         print(
-            f"{r['name']:34} {r['value']:>14,.2f} {r['unit']:22} {r['peer']:28} {r['peer_value']:>14,.2f} {r['ratio'] or 0:>7.2f}"
+            f"{r['name']:34} {r['value']:>14,.2f} {r['unit']:22} {r['peer']:28} {r['peer_value']:>14,.2f} "
+            f"{r['ratio'] or 0:>7.2f}"
         )
     print(f"\nwritten to {path}")
     return 0

@@ -28,8 +28,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from pyspark.errors import AnalysisException
 
@@ -318,7 +318,8 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
             )
     if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
-            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
+            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos "
+            "LIMIT 1"
         ).collect()
         if rows:
             candidates.append(BinlogPosition.from_log(rows[0]["lw_file"], rows[0]["lw_file_index"], rows[0]["lw_pos"]))

@@ -32,10 +32,10 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
 
 from binlake import faults
 from binlake.bronze.capture_state import current_epoch

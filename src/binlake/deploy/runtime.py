@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from binlake.config import Config, LakehouseConfig, load_config
 from binlake.contract.lakehouse import Lakehouse

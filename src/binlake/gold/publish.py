@@ -34,10 +34,11 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
@@ -141,10 +142,10 @@ class GoldResult:
     tables: list[TablePublish] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     group: str | None = None
-    groups: list["GoldResult"] = field(default_factory=list)
+    groups: list[GoldResult] = field(default_factory=list)
 
     @staticmethod
-    def combine(results: list["GoldResult"]) -> "GoldResult | None":
+    def combine(results: list[GoldResult]) -> GoldResult | None:
         """The run's result: the one group's, or over several groups the newest position,
         "published" if any group published, and every table."""
         if not results:
@@ -282,7 +283,8 @@ def _writing(ref: TableRef) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise LakehouseError(
-            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays current): "
+            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays "
+            "current): "
             "fix the location's permissions or space and run binlake gold again"
         ) from exc
 

@@ -28,9 +28,9 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 from binlake.config import Config
 from binlake.contract.lakehouse import Lakehouse

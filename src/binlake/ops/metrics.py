@@ -30,9 +30,10 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any
 
 from binlake.config import Config
 from binlake.contract.lakehouse import METRICS_COMMENT, METRICS_SCHEMA, Lakehouse, with_retry
@@ -230,7 +231,8 @@ HEALTH_VIEWS = {
     ),
     "stopped_tables": (
         "SELECT `table`, detail AS why, started_at AS since FROM (SELECT *, row_number() OVER "
-        "(PARTITION BY `table` ORDER BY started_at DESC) AS n FROM {metrics} WHERE step = 'silver' AND `table` IS NOT NULL) "
+        "(PARTITION BY `table` ORDER BY started_at DESC) AS n FROM {metrics} WHERE step = 'silver' AND `table` IS "
+        "NOT NULL) "
         "WHERE n = 1 AND status = 'stopped' ORDER BY `table`"
     ),
     # What the bundle's lag alert evaluates: per layer (capture, each gold table) the lag last

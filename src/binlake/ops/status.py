@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
@@ -41,11 +42,7 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if (
-        hasattr(value, "value")
-        and type(value).__module__ != "builtins"
-        and isinstance(getattr(value, "value"), (str, int))
-    ):
+    if hasattr(value, "value") and type(value).__module__ != "builtins" and isinstance(value.value, (str, int)):
         return value.value  # enums
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 

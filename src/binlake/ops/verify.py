@@ -46,9 +46,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Sequence
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import current_epoch
