@@ -51,6 +51,18 @@ OK, FAILED, BLOCKED, STOPPED, MISMATCH, INTERRUPTED = "ok", "failed", "blocked",
 COLUMNS = [c.split()[0].strip("`") for c in METRICS_SCHEMA.split(", ")]
 
 
+def lag_seconds(now: datetime, newest_change: datetime | None, caught_up: bool | None) -> float | None:
+    """Seconds a layer is behind the source: 0 when it holds the server's position
+    (``caught_up``), else an upper bound, ``now`` - the source commit time of the newest change
+    it holds (every change it lacks committed after that one); None when either is unknown.
+    Capture's lag, gold's lag, the metrics table and ``binlake status`` all use this one."""
+    if caught_up:
+        return 0.0
+    if caught_up is None or newest_change is None:
+        return None
+    return round(max(0.0, (now - newest_change).total_seconds()), 3)
+
+
 def _utcnow() -> datetime:
     return datetime.now(timezone.utc).replace(tzinfo=None)
 
@@ -70,13 +82,6 @@ class SourceHead:
             return None
         # The server's files are those of the epoch capture follows now (as in capture_status).
         return bytes_between(list(self.files), p, self.position.in_epoch(p.epoch))
-
-    def lag_seconds(self, lag_bytes: int | None, newest_change: datetime | None) -> float | None:
-        if lag_bytes == 0:
-            return 0.0
-        if lag_bytes is None or newest_change is None:
-            return None
-        return round(max(0.0, (self.at - newest_change).total_seconds()), 3)
 
 
 def source_head(config: Config) -> SourceHead | None:
@@ -288,7 +293,9 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
             }
     elif isinstance(outcome, CaptureResult):
         lag = head.lag_bytes(outcome.end) if head else None
-        secs = head.lag_seconds(lag, _micros_to_dt(outcome.last_commit_ts)) if head else None
+        secs = (
+            lag_seconds(head.at, _micros_to_dt(outcome.last_commit_ts), lag == 0) if head and lag is not None else None
+        )
         detail = "; ".join(outcome.warnings + [f"source switch: {s}" for s in outcome.source_switches]) or None
         yield {
             "rows_in": outcome.changes,
@@ -330,7 +337,7 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
         for g in groups:
             lag = head.lag_bytes(g.position) if head else None
             newest = datetime.fromisoformat(str(g.source_time)) if g.source_time else None
-            secs = head.lag_seconds(lag, newest) if head else None
+            secs = lag_seconds(head.at, newest, lag == 0) if head and lag is not None else None
             for t in g.tables:
                 failed, warned = _check_counts(t.checks)
                 yield {
