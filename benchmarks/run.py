@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
 
     from binlake.local.mariadb import LocalMariaDB
-    from binlake.progress import setup_logging
+    from binlake.console import setup_logging
     from binlake.spark import get_spark
 
     setup_logging()

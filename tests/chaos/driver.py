@@ -906,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], choices=sorted(SCENARIOS))
     ap.add_argument("--workdir", default=str(ROOT / ".local" / "chaos"))
     ns = ap.parse_args(argv)
-    from binlake.progress import setup_logging
+    from binlake.console import setup_logging
 
     setup_logging()
     names = ns.only or ([n for n in SCENARIOS if n not in SHORT] if ns.full else list(SHORT))

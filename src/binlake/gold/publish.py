@@ -43,6 +43,7 @@ from typing import Any
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
@@ -682,7 +683,7 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
 # The publish
 
 
-def run_gold(spark, config: Config, progress=None) -> GoldResult:
+def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     """Check and publish each publish group at its own binlog position, or nothing of it.
 
     A group that cannot publish (Invariant S does not hold, or a check with severity ``fail``
@@ -709,7 +710,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     blocked: dict[str, BinlakeError] = {}
     for name, members in groups.items():
         try:
-            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, progress))
+            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, console))
         except (NotReadyError, QualityCheckFailed) as exc:
             exc.tables = [s.name for s in members]  # type: ignore[attr-defined]
             blocked[name] = exc
@@ -734,7 +735,14 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
 
 
 def _publish_group(
-    spark, config: Config, lh: Lakehouse, group: str, states: list[TableState], schemas: dict, previous: dict, progress
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    group: str,
+    states: list[TableState],
+    schemas: dict,
+    previous: dict,
+    console: Console,
 ) -> GoldResult:
     target = check_group(spark, lh, states)
     work, blockers = _plan(spark, config, lh, states, schemas, previous, target)
@@ -750,13 +758,10 @@ def _publish_group(
 
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
-        with (
-            progress.task(f"gold checks ({group})", total=len(todo), unit="tables") if progress else _no_task()
-        ) as task:
+        with console.bar(f"gold checks ({group})", total=len(todo), unit="tables") as bar:
             for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
                 future.result()
-                if task:
-                    task.advance()
+                bar.advance()
         checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
         gtid, source_time = _position_extras(spark, lh, target)
         blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
@@ -833,11 +838,6 @@ def _release(work: list[_Work]) -> None:
     for w in work:
         if w.source is not None:
             w.source.unpersist()
-
-
-@contextmanager
-def _no_task() -> Iterator[None]:
-    yield None
 
 
 __all__ = ["GOLD_METADATA_COLUMNS", "GoldResult", "TablePublish", "run_gold"]
