@@ -28,6 +28,9 @@ COMMANDS = (
     "migrate",
     "jobs",
 )
+# What a Databricks job task may run (binlake-job, binlake.deploy.entrypoints): not the two that
+# only show what the jobs did (`checks` renders check results, `jobs` lists the jobs' runs).
+JOB_COMMANDS = tuple(c for c in COMMANDS if c not in ("checks", "jobs"))
 
 
 def build_parser() -> argparse.ArgumentParser:

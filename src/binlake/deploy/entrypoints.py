@@ -43,21 +43,8 @@ from typing import Any
 
 import yaml
 
+from binlake.cli import JOB_COMMANDS
 from binlake.errors import BinlakeError, ConfigError
-
-COMMANDS = (
-    "preflight",
-    "snapshot",
-    "capture",
-    "silver",
-    "gold",
-    "run",
-    "status",
-    "verify",
-    "maintain",
-    "erase",
-    "migrate",
-)
 
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off", ""}
@@ -145,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     old.add_argument("--tables", help='comma-separated include patterns, e.g. "shop.*,crm.customers"')
     old.add_argument("--exclude", help="comma-separated exclude patterns")
 
-    ap.add_argument("command", choices=COMMANDS)
+    ap.add_argument("command", choices=JOB_COMMANDS)
     ap.add_argument("args", nargs=argparse.REMAINDER, help="the command's own flags")
     return ap
 
