@@ -11,11 +11,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from binlake.spark import on_databricks
+
 log = logging.getLogger("binlake")
 
 
 def interactive() -> bool:
-    return sys.stderr.isatty() and not os.environ.get("CI") and "DATABRICKS_RUNTIME_VERSION" not in os.environ
+    return sys.stderr.isatty() and not os.environ.get("CI") and not on_databricks()
 
 
 class ProgressBar:
