@@ -727,9 +727,9 @@ def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
     err = kind(
         f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "
-        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items())
+        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items()),
+        result=result,
     )
-    err.result = result  # type: ignore[attr-defined]
     err.blocked = blocked  # type: ignore[attr-defined]
     raise err
 

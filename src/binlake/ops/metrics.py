@@ -38,6 +38,7 @@ from typing import Any
 from binlake.config import Config
 from binlake.contract.lakehouse import METRICS_COMMENT, METRICS_SCHEMA, Lakehouse, with_retry
 from binlake.contract.position import BinlogPosition
+from binlake.errors import BinlakeError
 
 log = logging.getLogger("binlake.metrics")
 
@@ -131,8 +132,8 @@ class MetricsRecorder:
             "host": self.host,
             "started_at": started_at or _utcnow(),
         }
-        if outcome is None and error is not None:
-            outcome = getattr(error, "result", None)  # what a blocked gold or a failed verify did do
+        if outcome is None and isinstance(error, BinlakeError):
+            outcome = error.result  # what a blocked gold, a stopped silver or a failed verify did do
         rows = list(_step_rows(step, outcome, head, self.config)) if outcome is not None else []
         step_row = next((r for r in rows if r.get("table") is None), None)
         if step_row is None:

@@ -219,11 +219,10 @@ def run_verify(
             if repair
             else "run binlake verify --repair to re-read only these chunks"
         )
-        exc = VerifyMismatch(
-            f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: {shown}{more}: {fix}"
+        raise VerifyMismatch(
+            f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: {shown}{more}: {fix}",
+            result=result,
         )
-        exc.result = result  # type: ignore[attr-defined]
-        raise exc
     return result
 
 

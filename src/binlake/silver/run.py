@@ -450,9 +450,8 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     if failed:
         # The CLI prints only the error line; the per-table summary goes to the log.
         log.warning("%s", result.summary())
-        exc = SchemaChangeError(
-            f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed)
+        raise SchemaChangeError(
+            f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed),
+            result=result,
         )
-        exc.result = result  # type: ignore[attr-defined]
-        raise exc
     return result
