@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 # Hadoop's default file system for file: paths checksums every file into a hidden ".crc"
 # sidecar, and without Hadoop's native library (a pip install never has it) it forks a
@@ -66,8 +67,10 @@ def env_spark_conf(text: str | None = None) -> dict[str, str]:
     return conf
 
 
-def on_databricks() -> bool:
-    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+def on_databricks(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether binlake runs on a Databricks cluster (a job task or a notebook): Databricks sets
+    ``DATABRICKS_RUNTIME_VERSION`` there. ``environ`` defaults to the process's environment."""
+    return "DATABRICKS_RUNTIME_VERSION" in (os.environ if environ is None else environ)
 
 
 # PySpark's own variable for "use this Spark Connect server" (``sc://host:port``): with it set,

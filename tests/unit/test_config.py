@@ -83,7 +83,8 @@ def test_the_password_never_shows_in_the_configs_repr():
     [
         (
             dict(sources={}),
-            "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, history, lakehouse, maintenance, snapshot, source",
+            "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, history, lakehouse, "
+            "maintenance, snapshot, source",
         ),
         (
             dict(source__hots="x"),
@@ -100,7 +101,8 @@ def test_the_password_never_shows_in_the_configs_repr():
         ),
         (
             dict(gold={"checks": {"shop.t": [{"column": "a", "not_null": True, "level": "warn"}]}}),
-            "unknown key gold.checks.shop.t[0].level: allowed keys are between, column, not_null, regex, row_count, severity, values",
+            "unknown key gold.checks.shop.t[0].level: allowed keys are between, column, not_null, regex, row_count, "
+            "severity, values",
         ),
     ],
     ids=["top-level", "source", "snapshot", "tls", "check"],
@@ -220,7 +222,8 @@ def test_chunk_keys_need_db_table_and_columns():
         ),
         (
             {"startup": "position", "start_position": "mysql-bin:4"},
-            'capture.startup is "position" but capture.start_position is missing or not FILE:POS: set it like "mysql-bin.000003:4"',
+            'capture.startup is "position" but capture.start_position is missing or not FILE:POS: set it like '
+            '"mysql-bin.000003:4"',
         ),
         (
             {"startup": "timestamp"},
@@ -278,7 +281,10 @@ def test_tls_files_must_exist_and_a_client_cert_needs_its_key(tmp_path):
 
 
 def test_the_lakehouse_needs_exactly_one_location():
-    both = "lakehouse needs exactly one of path (local Delta directory, e.g. .local/lakehouse) or catalog (Unity Catalog name on Databricks)"
+    both = (
+        "lakehouse needs exactly one of path (local Delta directory, e.g. .local/lakehouse) "
+        "or catalog (Unity Catalog name on Databricks)"
+    )
     assert refused(doc(lakehouse={"path": "x", "catalog": "main"})) == both
     assert refused(doc(lakehouse={})) == both
     no_section = doc()
@@ -416,7 +422,8 @@ def test_publish_groups_default_to_one_per_database_and_configured_groups_come_f
     [
         (
             ["shop.*"],
-            'gold.groups must map a group name to a list of "db.table" patterns, e.g. {orders: ["shop.orders", "shop.order_lines"]}',
+            'gold.groups must map a group name to a list of "db.table" patterns, e.g. {orders: ["shop.orders", '
+            '"shop.order_lines"]}',
         ),
         ({"orders": []}, 'gold.groups.orders must be a non-empty list of "db.table" patterns'),
         (

@@ -32,10 +32,10 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
 
 from binlake import faults
 from binlake.bronze.capture_state import current_epoch
@@ -55,6 +55,7 @@ from binlake.bronze.tables import (
     record_schemas,
 )
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.columns import stored_schema
 from binlake.contract.lakehouse import (
     SNAPSHOT_CHUNKS_SCHEMA,
@@ -65,7 +66,6 @@ from binlake.contract.lakehouse import (
 from binlake.contract.position import epoch_of, file_index, log_index
 from binlake.contract.types import TableSchema, encode_value
 from binlake.errors import LakehouseError, PreflightError
-from binlake.progress import Progress
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, master_status, query, server_id
 from binlake.spark import require_binlake_on_workers
@@ -156,7 +156,7 @@ class _Pending:
 
 
 def run_snapshot(
-    spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, progress: Progress | None = None
+    spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, console: Console = QUIET
 ) -> SnapshotResult:
     """Snapshot captured tables into bronze; see the module docstring for which ones.
 
@@ -167,7 +167,6 @@ def run_snapshot(
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
     started = time.monotonic()
-    progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
 
@@ -204,7 +203,7 @@ def run_snapshot(
                     _Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in chunks
                 )
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
-    _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
+    _read_waves(spark, config, lh, pending, result, console, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
 
@@ -222,7 +221,7 @@ def resnapshot_chunks(
     db: str,
     table: str,
     chunks: Sequence[tuple[str | None, str | None]],
-    progress: Progress | None = None,
+    console: Console = QUIET,
 ) -> SnapshotResult:
     """Re-read only the given ``[start_key, end_key)`` ranges of one table as a new snapshot.
 
@@ -239,7 +238,6 @@ def resnapshot_chunks(
     if not ranges:
         raise ValueError("chunks is empty: pass at least one (start_key, end_key) pair")
     started = time.monotonic()
-    progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
     result = SnapshotResult()
@@ -265,7 +263,7 @@ def resnapshot_chunks(
     version = stored_schema(config.source, schema).version()
     pending = [_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in plan]
     result.tables.append(TableSnapshot(db, table, snapshot_id, len(plan), mode="repair"))
-    _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
+    _read_waves(spark, config, lh, pending, result, console, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
 
@@ -447,7 +445,7 @@ def _read_waves(
     lh: Lakehouse,
     pending: list[_Pending],
     result: SnapshotResult,
-    progress: Progress,
+    console: Console,
     plan_committed: Future | None,
     source: tuple[int, int],
 ) -> None:
@@ -460,7 +458,7 @@ def _read_waves(
     by_table = {t.name: t for t in result.tables}
     wave_size = config.snapshot.wave_size
     barrier = os.environ.get(BARRIER_ENV)
-    with progress.task("snapshot", total=len(pending), unit="chunks") as task:
+    with console.bar("snapshot", total=len(pending), unit="chunks") as bar:
         for i in range(0, len(pending), wave_size):
             wave = pending[i : i + wave_size]
             # A fresh attempt id per wave: rows of a killed earlier attempt of the same chunk
@@ -526,7 +524,7 @@ def _read_waves(
             lh.snapshot_chunks.save(
                 spark.createDataFrame(manifest, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
             )
-            task.advance(len(wave), items=rows_in_wave)
+            bar.advance(len(wave), items=rows_in_wave)
 
 
 # The marker rows' columns the manifest is built from.

@@ -25,8 +25,9 @@ import functools
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -38,6 +39,10 @@ from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, TableSchema
 from binlake.errors import SchemaChangeError, SourceChangedError
+
+if TYPE_CHECKING:  # imported where used: the driver never loads them
+    import numpy as np
+    import pyarrow as pa
 from binlake.source.mysql import connect, consistent_read, exact_value_sql, server_id
 
 ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
@@ -103,7 +108,7 @@ def row_hash(row: Mapping[str, str | None]) -> int:
     return int(pd.util.hash_array(np.array([row_bytes(row)], dtype=object), categorize=False)[0])
 
 
-def row_hashes(names: Sequence[str], items) -> "np.ndarray":
+def row_hashes(names: Sequence[str], items) -> np.ndarray:
     """:func:`row_hash` of every row of a batch, vectorised: ``items`` is an Arrow string
     array holding the rows one after the other, ``len(names)`` values each, in ``names``
     order. Returns a uint64 array. Python touches each row once (one bytes object), never
@@ -202,7 +207,7 @@ class SnapshotDataSource(DataSource):
     def schema(self) -> str:
         return SNAPSHOT_ROWS_SCHEMA
 
-    def reader(self, schema) -> "SnapshotReader":
+    def reader(self, schema) -> SnapshotReader:
         return SnapshotReader(dict(self.options))
 
 
@@ -227,7 +232,7 @@ class SnapshotReader(DataSourceReader):
             for c in json.loads(self.options["chunks"])
         ]
 
-    def read(self, partition: ChunkPartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: ChunkPartition) -> Iterator[pa.RecordBatch]:
         yield from read_chunk(self.options, partition)
 
 
@@ -413,7 +418,7 @@ class RowEncoding:
         self.encoded = encoded
         self.keys = pa.array(names, pa.string())
 
-    def texts(self, block) -> "pa.Array":
+    def texts(self, block) -> pa.Array:
         """The texts of a :class:`binlake.source.textrows.RowBlock`'s rows, row after row, each
         in ``names`` order."""
         import numpy as np
@@ -436,7 +441,7 @@ class RowEncoding:
             base += m
         return pa.concat_arrays(parts).take(pa.array(index.ravel()))
 
-    def rows(self, texts: "pa.Array", m: int) -> "pa.MapArray":
+    def rows(self, texts: pa.Array, m: int) -> pa.MapArray:
         """``m`` rows' :meth:`texts` as MAP<column name, text>."""
         import numpy as np
         import pyarrow as pa
@@ -460,12 +465,12 @@ class ChunkBatches:
             "schema_version": p.schema_version,
         }
 
-    def rows(self, lw: BinlogPosition, rows: "pa.MapArray") -> "pa.RecordBatch":
+    def rows(self, lw: BinlogPosition, rows: pa.MapArray) -> pa.RecordBatch:
         import pyarrow as pa
 
         return self._batch(len(rows), lw, rows, pa.nulls(len(rows), self.schema.field("chunk_stats").type))
 
-    def marker(self, lw: BinlogPosition, hw: BinlogPosition, count: int, checksum: int) -> "pa.RecordBatch":
+    def marker(self, lw: BinlogPosition, hw: BinlogPosition, count: int, checksum: int) -> pa.RecordBatch:
         """The row (``row`` NULL) that tells the driver the chunk is complete, and what it held."""
         import pyarrow as pa
 
@@ -479,7 +484,7 @@ class ChunkBatches:
         texts = self.schema.field("chunk_stats").type
         return self._batch(1, lw, pa.nulls(1, self.schema.field("row").type), pa.array([list(stats.items())], texts))
 
-    def _batch(self, n: int, lw: BinlogPosition, rows, stats) -> "pa.RecordBatch":
+    def _batch(self, n: int, lw: BinlogPosition, rows, stats) -> pa.RecordBatch:
         import pyarrow as pa
 
         values = {**self.head, "lw_file_index": lw.log_index, "lw_pos": lw.pos}
@@ -491,7 +496,7 @@ class ChunkBatches:
 # The read (runs on executors)
 
 
-def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.RecordBatch"]:
+def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[pa.RecordBatch]:
     """Read one chunk as Arrow batches: data rows, then the marker row. Runs on an executor.
 
     Why this shape: a snapshot reads every row of the source, and per-row Python (pymysql

@@ -337,6 +337,11 @@ class TableRef:
     def __str__(self) -> str:
         return self.name or str(self.path)
 
+    def _local_path(self) -> str:
+        """The directory of a table named by path (every TableRef has a name or a path)."""
+        assert self.path is not None, "a TableRef needs a name or a path"
+        return self.path
+
     def read(self, spark):
         return spark.read.table(self.name) if self.name else spark.read.format("delta").load(self.path)
 
@@ -438,22 +443,23 @@ class TableRef:
     def exists(self, spark) -> bool:
         if self.name:
             return spark.catalog.tableExists(self.name)
-        if Path(self.path, "_delta_log").is_dir():
+        path = self._local_path()
+        if Path(path, "_delta_log").is_dir():
             return True
         if is_connect(spark):
             return _is_delta_path(spark, self.sql)
         from delta.tables import DeltaTable
 
-        return DeltaTable.isDeltaTable(spark, self.path)
+        return DeltaTable.isDeltaTable(spark, path)
 
     def drop(self, spark) -> None:
         """Remove the table and its files (a path table's directory; ``DROP TABLE`` by name)."""
         if self.name:
             spark.sql(f"DROP TABLE IF EXISTS {self.name}")
-        elif Path(self.path).exists():
+        elif Path(self._local_path()).exists():
             import shutil
 
-            shutil.rmtree(self.path)
+            shutil.rmtree(self._local_path())
 
     def save(self, writer) -> None:
         """Finish a ``df.write.format('delta')...`` chain against this table."""

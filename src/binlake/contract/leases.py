@@ -34,9 +34,9 @@ import os
 import socket
 import threading
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 from binlake.contract.lakehouse import Lakehouse, with_retry
 from binlake.contract.sql import spark_string
@@ -175,7 +175,10 @@ class Leases:
     def renew(self) -> bool:
         """Extend the leases; False when another holder took one of them."""
         me = spark_string(self.holder.id)
-        assignments = f"renewed_at = current_timestamp(), expires_at = current_timestamp() + INTERVAL {self.lease_seconds} SECONDS"
+        assignments = (
+            "renewed_at = current_timestamp(), "
+            f"expires_at = current_timestamp() + INTERVAL {self.lease_seconds} SECONDS"
+        )
         return self._update(self.layers, assignments, f"holder_id = {me}") == len(self.layers)
 
     def release(self) -> None:

@@ -34,14 +34,16 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
@@ -141,10 +143,10 @@ class GoldResult:
     tables: list[TablePublish] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     group: str | None = None
-    groups: list["GoldResult"] = field(default_factory=list)
+    groups: list[GoldResult] = field(default_factory=list)
 
     @staticmethod
-    def combine(results: list["GoldResult"]) -> "GoldResult | None":
+    def combine(results: list[GoldResult]) -> GoldResult | None:
         """The run's result: the one group's, or over several groups the newest position,
         "published" if any group published, and every table."""
         if not results:
@@ -282,7 +284,8 @@ def _writing(ref: TableRef) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise LakehouseError(
-            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays current): "
+            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays "
+            "current): "
             "fix the location's permissions or space and run binlake gold again"
         ) from exc
 
@@ -708,7 +711,7 @@ def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema)
 # The publish
 
 
-def run_gold(spark, config: Config, progress=None) -> GoldResult:
+def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     """Check and publish each publish group at its own binlog position, or nothing of it.
 
     A group that cannot publish (Invariant S does not hold, or a check with severity ``fail``
@@ -735,7 +738,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     blocked: dict[str, BinlakeError] = {}
     for name, members in groups.items():
         try:
-            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, progress))
+            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, console))
         except (NotReadyError, QualityCheckFailed) as exc:
             exc.tables = [s.name for s in members]  # type: ignore[attr-defined]
             blocked[name] = exc
@@ -752,15 +755,22 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
     err = kind(
         f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "
-        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items())
+        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items()),
+        result=result,
     )
-    err.result = result  # type: ignore[attr-defined]
     err.blocked = blocked  # type: ignore[attr-defined]
     raise err
 
 
 def _publish_group(
-    spark, config: Config, lh: Lakehouse, group: str, states: list[TableState], schemas: dict, previous: dict, progress
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    group: str,
+    states: list[TableState],
+    schemas: dict,
+    previous: dict,
+    console: Console,
 ) -> GoldResult:
     target = check_group(spark, lh, states)
     work, blockers = _plan(spark, config, lh, states, schemas, previous, target)
@@ -776,13 +786,10 @@ def _publish_group(
 
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
-        with (
-            progress.task(f"gold checks ({group})", total=len(todo), unit="tables") if progress else _no_task()
-        ) as task:
+        with console.bar(f"gold checks ({group})", total=len(todo), unit="tables") as bar:
             for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
                 future.result()
-                if task:
-                    task.advance()
+                bar.advance()
         checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
         gtid, source_time = _position_extras(spark, lh, target)
         blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
@@ -859,11 +866,6 @@ def _release(work: list[_Work]) -> None:
     for w in work:
         if w.source is not None:
             w.source.unpersist()
-
-
-@contextmanager
-def _no_task() -> Iterator[None]:
-    yield None
 
 
 __all__ = ["GOLD_METADATA_COLUMNS", "GoldResult", "TablePublish", "run_gold"]

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from binlake.bronze.capture import run_capture
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
 from binlake.gold.publish import run_gold
@@ -122,7 +123,7 @@ def _freshness(gold) -> float | None:
 def run_continuous(
     spark,
     config: Config,
-    progress=None,
+    console: Console = QUIET,
     poll_seconds: float = POLL_SECONDS,
     max_loops: int | None = None,
     stop: threading.Event | None = None,
@@ -138,10 +139,10 @@ def run_continuous(
     metrics = MetricsRecorder(config, "run --continuous")
     log.info("continuous: snapshotting the tables that need it")
     began = time.monotonic()
-    snapshot = snapshot_what_needs_it(spark, config, progress)
+    snapshot = snapshot_what_needs_it(spark, config, console)
     metrics.add("snapshot", snapshot, time.monotonic() - began)
     stop = stop or threading.Event()
-    stages = _Stages(spark, config, lh, state, metrics, progress, poll_seconds, max_loops, stop)
+    stages = _Stages(spark, config, lh, state, metrics, console, poll_seconds, max_loops, stop)
     restore = _stop_on_sigterm(stop)
     try:
         stages.run()
@@ -159,9 +160,9 @@ def run_continuous(
 class _Stages:
     """Capture, silver and gold, each looping in a thread, handing over by two events."""
 
-    def __init__(self, spark, config, lh, state, metrics, progress, poll_seconds, max_loops, stop):
+    def __init__(self, spark, config, lh, state, metrics, console, poll_seconds, max_loops, stop):
         self.spark, self.config, self.lh, self.state = spark, config, lh, state
-        self.metrics, self.progress, self.poll = metrics, progress, poll_seconds
+        self.metrics, self.console, self.poll = metrics, console, poll_seconds
         self.max_loops, self.stop = max_loops, stop
         self.silver_due, self.gold_due = threading.Event(), threading.Event()
         # What happened since the last gold round, for its loop report.
@@ -214,7 +215,7 @@ class _Stages:
         while not self.stop.is_set():
             started = _now()
             captured = self._timed(
-                "capture", lambda: run_capture(self.spark, self.config, continuous=False, progress=self.progress)
+                "capture", lambda: run_capture(self.spark, self.config, continuous=False, console=self.console)
             )
             if captured.batches or first:  # the first round: silver and gold start from what it found
                 with self._lock:
@@ -232,7 +233,7 @@ class _Stages:
                 return
             self.silver_due.clear()
             started = _now()
-            silver = self._timed("silver", lambda: run_silver(self.spark, self.config, progress=self.progress))
+            silver = self._timed("silver", lambda: run_silver(self.spark, self.config, console=self.console))
             moved = sum(1 for t in silver.tables if t.merged or t.cascaded or t.truncated or t.reconciled)
             with self._lock:
                 self._since["silver_tables"] += moved
@@ -252,7 +253,7 @@ class _Stages:
             started, began = _now(), time.monotonic()
             report = LoopReport(self.state.loops + 1, started, 0.0, 0, 0, "unchanged")
             try:
-                gold = self._timed("gold", lambda: run_gold(session, self.config, progress=self.progress))
+                gold = self._timed("gold", lambda: run_gold(session, self.config, console=self.console))
                 report.gold, report.position = gold.status, str(gold.position)
                 if gold.status != "unchanged" and not all(t.reused for t in gold.tables):
                     report.freshness_seconds = _freshness(gold)
