@@ -81,23 +81,38 @@ def snapshot_what_needs_it(spark, config: Config, console: Console = QUIET):
 
 
 def pipeline_steps(spark, config: Config, console) -> list[tuple[str, Callable[[], Any]]]:
+    from binlake.spark import small_plans
+
+    # The round's input, which sizes silver's and gold's plans: the snapshot's rows and the
+    # row changes capture committed.
+    rows: list[int] = []
+
     def snapshot():
-        return snapshot_what_needs_it(spark, config, console)
+        result = snapshot_what_needs_it(spark, config, console)
+        rows.append(getattr(result, "rows", 0))
+        return result
 
     def capture():
         from binlake.bronze.capture import run_capture
 
-        return run_capture(spark, config, continuous=False, console=console)
+        result = run_capture(spark, config, continuous=False, console=console)
+        rows.append(result.changes)
+        return result
+
+    def round_rows() -> int | None:
+        return sum(rows) if len(rows) == 2 else None
 
     def silver():
         from binlake.silver.run import run_silver
 
-        return run_silver(spark, config, console=console)
+        with small_plans(spark, round_rows()):
+            return run_silver(spark, config, console=console)
 
     def gold():
         from binlake.gold.publish import run_gold
 
-        return run_gold(spark, config, console=console)
+        with small_plans(spark, round_rows()):
+            return run_gold(spark, config, console=console)
 
     return [("snapshot", snapshot), ("capture", capture), ("silver", silver), ("gold", gold)]
 
