@@ -766,7 +766,7 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
             time.sleep(0.2)
         # run --continuous runs capture, silver and gold as three overlapping stages: a kill
         # in each stage lands while the other two are at work.
-        for point in ("capture.before_commit@3", "silver.before_progress@2", "gold.before_publish_log@2"):
+        for point in ("capture.before_commit@2", "silver.before_progress", "gold.before_publish_log"):
             rc, err = h.binlake(config, "run", "--continuous", kill_at=point, timeout=420, debug=True)
             if rc == -9:
                 out.faults += 1
