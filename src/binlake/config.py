@@ -31,58 +31,14 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from binlake.errors import ConfigError
+from binlake.secrets import Secret
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_REF = re.compile(r"^\{\{secrets/([^/{}]+)/([^/{}]+)\}\}$")
 # db.table: MySQL names may hold inner spaces ("my db"), never a dot; leading or trailing
 # whitespace is almost always a typo, so it is refused.
 _NAME_PART = r"[^.\s](?:[^.]*[^.\s])?"
 _TABLE_PATTERN = re.compile(rf"^{_NAME_PART}\.{_NAME_PART}$")
 _BINLOG_POSITION = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<pos>\d+)$")
-
-
-class Secret:
-    """A string that never shows itself in logs, reprs or exception messages.
-
-    Either a value, or a Databricks secret reference (``{{secrets/<scope>/<key>}}``) that is
-    read only when :meth:`reveal` is first called (a connection needs it), so loading a config
-    never talks to a workspace.
-    """
-
-    __slots__ = ("_value", "_ref")
-
-    def __init__(self, value: str | None = None, *, scope: str | None = None, key: str | None = None):
-        self._value = value
-        self._ref = (scope, key) if scope is not None else None
-
-    @staticmethod
-    def reference(scope: str, key: str) -> "Secret":
-        return Secret(scope=scope, key=key)
-
-    def reveal(self) -> str:
-        if self._value is None and self._ref is not None:
-            from binlake.secrets import resolve_secret
-
-            self._value = resolve_secret(*self._ref)
-        return self._value or ""
-
-    def __repr__(self) -> str:
-        return f"Secret({{{{secrets/{self._ref[0]}/{self._ref[1]}}}}})" if self._ref else "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return False
-        if self._ref or other._ref:
-            return self._ref == other._ref
-        return self._value == other._value
-
-    def __hash__(self) -> int:
-        return hash(self._ref) if self._ref else hash(self._value)
-
-    def __bool__(self) -> bool:
-        return self._ref is not None or bool(self._value)
 
 
 class StartupMode(str, enum.Enum):
@@ -948,8 +904,6 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
             "or a Databricks secret reference {{secrets/scope/key}}"
         )
     password = _str(s, "source.password")
-    assert password is not None
-    secret_ref = _SECRET_REF.match(password)
     tls_raw = s.get("tls") or {}
     if not isinstance(tls_raw, dict):
         raise ConfigError("source.tls must be a mapping with ca, cert, key, verify_identity")
@@ -978,12 +932,11 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
             raise ConfigError(f"source.chunk_keys.{table} must be a list of column names")
         chunk_keys[str(table)] = tuple(cols)
     salt = _str(s, "source.mask_salt")
-    salt_ref = _SECRET_REF.match(salt) if salt else None
     return SourceConfig(
         host=_str(s, "source.host", required=True) or "",
         port=_int(s, "source.port", 3306),
         user=_str(s, "source.user", required=True) or "",
-        password=Secret.reference(*secret_ref.groups()) if secret_ref else Secret(password),
+        password=Secret.parse(password),
         server_id=_int(s, "source.server_id"),
         tables=_str_list(s, "source.tables"),
         exclude=_str_list(s, "source.exclude"),
@@ -991,7 +944,7 @@ def _source(s: Mapping[str, Any]) -> SourceConfig:
         tls=TlsConfig(ca=tls_raw.get("ca"), cert=tls_raw.get("cert"), key=tls_raw.get("key"), verify_identity=verify),
         connect_timeout=_int(s, "source.connect_timeout", 10),
         columns=_column_rules(s.get("columns")),
-        mask_salt=Secret.reference(*salt_ref.groups()) if salt_ref else Secret(salt),
+        mask_salt=Secret.parse(salt),
     )
 
 
