@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-import hashlib
 import json
 import os
 import re
@@ -30,7 +29,9 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from binlake.column_rules import HASH, MASKS, NULL, ColumnRuleLogic
 from binlake.errors import ConfigError
+from binlake.expectations import Expectation, Severity, SuiteFile, read_suite_file
 from binlake.secrets import Secret
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -57,12 +58,6 @@ class PurgePolicy(str, enum.Enum):
     RESNAPSHOT = "resnapshot"
 
 
-class Severity(str, enum.Enum):
-    WARN = "warn"
-    DROP = "drop"
-    FAIL = "fail"
-
-
 @dataclass(frozen=True)
 class TlsConfig:
     ca: str | None = None
@@ -75,15 +70,11 @@ class TlsConfig:
         return self.ca is not None
 
 
-# ---------------------------------------------------------------------------------------
-# Column rules (source.columns): what they mean for the stored rows is binlake.contract.columns
-
-HASH, NULL = "hash", "null"
-MASKS = (HASH, NULL)
-
-
 @dataclass(frozen=True)
-class ColumnRule:
+class ColumnRule(ColumnRuleLogic):
+    """Which columns of the tables ``pattern`` matches binlake keeps and masks; what it does
+    is :class:`binlake.column_rules.ColumnRuleLogic`."""
+
     pattern: str
     include: tuple[str, ...] | None = None  # None: every column not excluded
     exclude: tuple[str, ...] = ()
@@ -91,82 +82,7 @@ class ColumnRule:
     mask_key: bool = False
 
     def __post_init__(self) -> None:
-        where = f"source.columns[{self.pattern!r}]"
-        if self.include is not None and self.exclude:
-            raise ConfigError(f"{where} has both include and exclude: keep one of them")
-        if self.include is not None and not self.include:
-            raise ConfigError(f"{where}.include is empty: list the columns to keep, or drop the rule")
-        for column, how in self.mask.items():
-            if how not in MASKS:
-                raise ConfigError(f"{where}.mask.{column} must be hash or null, got {how!r}")
-            if column in self.exclude or (self.include is not None and column not in self.include):
-                raise ConfigError(f"{where} masks {column}, which it also drops: keep one of the two")
-
-    def matches(self, db: str, table: str) -> bool:
-        return fnmatch.fnmatchcase(f"{db}.{table}", self.pattern)
-
-    @property
-    def hashes(self) -> bool:
-        """True if the rule has a ``hash`` mask (and so needs the salt)."""
-        return HASH in self.mask.values()
-
-    def keeps(self, column: str) -> bool:
-        return column not in self.exclude and (self.include is None or column in self.include)
-
-    def check(self, name: str, columns: tuple[str, ...], key: tuple[str, ...], strict: bool = True) -> None:
-        """Raise ConfigError when the rule drops a key column or masks one without
-        ``mask_key``, or (``strict``) names a column ``name`` lacks. Capture is not strict: a
-        column the rule names may be dropped from the source later, which hides nothing."""
-        where = f"source.columns[{self.pattern!r}]"
-        named = set(self.exclude) | set(self.include or ()) | set(self.mask)
-        unknown = sorted(named - set(columns))
-        if unknown and strict:
-            raise ConfigError(
-                f"{where} names {', '.join(unknown)}, which {name} does not have: its columns are {', '.join(columns)}"
-            )
-        dropped = [k for k in key if not self.keeps(k)]
-        if dropped:
-            raise ConfigError(
-                f"{where} drops key column {', '.join(dropped)} of {name}: binlake needs the key; "
-                "mask it instead (with mask_key: true) or keep it"
-            )
-        nulled = [k for k in key if self.mask.get(k) == NULL]
-        if nulled:
-            raise ConfigError(
-                f"{where} masks key column {', '.join(nulled)} of {name} with null, which would give "
-                "every row the same key: use hash (with mask_key: true) or keep it"
-            )
-        masked = [k for k in key if k in self.mask]
-        if masked and not self.mask_key:
-            raise ConfigError(
-                f"{where} masks key column {', '.join(masked)} of {name}: that changes what rows "
-                "join on; add mask_key: true to the rule if that is intended"
-            )
-
-    def digest(self, salt: str = "") -> str:
-        """A short id of what the rule does, recorded with the table's schema: a new salt
-        changes every hash, so it changes the digest too (through a one-way fingerprint)."""
-        salt_id = hashlib.sha256(("binlake mask salt\x00" + salt).encode()).hexdigest()[:16] if self.hashes else ""
-        text = json.dumps(
-            {
-                "include": self.include,
-                "exclude": sorted(self.exclude),
-                "mask": dict(sorted(self.mask.items())),
-                "mask_key": self.mask_key,
-                "salt": salt_id,
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pattern": self.pattern,
-            "include": list(self.include) if self.include is not None else None,
-            "exclude": list(self.exclude),
-            "mask": dict(self.mask),
-            "mask_key": self.mask_key,
-        }
+        self.check_consistent()
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "ColumnRule":
@@ -438,36 +354,6 @@ class LakehouseConfig:
 
 
 @dataclass(frozen=True)
-class Expectation:
-    """One Great Expectations expectation as gold runs it: GE's own JSON form (``type``,
-    ``kwargs``, ``meta``) plus binlake's severity (``meta.severity``) and the name binlake
-    reports and quarantines it under (``meta.name``, else one made from the type and kwargs).
-    ``where`` says where it was declared, for error messages."""
-
-    type: str
-    kwargs: Mapping[str, Any]
-    severity: Severity
-    name: str
-    where: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """The expectation in GE's suite format, severity and name in its meta."""
-        return {
-            "type": self.type,
-            "kwargs": dict(self.kwargs),
-            "meta": {**self.meta, "severity": self.severity.value, "name": self.name},
-        }
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The columns its kwargs name (column, column_A, column_B, column_list)."""
-        named = [self.kwargs.get(k) for k in ("column", "column_A", "column_B")]
-        named += list(self.kwargs.get("column_list") or ())
-        return tuple(c for c in named if isinstance(c, str))
-
-
-@dataclass(frozen=True)
 class CheckRule:
     """One per-table gold check from the config's shorthand (``gold.checks``): a convenience
     that compiles to one GE expectation (:meth:`expectation`)."""
@@ -532,19 +418,6 @@ class CheckRule:
 
 def _text(value: Any) -> str:
     return "null" if value is None else str(value)
-
-
-@dataclass(frozen=True)
-class SuiteFile:
-    """A GE expectation suite file that ``gold.expectations`` applies to matching tables."""
-
-    pattern: str
-    path: str
-    name: str
-    expectations: tuple[Expectation, ...]
-
-    def matches(self, db: str, table: str) -> bool:
-        return fnmatch.fnmatchcase(f"{db}.{table}", self.pattern)
 
 
 @dataclass(frozen=True)
@@ -1065,9 +938,6 @@ def _gold(s: Mapping[str, Any], base_dir: str = ".") -> GoldConfig:
     )
 
 
-_SUITE_EXAMPLE = '{"name": "shop_orders", "expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]}'
-
-
 def _suite_files(raw: Any, base_dir: str) -> tuple[SuiteFile, ...]:
     if raw is None:
         return ()
@@ -1085,82 +955,8 @@ def _suite_files(raw: Any, base_dir: str) -> tuple[SuiteFile, ...]:
             )
         if not isinstance(path, str) or not path.strip():
             raise ConfigError(f"{where} must be the path of a suite file, e.g. expectations/shop_orders.json")
-        suites.append(_suite_file(pattern, path, base_dir, where))
+        suites.append(read_suite_file(pattern, path, base_dir, where))
     return tuple(suites)
-
-
-def _suite_file(pattern: str, path: str, base_dir: str, where: str) -> SuiteFile:
-    full = Path(path) if Path(path).is_absolute() else Path(base_dir) / path
-    try:
-        text = full.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{where}: suite file {path} not found (a relative path is read from the config file's directory "
-            f"{base_dir}): fix the path"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            f"{where}: suite file {path} cannot be read ({exc.strerror}): check its permissions"
-        ) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): fix the syntax"
-        ) from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("expectations"), list):
-        raise ConfigError(f"{path} is not an expectation suite: write it in GE's format, {_SUITE_EXAMPLE}")
-    _refuse_unknown_keys(raw, _SUITE_KEYS, path)
-    expectations = tuple(
-        _suite_expectation(item, f"{path} expectations[{i}]") for i, item in enumerate(raw["expectations"])
-    )
-    names = [e.name for e in expectations]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigError(f"{path} has two expectations named {twice[0]!r}: give one of them another meta.name")
-    return SuiteFile(pattern, path, str(raw.get("name") or Path(path).stem), expectations)
-
-
-# The keys of GE 1.x's suite JSON (what ExpectationSuite.to_json_dict writes).
-_SUITE_KEYS = {"name", "id", "expectations", "meta", "notes", "suite_parameters", "data_asset_type"}
-_EXPECTATION_KEYS = {"type", "kwargs", "meta", "id", "notes", "description", "rendered_content", "severity"}
-
-
-def _suite_expectation(item: Any, where: str) -> Expectation:
-    if not isinstance(item, dict):
-        raise ConfigError(
-            f'{where} must be an object such as {{"type": "expect_column_values_to_not_be_null", "kwargs": {{"column": "id"}}}}'
-        )
-    if "expectation_type" in item and "type" not in item:
-        raise ConfigError(f'{where} uses "expectation_type" (Great Expectations 0.x): rename it to "type"')
-    _refuse_unknown_keys(item, _EXPECTATION_KEYS, where)
-    kind = item.get("type")
-    if not isinstance(kind, str) or not kind.startswith("expect_"):
-        raise ConfigError(f'{where} has no expectation "type": name one such as expect_column_values_to_not_be_null')
-    kwargs = item.get("kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"{where} ({kind}): kwargs must be an object of the expectation's arguments")
-    meta = item.get("meta", {})
-    if not isinstance(meta, dict):
-        raise ConfigError(f"{where} ({kind}): meta must be an object")
-    severity = meta.get("severity", Severity.FAIL.value)
-    if severity not in [s.value for s in Severity]:
-        raise ConfigError(f"{where} ({kind}): meta.severity must be warn, drop or fail, got {severity!r}")
-    name = meta.get("name") or _expectation_name(kind, kwargs)
-    if not isinstance(name, str):
-        raise ConfigError(f"{where} ({kind}): meta.name must be a string")
-    rest = {k: v for k, v in meta.items() if k not in ("severity", "name")}
-    return Expectation(kind, kwargs, Severity(severity), name, where, rest)
-
-
-def _expectation_name(kind: str, kwargs: Mapping[str, Any]) -> str:
-    """A readable default name: the type and its arguments, long lists cut short."""
-
-    def short(v: Any) -> str:
-        text = json.dumps(v, default=str)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    return f"{kind}({', '.join(f'{k}={short(v)}' for k, v in kwargs.items())})"
 
 
 _GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")

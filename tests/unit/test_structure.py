@@ -21,6 +21,8 @@ LAYERS = [
             "binlake.faults",
             "binlake.progress",
             "binlake.secrets",
+            "binlake.column_rules",
+            "binlake.expectations",
             "binlake.config",
             "binlake.spark",
             "binlake.local",
