@@ -23,6 +23,7 @@ LAYERS = [
             "binlake.secrets",
             "binlake.column_rules",
             "binlake.expectations",
+            "binlake.config_model",
             "binlake.config",
             "binlake.spark",
             "binlake.local",
