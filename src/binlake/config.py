@@ -2,10 +2,12 @@
 
 A field's type, default and description are the key's whole declaration: loading validates the
 YAML against them (``extra="forbid"`` in every section), :func:`reference` renders the
-configuration reference (docs/configuration.md) from them, and :func:`one_line` turns what
-pydantic refuses into binlake's one-line :class:`~binlake.errors.ConfigError` naming the key and
-the fix. A :class:`Hint` beside a field says that fix where the generic one would not do; checks
-that span keys raise ConfigError themselves.
+configuration reference (docs/configuration.md) from them, and one error formatter
+(:func:`binlake.config_model.one_line`) turns what pydantic refuses into binlake's one-line
+:class:`~binlake.errors.ConfigError` naming the key and the fix. A :class:`Hint` beside a field
+says that fix where the generic one would not do; checks that span keys raise ConfigError
+themselves. What a column rule does is :mod:`binlake.column_rules`; the GE suite files
+``gold.expectations`` names are read by :mod:`binlake.expectations`.
 
 Values may reference environment variables as ``${NAME}``; the password may also be a
 Databricks secret reference ``{{secrets/<scope>/<key>}}``, read through databricks-sdk when a
@@ -49,7 +51,6 @@ from binlake.config_model import (
     Text,
     Whole,
     declared,
-    drop_nulls,
     lower,
     one_line,
     refuse,
@@ -126,8 +127,6 @@ class TlsConfig:
     key: Text | None = Field(None, description="Client certificate's private key (PEM file), with cert")
     verify_identity: Flag = Field(True, description="Check that the server's certificate names the host")
 
-    _nulls = model_validator(mode="before")(drop_nulls)
-
     @field_validator("ca", "cert", "key")
     @classmethod
     def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -173,8 +172,6 @@ class ColumnRule(ColumnRuleLogic):
     ] = Field(default_factory=dict, description="column: hash (salted SHA-256) or null, stored instead of the value")
     mask_key: Flag = Field(False, description="Allow masking a key column (with hash)")
 
-    _nulls = model_validator(mode="before")(drop_nulls)
-
     @model_validator(mode="after")
     def _consistent(self) -> "ColumnRule":
         self.check_consistent()
@@ -200,10 +197,8 @@ def _keyed(value: Any) -> Any:
     return value
 
 
-@declared("source")
+@declared("source", kw_only=True)
 class SourceConfig:
-    _KW_ONLY = True
-
     host: Annotated[Text, Hint(bad="is empty: set it to the MySQL host name or IP, e.g. 127.0.0.1")] = Field(
         min_length=1, description="MySQL/MariaDB host name or IP"
     )
@@ -261,8 +256,6 @@ class SourceConfig:
     mask_salt: Secret = Field(
         default_factory=Secret, description="Salt of the hash masks: a secret reference or ${ENV_VAR}"
     )
-
-    _nulls = model_validator(mode="before")(drop_nulls)
 
     @field_validator("password")
     @classmethod
@@ -379,8 +372,6 @@ class SnapshotConfig:
         0, ge=0, description="Chunks committed per Delta write, the most a crash re-reads (0 = 16 x parallelism)"
     )
 
-    _nulls = model_validator(mode="before")(drop_nulls)
-
     @property
     def wave_size(self) -> int:
         return self.chunks_per_commit or 16 * self.parallelism
@@ -421,8 +412,6 @@ class CaptureConfig:
     max_batch_rows: Annotated[Whole, Hint(bad="must be >= 1, got {input}")] = Field(
         200_000, ge=1, description="A batch ends at the first transaction boundary after this many row changes"
     )
-
-    _nulls = model_validator(mode="before")(drop_nulls)
 
     @model_validator(mode="after")
     def _start(self) -> "CaptureConfig":
@@ -474,8 +463,6 @@ class LakehouseConfig:
         None,
         description="Files that are not tables: <path>/system/files locally; a UC volume path with catalog",
     )
-
-    _nulls = model_validator(mode="before")(drop_nulls)
 
     @model_validator(mode="after")
     def _one_place(self) -> "LakehouseConfig":
@@ -670,8 +657,6 @@ class GoldConfig:
         description="Publish groups: name -> db.table patterns published together; default: one per database",
     )
 
-    _nulls = model_validator(mode="before")(drop_nulls)
-
     @field_validator("checks")
     @classmethod
     def _check_tables(cls, value: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -741,8 +726,6 @@ class MaintenanceConfig:
         ),
     ] = Field(168, ge=168, description="VACUUM keeps the files of this many hours of versions (time travel)")
 
-    _nulls = model_validator(mode="before")(drop_nulls)
-
 
 @declared("health")
 class HealthConfig:
@@ -751,8 +734,6 @@ class HealthConfig:
     max_lag_seconds: Whole = Field(
         3600, ge=1, description="Unhealthy when capture or a table's gold is behind the source by more than this"
     )
-
-    _nulls = model_validator(mode="before")(drop_nulls)
 
 
 def _history_entry(value: Any) -> Any:
@@ -838,8 +819,6 @@ class HistoryConfig:
         (), description="Tables that keep every version: db.table patterns or {table, track_columns|except_columns}"
     )
 
-    _nulls = model_validator(mode="before")(drop_nulls)
-
     def table(self, db: str, table: str) -> HistoryTable | None:
         name = f"{db}.{table}"
         return next((t for t in self.tables if fnmatch.fnmatchcase(name, t.pattern)), None)
@@ -861,8 +840,6 @@ class Config:
     history: HistoryConfig = Field(default_factory=HistoryConfig, description="SCD type 2 history tables")
     # The directory the config file was read from; relative lakehouse paths resolve here.
     base_dir: Annotated[str, Hint(not_a_key=True)] = "."
-
-    _nulls = model_validator(mode="before")(drop_nulls)
 
     @model_validator(mode="after")
     def _kept_columns(self) -> "Config":

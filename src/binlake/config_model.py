@@ -18,7 +18,7 @@ import types
 import typing
 from typing import Annotated, Any, Mapping, Union
 
-from pydantic import BeforeValidator, ConfigDict, Strict, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Strict, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 
@@ -75,12 +75,15 @@ OneOrMoreColumns = Annotated[
 SECTION = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
 
 
-def declared(where: str):
-    """A frozen pydantic dataclass of a config section at ``where``, whose direct construction
-    raises the same one-line ConfigError as loading."""
+def declared(where: str, kw_only: bool = False):
+    """A frozen pydantic dataclass of a config section at ``where``: unknown keys refused, a key
+    set to null taken as not set (its default), and direct construction raising the same one-line
+    ConfigError as loading."""
 
     def wrap(cls: type) -> type:
-        cls = dataclass(frozen=True, config=SECTION, kw_only=cls.__dict__.get("_KW_ONLY", False))(cls)
+        # Before the class's own before-validators (pydantic runs those last-defined first).
+        cls._nulls = model_validator(mode="before")(drop_nulls)  # type: ignore[attr-defined]
+        cls = dataclass(frozen=True, config=SECTION, kw_only=kw_only)(cls)
         init = cls.__init__
 
         @functools.wraps(init)
