@@ -211,8 +211,8 @@ class SourceConfig:
     password: Annotated[
         Secret,
         Hint(
-            missing="is missing: set password: ${MYSQL_PASSWORD} (and export it) or a Databricks secret reference "
-            "{{secrets/scope/key}}"
+            missing="{where} is missing: set password: ${MYSQL_PASSWORD} (and export it) or a Databricks "
+            "secret reference {{secrets/scope/key}}"
         ),
     ] = Field(description="Password: ${ENV_VAR} or a Databricks secret reference {{secrets/<scope>/<key>}}")
     server_id: Annotated[
@@ -750,7 +750,7 @@ class HistoryTable:
     ``track_columns`` (only these columns open a version) and ``except_columns`` (every
     column but these does) exclude each other; with neither, every column is tracked."""
 
-    pattern: Annotated[Text, Hint(missing="needs table: a db.table pattern such as shop.orders")] = Field(
+    pattern: Annotated[Text, Hint(missing="{entry} needs table: a db.table pattern such as shop.orders")] = Field(
         alias="table", description="db.table pattern"
     )
     track_columns: Annotated[OneOrMoreColumns, _HISTORY_COLUMNS] | None = Field(

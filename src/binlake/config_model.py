@@ -31,16 +31,17 @@ from binlake.secrets import Secret
 class Hint:
     """What a field's one-line error says where the generic wording would not do (Annotated
     metadata). ``invalid``: after the key, for a value of the wrong shape (also inside its lists
-    and maps); ``bad``: after the key, for a value outside its bounds ({input} is the value);
-    ``missing``: after the key, for a key that is not set; ``not_a_key``: the field is no key of
-    its own (the pattern a rule is written under, the config file's directory); ``shown``: the
-    key's type in the reference where the YAML is not written as the field is typed."""
+    and maps); ``bad``: after the key, for a value outside its bounds (``{input}`` is the value);
+    ``missing``: the whole message for a key that is not set (``{where}`` is the key, ``{entry}``
+    the entry it belongs to); ``not_a_key``: the field is no key of its own (the pattern a rule is
+    written under, the config file's directory); ``shown``: the key's type in the reference where
+    the YAML is not written as the field is typed."""
 
     invalid: str | None = None
     bad: str | None = None
     missing: str | None = None
     not_a_key: bool = False
-    shown: str | None = None  # the key's type in the configuration reference, where it is not the field's
+    shown: str | None = None
 
 
 def text_or_number(value: Any) -> Any:
@@ -213,15 +214,14 @@ def one_line(exc: ValidationError, root: type, prefix: str, raw: Any, origin: st
     if kind == "missing" and not isinstance(loc[-1], int):  # an item missing from a list: its shape is wrong
         if not prefix and len(loc) == 1:
             return f"{origin} has no {loc[0]!r} section: add it (see README, Configuration)"
-        said = [h for w, h in hints if h.missing and w == where]
+        said = [h.missing for w, h in hints if h.missing and w == where]
         if said:
-            text = said[-1].missing
-            return f"{where.rsplit('.', 1)[0]} {text}" if text.startswith("needs ") else f"{where} {text}"
+            return said[-1].replace("{where}", where).replace("{entry}", where.rsplit(".", 1)[0])
         return f"{where} is missing: add it (see README, Configuration)"
     if kind in _BOUNDS:
         bad = [h for w, h in hints if h.bad and w == where]
         if bad:
-            return f"{where} {bad[-1].bad.format(input=value)}"
+            return f"{where} {bad[-1].bad.replace('{input}', str(value))}"
     invalid = [(w, h) for w, h in hints if h.invalid]
     if invalid and kind not in _BOUNDS | {"enum"}:
         w, h = invalid[-1]
