@@ -576,3 +576,36 @@ def test_a_history_column_the_table_lacks_is_a_config_error_naming_its_columns()
         ),
         schema,
     ).tracked == ("status",)
+
+
+# ---------------------------------------------------------------------------------------
+# the configuration reference
+
+
+def _reference_keys() -> set[str]:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    return set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+
+
+def test_the_configuration_reference_is_generated_from_the_declarations():
+    from binlake.config import reference
+
+    path = ROOT / "docs" / "configuration.md"
+    assert path.read_text() == reference(), (
+        "docs/configuration.md differs from the keys binlake.config declares: "
+        "regenerate it with .venv/bin/python -m binlake.config > docs/configuration.md"
+    )
+
+
+def test_every_key_the_readme_example_writes_is_in_the_reference_and_the_readme_links_it():
+    text = _readme().split("## Configuration", 1)[1]
+    example = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[0])
+    written = {f"{section}.{key}" for section, keys in example.items() for key in keys}
+    assert written - _reference_keys() == set()
+    assert "(docs/configuration.md)" in text
+
+
+def test_an_unknown_key_message_lists_exactly_the_keys_the_reference_has_for_its_section():
+    message = refused(doc(maintenance={"vacuum_hours": 1}))
+    allowed = set(message.split("allowed keys are ", 1)[1].split(", "))
+    assert allowed == {k.split(".", 1)[1] for k in _reference_keys() if k.startswith("maintenance.")}
