@@ -444,8 +444,13 @@ class TableRef:
         if self.name:
             return spark.catalog.tableExists(self.name)
         path = self._local_path()
-        if Path(path, "_delta_log").is_dir():
+        log_dir = Path(path, "_delta_log")
+        # A table exists from its first commit: a log directory without one is a table another
+        # process is creating right now (reading it fails), or one whose creation was killed.
+        if (log_dir / "00000000000000000000.json").is_file() or (log_dir / "_last_checkpoint").is_file():
             return True
+        if log_dir.is_dir() and not any(p.suffix == ".json" or ".checkpoint." in p.name for p in log_dir.iterdir()):
+            return False
         if is_connect(spark):
             return _is_delta_path(spark, self.sql)
         from delta.tables import DeltaTable
@@ -607,6 +612,11 @@ def is_write_conflict(exc: BaseException) -> bool:
             "ConcurrentDeleteDeleteException",
             "ConcurrentTransactionException",
             "DELTA_CONCURRENT_",
+            # Two processes creating the same table: the one whose first commit lost.
+            "ProtocolChangedException",
+            "DELTA_PROTOCOL_CHANGED",
+            "MetadataChangedException",
+            "DELTA_METADATA_CHANGED",
         )
     )
 
