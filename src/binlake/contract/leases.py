@@ -126,7 +126,7 @@ def ensure_leases_table(spark, lh: Lakehouse, layout_version: int) -> None:
         if ref.exists(spark):
             return
     log.warning("%s: a creation killed before its first commit left an empty log: created again", ref)
-    shutil.rmtree(os.path.join(ref.path, "_delta_log"), ignore_errors=True)
+    shutil.rmtree(os.path.join(ref._local_path(), "_delta_log"), ignore_errors=True)
     with_retry("create the leases table", create)
 
 
