@@ -31,6 +31,7 @@ from binlake.bronze.snapshot_source import (
 from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.sql import qualified
 from binlake.errors import ConfigError
+from binlake.ops import commands
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, exact_value_sql, master_status
 
@@ -268,19 +269,21 @@ def test_a_lakehouse_from_before_the_partitioning_keeps_its_unpartitioned_snapsh
     lh = Lakehouse(config)
     lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)  # as binlake created it until 2026-11-25
 
-    run_snapshot(spark, config)
+    # As the CLI runs it: the layout migration gives the old table its properties first.
+    commands.run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
     detail = spark.sql(f"DESCRIBE DETAIL {lh.snapshot_rows.sql}").first()
     assert list(detail["partitionColumns"]) == []
     assert detail["properties"]["delta.dataSkippingStatsColumns"] == "snapshot_id,attempt_id"
     assert "binlake.layout" not in detail["properties"]
 
-    # The README's one statement that moves it to the partitioned layout, then a new snapshot.
+    # docs/upgrading.md's one statement that moves it to the partitioned layout, then a new snapshot.
     table = lh.snapshot_rows.sql
     spark.sql(
         f"CREATE OR REPLACE TABLE {table} USING DELTA PARTITIONED BY (snapshot_id, db, `table`, chunk_id, "
         "attempt_id, lw_file_index, lw_pos, schema_version) "
-        f"TBLPROPERTIES ('binlake.layout' = 'per-chunk-partitions') AS SELECT * FROM {table}"
+        "TBLPROPERTIES ('binlake.layout' = 'per-chunk-partitions', 'delta.dataSkippingNumIndexedCols' = '0', "
+        f"'parquet.enable.dictionary#row.key_value.value' = 'false') AS SELECT * FROM {table}"
     )
     run_snapshot(spark, config, tables=[f"{database}.t"])
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
