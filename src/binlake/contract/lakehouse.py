@@ -516,6 +516,19 @@ def once_per_version(spark, ref: TableRef, what: str, compute: Callable[[int], _
 _POSITION_FACTS: dict[tuple[str, tuple[int, int]], tuple[str | None, str | None]] = {}
 
 
+def position_fact_columns() -> list:
+    """The aggregate columns a change log read computes the facts from: ``g``, the newest
+    ``(file_index, pos, gtid)`` with a GTID, and ``t``, the newest ``(file_index, pos, ts)``
+    with a commit time (microseconds, as text)."""
+    from pyspark.sql import functions as F
+
+    commit_time = F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
+    return [
+        F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
+        F.max(F.when(F.col("commit_ts").isNotNull(), F.struct("file_index", "pos", commit_time))).alias("t"),
+    ]
+
+
 def remember_position_facts(changelog: TableRef, p, gtid: str | None, source_time: str | None) -> None:
     """Record ``(gtid, source_time)`` of the last change at or before ``p`` (a BinlogPosition)."""
     _POSITION_FACTS[(str(changelog), p.key())] = (gtid, source_time)

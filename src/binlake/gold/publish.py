@@ -48,6 +48,7 @@ from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
     TableRef,
+    position_fact_columns,
     position_facts,
     storage_refusal,
 )
@@ -229,22 +230,7 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
     # Capture writes a heartbeat per batch, so P's own binlog file almost always answers;
     # Delta's file statistics then skip the rest of the change log.
     for scope in (F.col("file_index") == p.log_index, F.lit(True)):
-        r = (
-            lh.changelog.read(spark)
-            .where(scope & at_or_before)
-            .agg(
-                F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
-                F.max(
-                    F.when(
-                        F.col("commit_ts").isNotNull(),
-                        F.struct(
-                            "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
-                        ),
-                    )
-                ).alias("t"),
-            )
-            .first()
-        )
+        r = lh.changelog.read(spark).where(scope & at_or_before).agg(*position_fact_columns()).first()
         gtid = gtid or (r["g"]["gtid"] if r["g"] else None)
         source_time = source_time or (r["t"]["ts"] if r["t"] else None)
         if gtid and source_time:

@@ -44,6 +44,7 @@ from binlake.contract.lakehouse import (
     UPDATE,
     Lakehouse,
     ProgressRow,
+    position_fact_columns,
     remember_position_facts,
 )
 from binlake.contract.position import BinlogPosition
@@ -200,15 +201,7 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
                 F.expr(f"count_if({own} AND op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
                 F.expr(f"collect_list(CASE WHEN {own} AND op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
                 F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file"))).alias("hb"),
-                F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
-                F.max(
-                    F.when(
-                        F.col("commit_ts").isNotNull(),
-                        F.struct(
-                            "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
-                        ),
-                    )
-                ).alias("t"),
+                *position_fact_columns(),
             )
             .collect()
         )
