@@ -6,7 +6,7 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-fast test-unit bench bench-large chaos chaos-short clean
+.PHONY: lint setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-fast test-unit bench bench-large chaos chaos-short clean
 
 setup: venv mariadb-package sysbench-package browser-package spark-jars
 
@@ -52,17 +52,25 @@ mysql-down:
 demo: setup mysql-up
 	$(PY) -m binlake.demo --mariadb-dir .local/mariadb --workdir .local/demo
 
+# The gates: ruff's lint rules and format check, mypy on the public API and the contract
+# package, import-linter's layer contract (pyproject.toml configures each).
+lint: venv
+	.venv/bin/ruff check src tests benchmarks
+	.venv/bin/ruff format --check src tests benchmarks
+	.venv/bin/mypy
+	.venv/bin/lint-imports
+
 # The whole suite, including the chaos short form (tests/integration/test_chaos_short.py).
 # Three workers, whole files each (one Spark and one MariaDB per worker): most tests wait on
 # a JVM or a server, so three overlap well even on 2 cores.
 PYTEST_WORKERS ?= 3
-test: setup
+test: setup lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The edit loop: the unit tests and the Spark tests that need no MariaDB and are not `slow`.
 # Membership is by marker: `integration` is tests/integration plus any test that asks for the
 # mariadb fixture (tests/conftest.py); `slow` marks the long ones, left to `make test`.
-test-fast: venv spark-jars
+test-fast: venv spark-jars lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration and not slow" --durations=10 $(PYTEST_ARGS)
 
 test-unit: venv

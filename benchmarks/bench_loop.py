@@ -21,7 +21,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from benchmarks.bench_incremental import CHANGED_TABLES, ROWS, change, load
+from benchmarks.bench_incremental import CHANGED_TABLES, CHANGES, ROWS, change, load
 from benchmarks.run import result
 
 TABLES = 16
@@ -44,19 +44,21 @@ def _config(ctx, db: str):
 
 
 def _loop(spark, config) -> dict[str, float]:
-    """One loop as run --continuous runs it; seconds per stage."""
+    """One round as run --continuous's stages run it, one after the other (a round's change
+    passes them in turn), each sized by what capture committed; seconds per stage."""
     from binlake.bronze.capture import run_capture
     from binlake.gold.publish import run_gold
     from binlake.silver.run import run_silver
+    from binlake.spark import small_plans
 
     steps = {}
-    for name, step in (
-        ("capture", lambda: run_capture(spark, config)),
-        ("silver", lambda: run_silver(spark, config)),
-        ("gold", lambda: run_gold(spark, config)),
-    ):
+    started = time.perf_counter()
+    captured = run_capture(spark, config)
+    steps["capture"] = time.perf_counter() - started
+    for name, step in (("silver", run_silver), ("gold", run_gold)):
         started = time.perf_counter()
-        step()
+        with small_plans(spark, captured.changes):
+            step(spark, config)
         steps[name] = time.perf_counter() - started
     return steps
 
@@ -92,11 +94,14 @@ def _floor(spark, lh, db: str, tables: list[str], clones: dict, since: tuple[int
         silver = lh.silver(db, t).read(spark)
         changed = silver.where(F.struct("_cdc_seq.file_index", "_cdc_seq.pos", "_cdc_seq.row") > after)
         sets[t] = changed.localCheckpoint()  # not timed: the floor starts from the change set
+    from binlake.spark import small_plans
+
     gold_columns = [c for c in lh.gold(db, tables[0]).read(spark).columns]
     layers = {}
     for layer in ("silver", "gold"):
         started = time.perf_counter()
-        with ThreadPoolExecutor(THREADS) as pool:
+        # The plan settings binlake's round had (small_plans), so they favour neither side.
+        with small_plans(spark, CHANGES), ThreadPoolExecutor(THREADS) as pool:
             futures = []
             for t in tables:
                 source = sets[t]

@@ -18,7 +18,56 @@ Names load on first use, so ``import binlake`` stays cheap for the CLI.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what a type checker sees: the same names, from the same modules (_EXPORTS)
+    from binlake.config import Config, load_config, load_config_text
+    from binlake.contract.position import BinlogPosition
+    from binlake.deploy.jobs import jobs_status
+    from binlake.errors import (
+        BinlakeError,
+        BinlogPurgedError,
+        ComputeError,
+        ConfigError,
+        ConnectWithoutDeltaError,
+        ConnectWorkersWithoutBinlakeError,
+        DatabricksApiError,
+        ErasureRefused,
+        LagExceededError,
+        LakehouseError,
+        LayoutOutdatedError,
+        LayoutTooNewError,
+        LeaseError,
+        LeaseHeldError,
+        LeaseLostError,
+        MissingDependencyError,
+        NotReadyError,
+        PreflightError,
+        QualityCheckFailed,
+        SchemaChangeError,
+        SecretError,
+        SourceChangedError,
+        SourceConnectionError,
+        TableNameClash,
+        VerifyMismatch,
+    )
+    from binlake.gold.publish_log import gold_as_of, publish_as_of
+    from binlake.ops.browse import recent_changes, snapshot_chunks
+    from binlake.ops.commands import (
+        migrate_lakehouse,
+        run_capture,
+        run_continuous,
+        run_erase,
+        run_gold,
+        run_maintain,
+        run_pipeline,
+        run_silver,
+        run_snapshot,
+        run_verify,
+    )
+    from binlake.ops.preflight import run_preflight
+    from binlake.ops.status import collect_status, format_status
+    from binlake.spark import get_spark
 
 _EXPORTS = {
     # configuration

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from binlake.errors import BinlakeError, ConfigError
 
@@ -28,6 +28,9 @@ COMMANDS = (
     "migrate",
     "jobs",
 )
+# What a Databricks job task may run (binlake-job, binlake.deploy.entrypoints): not the two that
+# only show what the jobs did (`checks` renders check results, `jobs` lists the jobs' runs).
+JOB_COMMANDS = tuple(c for c in COMMANDS if c not in ("checks", "jobs"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,7 +129,7 @@ def main(argv: Sequence[str] | None = None, config=None) -> int:
     """Run one command; ``config`` (a loaded :class:`~binlake.config.Config`) replaces
     ``--config`` (``binlake-job`` loads its own)."""
     args = build_parser().parse_args(argv)
-    from binlake.progress import setup_logging
+    from binlake.console import setup_logging
 
     setup_logging(args.verbose)
     try:
@@ -169,10 +172,10 @@ def _dispatch(args: argparse.Namespace, config=None) -> int:
         print(jobs_status(config, bundle_name=args.bundle_name, as_json=args.json))
         return 0
 
-    from binlake.progress import Progress
+    from binlake.console import Console
     from binlake.spark import get_spark
 
-    progress = Progress()
+    console = Console()
     if cmd == "status":
         from binlake.ops.status import (
             check_lag,
@@ -213,38 +216,38 @@ def _dispatch(args: argparse.Namespace, config=None) -> int:
     if cmd == "migrate":
         return 0
     if cmd == "run" and args.continuous:
-        state = commands.run_continuous(spark, config, progress=progress)
+        state = commands.run_continuous(spark, config, console=console)
         print(f"continuous: stopped after {state.loops} loop(s)")
         return 0
     from binlake.ops.metrics import recorded
 
-    result = recorded(spark, config, cmd, lambda: _run_command(spark, config, args, progress))
+    result = recorded(spark, config, cmd, lambda: _run_command(spark, config, args, console))
     print(result.summary())
     logging.getLogger("binlake").debug("done: %s", cmd)
     return 0
 
 
-def _run_command(spark, config, args: argparse.Namespace, progress):
+def _run_command(spark, config, args: argparse.Namespace, console):
     """The work of one lakehouse command; returns its result (which has ``summary()``)."""
     from binlake.ops import commands
 
     cmd = args.command
     if cmd == "snapshot" and args.reset_capture:
-        return commands.recover_from_purge(spark, config, tables=args.table or None, progress=progress)
+        return commands.recover_from_purge(spark, config, tables=args.table or None, console=console)
     if cmd == "snapshot":
-        return commands.run_snapshot(spark, config, tables=args.table or None, progress=progress)
+        return commands.run_snapshot(spark, config, tables=args.table or None, console=console)
     if cmd == "capture":
-        return commands.run_capture(spark, config, continuous=args.continuous, progress=progress)
+        return commands.run_capture(spark, config, continuous=args.continuous, console=console)
     if cmd == "silver":
-        return commands.run_silver(spark, config, progress=progress)
+        return commands.run_silver(spark, config, console=console)
     if cmd == "gold":
-        return commands.run_gold(spark, config, progress=progress)
+        return commands.run_gold(spark, config, console=console)
     if cmd == "run":
-        return commands.run_pipeline(spark, config, progress=progress)
+        return commands.run_pipeline(spark, config, console=console)
     if cmd == "maintain":
         return commands.run_maintain(spark, config)
     if cmd == "verify":
-        return commands.run_verify(spark, config, repair=args.repair, tables=args.table or None, progress=progress)
+        return commands.run_verify(spark, config, repair=args.repair, tables=args.table or None, console=console)
     if cmd == "erase":
         return commands.run_erase(spark, config, args.table, args.key)
     raise AssertionError(cmd)  # pragma: no cover - argparse rejects unknown commands

@@ -1,9 +1,17 @@
-"""``binlake.yml``: loaded into frozen dataclasses and checked on load.
+"""``binlake.yml``: every key declared once, as a field of a frozen pydantic dataclass.
 
-Every check raises :class:`~binlake.errors.ConfigError` with a one-line message naming the
-key and saying how to fix it. Values may reference environment variables as ``${NAME}``;
-the password may also be a Databricks secret reference ``{{secrets/<scope>/<key>}}``,
-read through databricks-sdk when a connection first needs it (see :mod:`binlake.secrets`).
+A field's type, default and description are the key's whole declaration: loading validates the
+YAML against them (``extra="forbid"`` in every section), :func:`reference` renders the
+configuration reference (docs/configuration.md) from them, and one error formatter
+(:func:`binlake.config_model.one_line`) turns what pydantic refuses into binlake's one-line
+:class:`~binlake.errors.ConfigError` naming the key and the fix. A :class:`Hint` beside a field
+says that fix where the generic one would not do; checks that span keys raise ConfigError
+themselves. What a column rule does is :mod:`binlake.column_rules`; the GE suite files
+``gold.expectations`` names are read by :mod:`binlake.expectations`.
+
+Values may reference environment variables as ``${NAME}``; the password may also be a
+Databricks secret reference ``{{secrets/<scope>/<key>}}``, read through databricks-sdk when a
+connection first needs it (see :mod:`binlake.secrets`).
 
 Example::
 
@@ -20,207 +28,97 @@ from __future__ import annotations
 
 import enum
 import fnmatch
-import hashlib
+import functools
 import json
 import os
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Annotated, Any
 
 import yaml
+from pydantic import (
+    BeforeValidator,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from binlake.column_rules import HASH, MASKS, NULL, ColumnRuleLogic
+from binlake.config_model import (
+    ColumnNames,
+    Flag,
+    Hint,
+    OneOrMoreColumns,
+    Patterns,
+    Text,
+    Whole,
+    declared,
+    lower,
+    one_line,
+    refuse,
+    render_reference,
+    text_or_number,
+    unknown_key,
+)
 from binlake.errors import ConfigError
+from binlake.expectations import Expectation, Severity, SuiteFile, read_suite_file
+from binlake.secrets import Secret
+
+__all__ = [
+    "BINLOG_READERS",
+    "HASH",
+    "MASKS",
+    "NULL",
+    "CaptureConfig",
+    "CheckRule",
+    "ColumnRule",
+    "Config",
+    "Expectation",
+    "GoldConfig",
+    "HealthConfig",
+    "HistoryConfig",
+    "HistoryTable",
+    "Hint",
+    "LakehouseConfig",
+    "MaintenanceConfig",
+    "PurgePolicy",
+    "Secret",
+    "Severity",
+    "SnapshotConfig",
+    "SourceConfig",
+    "StartupMode",
+    "SuiteFile",
+    "TlsConfig",
+    "load_config",
+    "load_config_text",
+    "reference",
+]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_REF = re.compile(r"^\{\{secrets/([^/{}]+)/([^/{}]+)\}\}$")
 # db.table: MySQL names may hold inner spaces ("my db"), never a dot; leading or trailing
 # whitespace is almost always a typo, so it is refused.
 _NAME_PART = r"[^.\s](?:[^.]*[^.\s])?"
 _TABLE_PATTERN = re.compile(rf"^{_NAME_PART}\.{_NAME_PART}$")
 _BINLOG_POSITION = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<pos>\d+)$")
+_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+_PATTERN_FIX = 'write it as "db.table", "db.*" or "db.prefix_*"'
 
 
-class Secret:
-    """A string that never shows itself in logs, reprs or exception messages.
-
-    Either a value, or a Databricks secret reference (``{{secrets/<scope>/<key>}}``) that is
-    read only when :meth:`reveal` is first called (a connection needs it), so loading a config
-    never talks to a workspace.
-    """
-
-    __slots__ = ("_value", "_ref")
-
-    def __init__(self, value: str | None = None, *, scope: str | None = None, key: str | None = None):
-        self._value = value
-        self._ref = (scope, key) if scope is not None else None
-
-    @staticmethod
-    def reference(scope: str, key: str) -> "Secret":
-        return Secret(scope=scope, key=key)
-
-    def reveal(self) -> str:
-        if self._value is None and self._ref is not None:
-            from binlake.secrets import resolve_secret
-
-            self._value = resolve_secret(*self._ref)
-        return self._value or ""
-
-    def __repr__(self) -> str:
-        return f"Secret({{{{secrets/{self._ref[0]}/{self._ref[1]}}}}})" if self._ref else "Secret('***')"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Secret):
-            return False
-        if self._ref or other._ref:
-            return self._ref == other._ref
-        return self._value == other._value
-
-    def __hash__(self) -> int:
-        return hash(self._ref) if self._ref else hash(self._value)
-
-    def __bool__(self) -> bool:
-        return self._ref is not None or bool(self._value)
-
-
-class StartupMode(str, enum.Enum):
-    """Where the first capture starts when no resume offset exists yet."""
-
-    INITIAL = "initial"  # snapshot, and capture from before the first chunk
-    LATEST = "latest"  # the server's current position, no snapshot
-    POSITION = "position"  # a given file:pos
-    TIMESTAMP = "timestamp"  # the first binlog file whose first event is >= the time
-
-
-class PurgePolicy(str, enum.Enum):
-    """What capture does when the binlog it must resume from has been purged."""
-
-    FAIL = "fail"
-    RESNAPSHOT = "resnapshot"
-
-
-class Severity(str, enum.Enum):
-    WARN = "warn"
-    DROP = "drop"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class TlsConfig:
-    ca: str | None = None
-    cert: str | None = None
-    key: str | None = None
-    verify_identity: bool = True
-
-    @property
-    def enabled(self) -> bool:
-        return self.ca is not None
+def _table_patterns(patterns: Sequence[str], key: str) -> None:
+    for pattern in patterns:
+        if not _TABLE_PATTERN.match(pattern):
+            raise ConfigError(f"{key} entry {pattern!r} is not a db.table pattern: {_PATTERN_FIX}")
 
 
 # ---------------------------------------------------------------------------------------
-# Column rules (source.columns): what they mean for the stored rows is binlake.contract.columns
-
-HASH, NULL = "hash", "null"
-MASKS = (HASH, NULL)
-
-
-@dataclass(frozen=True)
-class ColumnRule:
-    pattern: str
-    include: tuple[str, ...] | None = None  # None: every column not excluded
-    exclude: tuple[str, ...] = ()
-    mask: Mapping[str, str] = field(default_factory=dict)  # column -> hash | null
-    mask_key: bool = False
-
-    def __post_init__(self) -> None:
-        where = f"source.columns[{self.pattern!r}]"
-        if self.include is not None and self.exclude:
-            raise ConfigError(f"{where} has both include and exclude: keep one of them")
-        if self.include is not None and not self.include:
-            raise ConfigError(f"{where}.include is empty: list the columns to keep, or drop the rule")
-        for column, how in self.mask.items():
-            if how not in MASKS:
-                raise ConfigError(f"{where}.mask.{column} must be hash or null, got {how!r}")
-            if column in self.exclude or (self.include is not None and column not in self.include):
-                raise ConfigError(f"{where} masks {column}, which it also drops: keep one of the two")
-
-    def matches(self, db: str, table: str) -> bool:
-        return fnmatch.fnmatchcase(f"{db}.{table}", self.pattern)
-
-    @property
-    def hashes(self) -> bool:
-        """True if the rule has a ``hash`` mask (and so needs the salt)."""
-        return HASH in self.mask.values()
-
-    def keeps(self, column: str) -> bool:
-        return column not in self.exclude and (self.include is None or column in self.include)
-
-    def check(self, name: str, columns: tuple[str, ...], key: tuple[str, ...], strict: bool = True) -> None:
-        """Raise ConfigError when the rule drops a key column or masks one without
-        ``mask_key``, or (``strict``) names a column ``name`` lacks. Capture is not strict: a
-        column the rule names may be dropped from the source later, which hides nothing."""
-        where = f"source.columns[{self.pattern!r}]"
-        named = set(self.exclude) | set(self.include or ()) | set(self.mask)
-        unknown = sorted(named - set(columns))
-        if unknown and strict:
-            raise ConfigError(
-                f"{where} names {', '.join(unknown)}, which {name} does not have: its columns are {', '.join(columns)}"
-            )
-        dropped = [k for k in key if not self.keeps(k)]
-        if dropped:
-            raise ConfigError(
-                f"{where} drops key column {', '.join(dropped)} of {name}: binlake needs the key; "
-                "mask it instead (with mask_key: true) or keep it"
-            )
-        nulled = [k for k in key if self.mask.get(k) == NULL]
-        if nulled:
-            raise ConfigError(
-                f"{where} masks key column {', '.join(nulled)} of {name} with null, which would give "
-                "every row the same key: use hash (with mask_key: true) or keep it"
-            )
-        masked = [k for k in key if k in self.mask]
-        if masked and not self.mask_key:
-            raise ConfigError(
-                f"{where} masks key column {', '.join(masked)} of {name}: that changes what rows "
-                "join on; add mask_key: true to the rule if that is intended"
-            )
-
-    def digest(self, salt: str = "") -> str:
-        """A short id of what the rule does, recorded with the table's schema: a new salt
-        changes every hash, so it changes the digest too (through a one-way fingerprint)."""
-        salt_id = hashlib.sha256(("binlake mask salt\x00" + salt).encode()).hexdigest()[:16] if self.hashes else ""
-        text = json.dumps(
-            {
-                "include": self.include,
-                "exclude": sorted(self.exclude),
-                "mask": dict(sorted(self.mask.items())),
-                "mask_key": self.mask_key,
-                "salt": salt_id,
-            },
-            sort_keys=True,
-        )
-        return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pattern": self.pattern,
-            "include": list(self.include) if self.include is not None else None,
-            "exclude": list(self.exclude),
-            "mask": dict(self.mask),
-            "mask_key": self.mask_key,
-        }
-
-    @staticmethod
-    def from_dict(d: Mapping[str, Any]) -> "ColumnRule":
-        return ColumnRule(
-            pattern=d["pattern"],
-            include=tuple(d["include"]) if d["include"] is not None else None,
-            exclude=tuple(d["exclude"]),
-            mask=dict(d["mask"]),
-            mask_key=bool(d["mask_key"]),
-        )
+# source
 
 
 BINLOG_READERS = 32
@@ -231,62 +129,159 @@ the ids ``server_id .. server_id + BINLOG_READERS``."""
 _MAX_SERVER_ID = 2**32 - 1 - 2 * BINLOG_READERS
 
 
-@dataclass(frozen=True)
+@declared("source.tls")
+class TlsConfig:
+    ca: Text | None = Field(None, description="CA certificate (PEM file) to verify the server with; sets TLS on")
+    cert: Text | None = Field(None, description="Client certificate (PEM file), with key")
+    key: Text | None = Field(None, description="Client certificate's private key (PEM file), with cert")
+    verify_identity: Flag = Field(True, description="Check that the server's certificate names the host")
+
+    @field_validator("ca", "cert", "key")
+    @classmethod
+    def _exists(cls, value: str | None, info: ValidationInfo) -> str | None:
+        # Only when loading a config: an executor rebuilding it need not see the files.
+        if value is not None and info.context is not None and not Path(value).is_file():
+            raise ConfigError(f"source.tls.{info.field_name} file {value!r} does not exist: point it at the PEM file")
+        return value
+
+    @model_validator(mode="after")
+    def _pairs(self) -> TlsConfig:
+        if (self.cert is None) != (self.key is None):
+            raise ConfigError(
+                "source.tls.cert and source.tls.key go together: set both for client certificates, or neither"
+            )
+        if self.cert is not None and self.ca is None:
+            raise ConfigError("source.tls.cert is set but source.tls.ca is not: set ca to the server's CA certificate")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.ca is not None
+
+
+def _mask(value: Any) -> Any:
+    # YAML reads an unquoted null as None: that is the null mask too.
+    if not isinstance(value, dict):
+        return value
+    return {c: NULL if how is None else text_or_number(how) for c, how in value.items()}
+
+
+@declared("source.columns")
+class ColumnRule(ColumnRuleLogic):
+    """Which columns of the tables ``pattern`` matches binlake keeps and masks (the first
+    matching rule applies); what it does is :class:`binlake.column_rules.ColumnRuleLogic`."""
+
+    pattern: Annotated[str, Hint(not_a_key=True)] = Field(description="The db.table pattern the rule applies to")
+    include: ColumnNames | None = Field(None, description="Keep only these columns (not with exclude)")
+    exclude: ColumnNames = Field((), description="Drop these columns (not with include)")
+    mask: Annotated[
+        Mapping[str, str],
+        BeforeValidator(_mask),
+        Hint(invalid="must map column names to hash or null, e.g. {email: hash}"),
+    ] = Field(default_factory=dict, description="column: hash (salted SHA-256) or null, stored instead of the value")
+    mask_key: Flag = Field(False, description="Allow masking a key column (with hash)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ColumnRule:
+        self.check_consistent()
+        return self
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> ColumnRule:
+        return ColumnRule(
+            pattern=d["pattern"],
+            include=tuple(d["include"]) if d["include"] is not None else None,
+            exclude=tuple(d["exclude"]),
+            mask=dict(d["mask"]),
+            mask_key=bool(d["mask_key"]),
+        )
+
+
+def _keyed(value: Any) -> Any:
+    """A YAML mapping of pattern -> entry as the ordered entries, each with its pattern."""
+    if isinstance(value, dict):
+        return [{"pattern": str(k), **v} if isinstance(v, dict) else v for k, v in value.items()]
+    if isinstance(value, list):  # entries are written as a mapping, never as a list
+        raise PydanticCustomError("dict_type", "Input should be a valid dictionary")
+    return value
+
+
+@declared("source", kw_only=True)
 class SourceConfig:
-    host: str
-    port: int
-    user: str
-    password: Secret
-    server_id: int
-    tables: tuple[str, ...]
-    exclude: tuple[str, ...] = ()
-    # For tables without a primary key: a unique NOT NULL column list to chunk and merge by.
-    chunk_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    tls: TlsConfig = field(default_factory=TlsConfig)
-    connect_timeout: int = 10
+    host: Annotated[Text, Hint(bad="is empty: set it to the MySQL host name or IP, e.g. 127.0.0.1")] = Field(
+        min_length=1, description="MySQL/MariaDB host name or IP"
+    )
+    port: Annotated[
+        Whole, Hint(bad="must be between 1 and 65535, got {input}: set the server's TCP port, e.g. 3306")
+    ] = Field(3306, ge=1, le=65535, description="TCP port")
+    user: Annotated[Text, Hint(bad="is empty: set the MySQL user binlake logs in as, e.g. cdc")] = Field(
+        min_length=1, description="The user binlake logs in as (needs REPLICATION SLAVE, REPLICATION CLIENT, SELECT)"
+    )
+    password: Annotated[
+        Secret,
+        Hint(
+            missing="{where} is missing: set password: ${MYSQL_PASSWORD} (and export it) or a Databricks "
+            "secret reference {{secrets/scope/key}}"
+        ),
+    ] = Field(description="Password: ${ENV_VAR} or a Databricks secret reference {{secrets/<scope>/<key>}}")
+    server_id: Annotated[
+        Whole,
+        Hint(
+            bad=f"must be between 1 and {_MAX_SERVER_ID}, got {{input}}: pick a number no other replica or binlog "
+            "reader of this server uses"
+        ),
+    ] = Field(
+        ge=1,
+        le=_MAX_SERVER_ID,
+        description=f"Replica server id; binlake's binlog readers also use the next {BINLOG_READERS}",
+    )
+    tables: Annotated[Patterns, Hint(bad='is empty: list include patterns such as ["shop.*", "crm.customers"]')] = (
+        Field(min_length=1, description='Include patterns: "db.table", "db.*", "db.prefix_*"')
+    )
+    exclude: Patterns = Field((), description="Exclude patterns, applied after tables")
+    chunk_keys: Annotated[Mapping[str, OneOrMoreColumns], Hint(invalid='must map "db.table" to a list of columns')] = (
+        Field(
+            default_factory=dict,
+            description="For tables without a primary key: db.table -> unique NOT NULL columns to chunk and merge by",
+        )
+    )
+    tls: Annotated[TlsConfig, Hint(invalid="must be a mapping with ca, cert, key, verify_identity")] = Field(
+        default_factory=TlsConfig, description="TLS to the source: ca, cert, key, verify_identity"
+    )
+    connect_timeout: Whole = Field(10, ge=1, description="Seconds to wait for a connection")
     # Which columns binlake keeps and masks, per table pattern (binlake.contract.columns);
     # the salt of the ``hash`` masks is a secret like the password.
-    columns: tuple[ColumnRule, ...] = ()
-    mask_salt: Secret = field(default_factory=Secret)
+    columns: Annotated[
+        tuple[Annotated[ColumnRule, Hint(invalid="must be a mapping with include or exclude, mask and mask_key")], ...],
+        BeforeValidator(_keyed),
+        Hint(
+            shown="mapping of entries",
+            invalid='must map "db.table" patterns to rules, e.g. '
+            '{"shop.customers": {exclude: [ssn], mask: {email: hash}}}',
+        ),
+    ] = Field((), description="Column rules per table pattern (first match wins): include/exclude, mask, mask_key")
+    mask_salt: Secret = Field(
+        default_factory=Secret, description="Salt of the hash masks: a secret reference or ${ENV_VAR}"
+    )
 
-    def __post_init__(self) -> None:
-        if not self.host:
-            raise ConfigError("source.host is empty: set it to the MySQL host name or IP, e.g. 127.0.0.1")
-        if not 1 <= self.port <= 65535:
-            raise ConfigError(
-                f"source.port must be between 1 and 65535, got {self.port}: set the server's TCP port, e.g. 3306"
-            )
-        if not self.user:
-            raise ConfigError("source.user is empty: set the MySQL user binlake logs in as, e.g. cdc")
-        if not self.password:
-            raise ConfigError(
-                "source.password is empty: set it, e.g. password: ${MYSQL_PASSWORD} and export MYSQL_PASSWORD"
-            )
-        if not 1 <= self.server_id <= _MAX_SERVER_ID:
-            raise ConfigError(
-                f"source.server_id must be between 1 and {_MAX_SERVER_ID}, got {self.server_id}: "
-                "pick a number no other replica or binlog reader of this server uses"
-            )
-        if not self.tables:
-            raise ConfigError('source.tables is empty: list include patterns such as ["shop.*", "crm.customers"]')
-        for key, pats in (("tables", self.tables), ("exclude", self.exclude)):
-            for pattern in pats:
-                if not _TABLE_PATTERN.match(pattern):
-                    raise ConfigError(
-                        f"source.{key} entry {pattern!r} is not a db.table pattern: write it as "
-                        '"db.table", "db.*" or "db.prefix_*"'
-                    )
+    @field_validator("password")
+    @classmethod
+    def _set(cls, value: Secret) -> Secret:
+        if not value:
+            raise PydanticCustomError("missing", "empty")
+        return value
+
+    @model_validator(mode="after")
+    def _patterns(self) -> SourceConfig:
+        _table_patterns(self.tables, "source.tables")
+        _table_patterns(self.exclude, "source.exclude")
         for table, cols in self.chunk_keys.items():
             if not _TABLE_PATTERN.match(table) or not cols:
                 raise ConfigError(
-                    f"source.chunk_keys entry {table!r} must map db.table to a non-empty list of unique NOT NULL columns"
+                    f"source.chunk_keys entry {table!r} must map db.table to a non-empty list of unique "
+                    "NOT NULL columns"
                 )
-        for rule in self.columns:
-            if not _TABLE_PATTERN.match(rule.pattern):
-                raise ConfigError(
-                    f"source.columns entry {rule.pattern!r} is not a db.table pattern: write it as "
-                    '"db.table", "db.*" or "db.prefix_*"'
-                )
+        _table_patterns([r.pattern for r in self.columns], "source.columns")
         hashed = [f"{r.pattern}.{c}" for r in self.columns for c, how in r.mask.items() if how == HASH]
         if hashed and not self.mask_salt:
             raise ConfigError(
@@ -294,6 +289,7 @@ class SourceConfig:
                 "secret reference {{secrets/scope/key}} or ${MASK_SALT}, the same in every deployment "
                 "whose hashes must join"
             )
+        return self
 
     def captures(self, db: str, table: str) -> bool:
         """True if ``db.table`` matches an include pattern and no exclude pattern."""
@@ -345,7 +341,7 @@ class SourceConfig:
         }
 
     @staticmethod
-    def from_executor_options(options: Mapping[str, str]) -> "SourceConfig":
+    def from_executor_options(options: Mapping[str, str]) -> SourceConfig:
         """The inverse of :meth:`executor_options`, on an executor."""
         d = json.loads(options["source"])
         return SourceConfig(
@@ -364,48 +360,68 @@ class SourceConfig:
         )
 
 
-@dataclass(frozen=True)
+# ---------------------------------------------------------------------------------------
+# snapshot, capture
+
+
+@declared("snapshot")
 class SnapshotConfig:
-    chunk_size: int = 50000
-    parallelism: int = 2
-    # Chunks committed per Delta write: a crash re-reads at most this many chunks. Each
-    # write (a "wave") also costs fixed seconds (reader planning, three Spark jobs, two
+    chunk_size: Annotated[
+        Whole, Hint(bad="must be between 1 and 10000000 rows, got {input}: 50000 is a good start")
+    ] = Field(50000, ge=1, le=10_000_000, description="Rows per snapshot chunk (one keyset-paged SELECT)")
+    parallelism: Annotated[
+        Whole, Hint(bad="must be between 1 and 1024, got {input}: use the number of executor cores")
+    ] = Field(2, ge=1, le=1024, description="Chunks read at once (Spark tasks)")
+    # Each write (a "wave") also costs fixed seconds (reader planning, three Spark jobs, two
     # commits), so the default gives every task slot 16 chunks per wave: the fixed part
     # stays small next to the reading, and a crash re-reads about 16 chunk-times of work.
-    chunks_per_commit: int = 0  # 0 = 16 x parallelism
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.chunk_size <= 10_000_000:
-            raise ConfigError(
-                f"snapshot.chunk_size must be between 1 and 10000000 rows, got {self.chunk_size}: 50000 is a good start"
-            )
-        if not 1 <= self.parallelism <= 1024:
-            raise ConfigError(
-                f"snapshot.parallelism must be between 1 and 1024, got {self.parallelism}: use the number of executor cores"
-            )
-        if self.chunks_per_commit < 0:
-            raise ConfigError(
-                f"snapshot.chunks_per_commit must be >= 0 (0 = 16 x parallelism), got {self.chunks_per_commit}"
-            )
+    chunks_per_commit: Annotated[Whole, Hint(bad="must be >= 0 (0 = 16 x parallelism), got {input}")] = Field(
+        0, ge=0, description="Chunks committed per Delta write, the most a crash re-reads (0 = 16 x parallelism)"
+    )
 
     @property
     def wave_size(self) -> int:
         return self.chunks_per_commit or 16 * self.parallelism
 
 
-@dataclass(frozen=True)
-class CaptureConfig:
-    startup: StartupMode = StartupMode.INITIAL
-    # For startup=position: "mysql-bin.000003:4"; for startup=timestamp: ISO-8601 with zone.
-    start_position: str | None = None
-    start_timestamp: str | None = None
-    on_purge: PurgePolicy = PurgePolicy.FAIL
-    # Warn in status/capture when the resume file is this close (in files) to the oldest one.
-    purge_warning_files: int = 2
-    # A micro-batch ends at the first transaction boundary after this many row changes.
-    max_batch_rows: int = 200_000
+class StartupMode(str, enum.Enum):
+    """Where the first capture starts when no resume offset exists yet."""
 
-    def __post_init__(self) -> None:
+    INITIAL = "initial"  # snapshot, and capture from before the first chunk
+    LATEST = "latest"  # the server's current position, no snapshot
+    POSITION = "position"  # a given file:pos
+    TIMESTAMP = "timestamp"  # the first binlog file whose first event is >= the time
+
+
+class PurgePolicy(str, enum.Enum):
+    """What capture does when the binlog it must resume from has been purged."""
+
+    FAIL = "fail"
+    RESNAPSHOT = "resnapshot"
+
+
+@declared("capture")
+class CaptureConfig:
+    startup: Annotated[StartupMode, BeforeValidator(lower)] = Field(
+        StartupMode.INITIAL,
+        description="Where the first capture starts: initial (snapshot), latest, position or timestamp",
+    )
+    start_position: Text | None = Field(
+        None, description='For startup: position, FILE:POS such as "mysql-bin.000003:4"'
+    )
+    start_timestamp: Text | None = Field(None, description="For startup: timestamp, ISO-8601 with a zone")
+    on_purge: Annotated[PurgePolicy, BeforeValidator(lower)] = Field(
+        PurgePolicy.FAIL, description="When the resume binlog is purged: fail, or resnapshot"
+    )
+    purge_warning_files: Annotated[Whole, Hint(bad="must be >= 0, got {input}")] = Field(
+        2, ge=0, description="Warn when the resume file is this close (in files) to the oldest one"
+    )
+    max_batch_rows: Annotated[Whole, Hint(bad="must be >= 1, got {input}")] = Field(
+        200_000, ge=1, description="A batch ends at the first transaction boundary after this many row changes"
+    )
+
+    @model_validator(mode="after")
+    def _start(self) -> CaptureConfig:
         if self.startup is StartupMode.POSITION:
             if not self.start_position or not _BINLOG_POSITION.match(self.start_position):
                 raise ConfigError(
@@ -424,33 +440,39 @@ class CaptureConfig:
                 ts = datetime.fromisoformat(self.start_timestamp.replace("Z", "+00:00"))
             except ValueError:
                 raise ConfigError(
-                    f"capture.start_timestamp {self.start_timestamp!r} is not ISO-8601: write it like 2026-11-01T00:00:00Z"
+                    f"capture.start_timestamp {self.start_timestamp!r} is not ISO-8601: "
+                    "write it like 2026-11-01T00:00:00Z"
                 ) from None
             if ts.tzinfo is None:
                 raise ConfigError(f"capture.start_timestamp {self.start_timestamp!r} has no time zone: add Z or +HH:MM")
-        if self.max_batch_rows < 1:
-            raise ConfigError(f"capture.max_batch_rows must be >= 1, got {self.max_batch_rows}")
-        if self.purge_warning_files < 0:
-            raise ConfigError(f"capture.purge_warning_files must be >= 0, got {self.purge_warning_files}")
+        return self
 
 
-@dataclass(frozen=True)
+# ---------------------------------------------------------------------------------------
+# lakehouse
+
+
+@declared("lakehouse")
 class LakehouseConfig:
     """Where the tables live: a local directory, or Unity Catalog on Databricks."""
 
-    path: str | None = None
-    catalog: str | None = None
-    bronze_schema: str = "bronze"
-    silver_schema: str = "silver"
-    gold_schema: str = "gold"
-    # binlake's own tables (publish log, check results, metrics, quarantine, silver progress,
-    # writer leases): the system/ folder locally, this schema on Unity Catalog, so the silver
-    # and gold schemas hold only mirrored tables.
-    system_schema: str = "binlake_system"
-    # Files that are not tables (the continuous mode's state): <path>/system/files locally; a UC volume on Databricks.
-    system_path: str | None = None
+    path: Text | None = Field(None, description="Local Delta directory (relative to the config file); or catalog")
+    catalog: Text | None = Field(None, description="Unity Catalog name on Databricks; or path")
+    bronze_schema: Text = Field("bronze", description="Schema of the bronze tables (Unity Catalog)")
+    silver_schema: Text = Field("silver", description="Schema of the silver tables (Unity Catalog)")
+    gold_schema: Text = Field("gold", description="Schema of the gold tables (Unity Catalog)")
+    system_schema: Text = Field(
+        "binlake_system",
+        description="binlake's own tables (publish log, check results, metrics, quarantine, leases): "
+        "a schema on Unity Catalog, the system/ folder locally",
+    )
+    system_path: Text | None = Field(
+        None,
+        description="Files that are not tables: <path>/system/files locally; a UC volume path with catalog",
+    )
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _one_place(self) -> LakehouseConfig:
         if (self.path is None) == (self.catalog is None):
             raise ConfigError(
                 "lakehouse needs exactly one of path (local Delta directory, e.g. .local/lakehouse) "
@@ -479,54 +501,59 @@ class LakehouseConfig:
                         "needs a schema of its own (a table of one would take the name of another's)"
                     )
                 seen[name.lower()] = key
+        return self
 
 
-@dataclass(frozen=True)
-class Expectation:
-    """One Great Expectations expectation as gold runs it: GE's own JSON form (``type``,
-    ``kwargs``, ``meta``) plus binlake's severity (``meta.severity``) and the name binlake
-    reports and quarantines it under (``meta.name``, else one made from the type and kwargs).
-    ``where`` says where it was declared, for error messages."""
+# ---------------------------------------------------------------------------------------
+# gold
 
-    type: str
-    kwargs: Mapping[str, Any]
-    severity: Severity
-    name: str
-    where: str
-    meta: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        """The expectation in GE's suite format, severity and name in its meta."""
-        return {
-            "type": self.type,
-            "kwargs": dict(self.kwargs),
-            "meta": {**self.meta, "severity": self.severity.value, "name": self.name},
-        }
-
-    @property
-    def columns(self) -> tuple[str, ...]:
-        """The columns its kwargs name (column, column_A, column_B, column_list)."""
-        named = [self.kwargs.get(k) for k in ("column", "column_A", "column_B")]
-        named += list(self.kwargs.get("column_list") or ())
-        return tuple(c for c in named if isinstance(c, str))
+_PAIR = Hint(invalid="must be a list [min, max] (use null for an open end)")
+_KINDS = ("between", "values", "regex", "row_count")
 
 
-@dataclass(frozen=True)
+@declared("gold.checks")
 class CheckRule:
     """One per-table gold check from the config's shorthand (``gold.checks``): a convenience
     that compiles to one GE expectation (:meth:`expectation`)."""
 
-    severity: Severity
-    column: str | None = None
-    between: tuple[Any, Any] | None = None
-    values: tuple[Any, ...] | None = None
-    regex: str | None = None
-    not_null: bool = False
-    row_count: tuple[int | None, int | None] | None = None
+    severity: Annotated[Severity, BeforeValidator(lower)] = Field(
+        Severity.FAIL, description="warn, drop (quarantine the rows) or fail"
+    )
+    column: Text | None = Field(None, description="The column checked (all kinds but row_count)")
+    between: Annotated[tuple[Any, Any], _PAIR] | None = Field(None, description="[min, max], null for an open end")
+    values: Annotated[tuple[Any, ...], Hint(invalid="must be a list of allowed values")] | None = Field(
+        None, description="The allowed values"
+    )
+    regex: Text | None = Field(None, description="A regular expression every value matches")
+    not_null: bool = Field(False, description="true: no value is null")
+    row_count: Annotated[tuple[int | None, int | None], _PAIR] | None = Field(
+        None, description="[min, max] rows, null for an open end"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_kind(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            kinds = [k for k in _KINDS if k in value] + (["not_null"] if value.get("not_null") else [])
+            if len(kinds) != 1:
+                raise refuse("{where} needs exactly one of between, values, regex, not_null, row_count")
+            if kinds[0] != "row_count" and not value.get("column"):
+                raise refuse(f"{{where}} ({kinds[0]}) needs a column")
+        return value
+
+    @field_validator("regex")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise refuse(f"{{where}} is not a valid regular expression ({exc}): fix the pattern") from None
+        return value
 
     @property
     def kind(self) -> str:
-        for name in ("between", "values", "regex", "row_count"):
+        for name in _KINDS:
             if getattr(self, name) is not None:
                 return name
         return "not_null"
@@ -578,27 +605,87 @@ def _text(value: Any) -> str:
     return "null" if value is None else str(value)
 
 
-@dataclass(frozen=True)
-class SuiteFile:
-    """A GE expectation suite file that ``gold.expectations`` applies to matching tables."""
+def _suite_files(value: Any, info: ValidationInfo) -> tuple[SuiteFile, ...]:
+    """gold.expectations: pattern -> suite file path, read (relative to the config file) now."""
+    if isinstance(value, tuple) and all(isinstance(s, SuiteFile) for s in value):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(
+            'gold.expectations must map a "db.table" pattern to an expectation suite file in Great Expectations\' '
+            'JSON format, e.g. {"shop.orders": expectations/shop_orders.json}'
+        )
+    base_dir = (info.context or {}).get("base_dir", ".")
+    suites = []
+    for pattern, path in value.items():
+        where = f"gold.expectations[{pattern!r}]"
+        if not isinstance(pattern, str) or not _TABLE_PATTERN.match(pattern):
+            raise ConfigError(
+                f'gold.expectations key {pattern!r} is not a "db.table" pattern such as "shop.orders" or "shop.*"'
+            )
+        if not isinstance(path, str) or not path.strip():
+            raise ConfigError(f"{where} must be the path of a suite file, e.g. expectations/shop_orders.json")
+        suites.append(read_suite_file(pattern, path, base_dir, where))
+    return tuple(suites)
 
-    pattern: str
-    path: str
-    name: str
-    expectations: tuple[Expectation, ...]
 
-    def matches(self, db: str, table: str) -> bool:
-        return fnmatch.fnmatchcase(f"{db}.{table}", self.pattern)
-
-
-@dataclass(frozen=True)
+@declared("gold")
 class GoldConfig:
-    checks: Mapping[str, tuple[CheckRule, ...]] = field(default_factory=dict)
-    # Expectation suites in GE's JSON format, per "db.table" pattern (the first match wins).
-    expectations: tuple[SuiteFile, ...] = ()
-    # Publish groups: name -> "db.table" patterns. A group's tables are published together
-    # at one binlog position; a table no group names is in its database's group.
-    groups: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    checks: Annotated[
+        Mapping[
+            str,
+            Annotated[
+                tuple[
+                    Annotated[
+                        CheckRule,
+                        Hint(invalid="must be a mapping such as {column: price, between: [0, 1000], severity: drop}"),
+                    ],
+                    ...,
+                ],
+                Hint(invalid="must be a list of rules"),
+            ],
+        ],
+        Hint(invalid='must map "db.table" to a list of rules'),
+    ] = Field(
+        default_factory=dict,
+        description="db.table -> shorthand checks ({column, between|values|regex|not_null|row_count, severity}), "
+        "compiled to GE expectations",
+    )
+    expectations: Annotated[tuple[SuiteFile, ...], PlainValidator(_suite_files), Hint(shown="mapping")] = Field(
+        (), description="db.table pattern -> expectation suite file (GE's JSON format); the first match wins"
+    )
+    groups: Annotated[
+        Mapping[str, Annotated[tuple[str, ...], Hint(invalid='must be a non-empty list of "db.table" patterns')]],
+        Hint(
+            invalid='must map a group name to a list of "db.table" patterns, '
+            'e.g. {orders: ["shop.orders", "shop.order_lines"]}'
+        ),
+    ] = Field(
+        default_factory=dict,
+        description="Publish groups: name -> db.table patterns published together; default: one per database",
+    )
+
+    @field_validator("checks")
+    @classmethod
+    def _check_tables(cls, value: Mapping[str, Any]) -> Mapping[str, Any]:
+        for table in value:
+            if not _TABLE_PATTERN.match(table):
+                raise ConfigError(f"gold.checks key {table!r} is not db.table")
+        return value
+
+    @field_validator("groups")
+    @classmethod
+    def _group_patterns(cls, value: Mapping[str, tuple[str, ...]]) -> Mapping[str, tuple[str, ...]]:
+        for name, patterns in value.items():
+            if not _GROUP_NAME.match(name):
+                raise ConfigError(f"gold.groups name {name!r} must be letters, digits, _ . or - (e.g. orders)")
+            if not patterns:
+                raise ConfigError(f'gold.groups.{name} must be a non-empty list of "db.table" patterns')
+            for p in patterns:
+                if not _TABLE_PATTERN.match(p):
+                    raise ConfigError(
+                        f'gold.groups.{name} entry {p!r} is not a "db.table" pattern such as "shop.orders"'
+                    )
+        return value
 
     def group_of(self, db: str, table: str) -> str:
         """The publish group of ``db.table``: the first configured group with a matching
@@ -621,59 +708,69 @@ class GoldConfig:
         return (found.expectations if found else ()) + compiled
 
 
-@dataclass(frozen=True)
+# ---------------------------------------------------------------------------------------
+# maintenance, health, history
+
+
+@declared("maintenance")
 class MaintenanceConfig:
     """``binlake maintain``: compaction, retention and VACUUM (docs/maintenance.md)."""
 
-    # A table is compacted (OPTIMIZE) once it has at least this many data files.
-    optimize_min_files: int = 64
-    # Silver tombstones older than this (by source commit time) and below the safe bound are removed.
-    tombstone_retention_hours: int = 168
-    # Bronze change-log records older than this that silver applied and no snapshot needs are removed.
-    changelog_retention_days: int = 30
-    # VACUUM keeps files the tables' last this-many hours of versions read (time travel, gold_as_of).
-    vacuum_retention_hours: int = 168
-
-    def __post_init__(self) -> None:
-        for name, low in (("optimize_min_files", 2), ("tombstone_retention_hours", 0), ("changelog_retention_days", 0)):
-            if getattr(self, name) < low:
-                raise ConfigError(f"maintenance.{name} must be at least {low}, got {getattr(self, name)}")
-        if self.vacuum_retention_hours < 168:
-            raise ConfigError(
-                f"maintenance.vacuum_retention_hours must be at least 168 (Delta's safety check: a "
-                f"reader or writer older than that would lose its files), got {self.vacuum_retention_hours}"
-            )
+    optimize_min_files: Whole = Field(
+        64, ge=2, description="A table is compacted (OPTIMIZE) once it has at least this many data files"
+    )
+    tombstone_retention_hours: Whole = Field(
+        168, ge=0, description="Silver tombstones older than this (by source commit time) are removed"
+    )
+    changelog_retention_days: Whole = Field(
+        30, ge=0, description="Bronze change records older than this that silver applied are removed"
+    )
+    vacuum_retention_hours: Annotated[
+        Whole,
+        Hint(
+            bad="must be at least 168 (Delta's safety check: a reader or writer older than that would lose its "
+            "files), got {input}"
+        ),
+    ] = Field(168, ge=168, description="VACUUM keeps the files of this many hours of versions (time travel)")
 
 
-@dataclass(frozen=True)
+@declared("health")
 class HealthConfig:
     """When is binlake unhealthy: ``binlake status --check`` and the bundle's lag alert."""
 
-    # Capture, or any table's gold, behind the source by more than this many seconds.
-    max_lag_seconds: int = 3600
-
-    def __post_init__(self) -> None:
-        if self.max_lag_seconds < 1:
-            raise ConfigError(f"health.max_lag_seconds must be at least 1, got {self.max_lag_seconds}")
+    max_lag_seconds: Whole = Field(
+        3600, ge=1, description="Unhealthy when capture or a table's gold is behind the source by more than this"
+    )
 
 
-@dataclass(frozen=True)
+def _history_entry(value: Any) -> Any:
+    return {"table": value} if isinstance(value, str) else value
+
+
+_HISTORY_COLUMNS = Hint(invalid="must be a list of column names, e.g. [status, amount]")
+
+
+@declared("history.tables")
 class HistoryTable:
     """One entry of ``history.tables``: the tables a pattern names keep every version.
 
     ``track_columns`` (only these columns open a version) and ``except_columns`` (every
     column but these does) exclude each other; with neither, every column is tracked."""
 
-    pattern: str
-    track_columns: tuple[str, ...] | None = None
-    except_columns: tuple[str, ...] = ()
+    pattern: Annotated[Text, Hint(missing="{entry} needs table: a db.table pattern such as shop.orders")] = Field(
+        alias="table", description="db.table pattern"
+    )
+    track_columns: Annotated[OneOrMoreColumns, _HISTORY_COLUMNS] | None = Field(
+        None, description="Only changes of these columns open a version"
+    )
+    except_columns: Annotated[OneOrMoreColumns, _HISTORY_COLUMNS] = Field(
+        (), description="Changes of every column but these open a version"
+    )
 
-    def __post_init__(self) -> None:
+    @model_validator(mode="after")
+    def _one_choice(self) -> HistoryTable:
         if not _TABLE_PATTERN.match(self.pattern):
-            raise ConfigError(
-                f"history.tables entry {self.pattern!r} is not a db.table pattern: write it as "
-                '"db.table", "db.*" or "db.prefix_*"'
-            )
+            raise ConfigError(f"history.tables entry {self.pattern!r} is not a db.table pattern: {_PATTERN_FIX}")
         if self.track_columns is not None and self.except_columns:
             raise ConfigError(
                 f"history.tables entry {self.pattern!r} sets both track_columns and except_columns: keep one of them"
@@ -683,6 +780,12 @@ class HistoryTable:
                 f"history.tables entry {self.pattern!r} has an empty track_columns: list the columns "
                 "whose changes open a version, or drop the key to track every column"
             )
+        if any(not c for c in self.track_columns or ()) or any(not c for c in self.except_columns):
+            raise refuse(
+                f"{{where}}.{'track_columns' if self.track_columns else 'except_columns'} "
+                "must be a list of column names, e.g. [status, amount]"
+            )
+        return self
 
     def tracked(self, columns: Sequence[str]) -> tuple[str, ...]:
         """The columns among ``columns`` (a table's, in order) whose changes open a version."""
@@ -691,7 +794,7 @@ class HistoryTable:
         return tuple(c for c in columns if c not in self.except_columns)
 
 
-@dataclass(frozen=True)
+@declared("history")
 class HistoryConfig:
     """``history``: the tables silver also keeps as SCD type 2 history tables (docs/history.md).
 
@@ -705,27 +808,50 @@ class HistoryConfig:
 
     The first entry whose pattern matches a table applies to it."""
 
-    tables: tuple[HistoryTable, ...] = ()
+    tables: Annotated[
+        tuple[
+            Annotated[
+                HistoryTable,
+                BeforeValidator(_history_entry),
+                Hint(
+                    invalid='must be a "db.table" pattern or a mapping such as '
+                    "{table: shop.orders, except_columns: [updated_at]}"
+                ),
+            ],
+            ...,
+        ],
+        Hint(
+            invalid='must be a list of "db.table" patterns or {table: ..., track_columns: [...]} '
+            'entries, e.g. ["shop.orders"]'
+        ),
+    ] = Field(
+        (), description="Tables that keep every version: db.table patterns or {table, track_columns|except_columns}"
+    )
 
     def table(self, db: str, table: str) -> HistoryTable | None:
         name = f"{db}.{table}"
         return next((t for t in self.tables if fnmatch.fnmatchcase(name, t.pattern)), None)
 
 
-@dataclass(frozen=True)
-class Config:
-    source: SourceConfig
-    lakehouse: LakehouseConfig
-    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
-    capture: CaptureConfig = field(default_factory=CaptureConfig)
-    gold: GoldConfig = field(default_factory=GoldConfig)
-    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
-    health: HealthConfig = field(default_factory=HealthConfig)
-    history: HistoryConfig = field(default_factory=HistoryConfig)
-    # The directory the config file was read from; relative lakehouse paths resolve here.
-    base_dir: str = "."
+# ---------------------------------------------------------------------------------------
+# the whole file
 
-    def __post_init__(self) -> None:
+
+@declared("")
+class Config:
+    source: SourceConfig = Field(description="The MySQL/MariaDB server and the tables binlake mirrors")
+    lakehouse: LakehouseConfig = Field(description="Where the tables live")
+    snapshot: SnapshotConfig = Field(default_factory=SnapshotConfig, description="The initial snapshot")
+    capture: CaptureConfig = Field(default_factory=CaptureConfig, description="Binlog capture")
+    gold: GoldConfig = Field(default_factory=GoldConfig, description="Quality checks and publishing")
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig, description="binlake maintain")
+    health: HealthConfig = Field(default_factory=HealthConfig, description="binlake status --check")
+    history: HistoryConfig = Field(default_factory=HistoryConfig, description="SCD type 2 history tables")
+    # The directory the config file was read from; relative lakehouse paths resolve here.
+    base_dir: Annotated[str, Hint(not_a_key=True)] = "."
+
+    @model_validator(mode="after")
+    def _kept_columns(self) -> Config:
         for table, checks in self.gold.checks.items():
             db, _, name = table.partition(".")
             rule = self.source.column_rule(db, name)
@@ -747,6 +873,7 @@ class Config:
                         f"{e.where} ({e.type}) names column {dropped[0]}, which source.columns[{rule.pattern!r}] "
                         "drops: remove the expectation or keep the column"
                     )
+        return self
 
     @property
     def lakehouse_root(self) -> str | None:
@@ -760,42 +887,9 @@ class Config:
 # Loading
 
 
-_SECTIONS = {
-    "source": {
-        "host",
-        "port",
-        "user",
-        "password",
-        "server_id",
-        "tables",
-        "exclude",
-        "chunk_keys",
-        "tls",
-        "connect_timeout",
-        "columns",
-        "mask_salt",
-    },
-    "snapshot": {"chunk_size", "parallelism", "chunks_per_commit"},
-    "capture": {"startup", "start_position", "start_timestamp", "on_purge", "purge_warning_files", "max_batch_rows"},
-    "lakehouse": {"path", "catalog", "bronze_schema", "silver_schema", "gold_schema", "system_schema", "system_path"},
-    "gold": {"checks", "expectations", "groups"},
-    "maintenance": {
-        "optimize_min_files",
-        "tombstone_retention_hours",
-        "changelog_retention_days",
-        "vacuum_retention_hours",
-    },
-    "health": {"max_lag_seconds"},
-    "history": {"tables"},
-}
-_TLS_KEYS = {"ca", "cert", "key", "verify_identity"}
-_CHECK_KEYS = {"severity", "column", "between", "values", "regex", "not_null", "row_count"}
-
-
-def _refuse_unknown_keys(mapping: Mapping[str, Any], allowed: set[str], where: str) -> None:
-    bad = set(mapping) - allowed
-    if bad:
-        raise ConfigError(f"unknown key {where}.{sorted(bad)[0]}: allowed keys are {', '.join(sorted(allowed))}")
+@functools.cache
+def _adapter() -> TypeAdapter[Config]:
+    return TypeAdapter(Config)
 
 
 def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> Config:
@@ -825,46 +919,16 @@ def load_config_text(
         raise ConfigError(f"{origin} is not valid YAML{where}: fix the syntax") from None
     if not isinstance(raw, dict):
         raise ConfigError(
-            f"{origin} must be a YAML mapping with the sections source, lakehouse (and optionally snapshot, capture, gold)"
+            f"{origin} must be a YAML mapping with the sections source, lakehouse "
+            "(and optionally snapshot, capture, gold)"
         )
-    unknown = set(raw) - set(_SECTIONS)
-    if unknown:
-        raise ConfigError(
-            f"unknown top-level key {sorted(unknown)[0]!r} in {origin}: allowed are {', '.join(sorted(_SECTIONS))}"
-        )
-    for required in ("source", "lakehouse"):
-        if required not in raw:
-            raise ConfigError(f"{origin} has no {required!r} section: add it (see README, Configuration)")
-    sections: dict[str, dict[str, Any]] = {}
-    for name, allowed in _SECTIONS.items():
-        section = raw.get(name) or {}
-        if not isinstance(section, dict):
-            raise ConfigError(f"{name} must be a mapping of keys, got {type(section).__name__}")
-        _refuse_unknown_keys(section, allowed, name)
-        sections[name] = {k: _expand(v, f"{name}.{k}", env) for k, v in section.items()}
-
-    return Config(
-        source=_source(sections["source"]),
-        lakehouse=_lakehouse(sections["lakehouse"]),
-        snapshot=SnapshotConfig(
-            chunk_size=_int(sections["snapshot"], "snapshot.chunk_size", 50000),
-            parallelism=_int(sections["snapshot"], "snapshot.parallelism", 2),
-            chunks_per_commit=_int(sections["snapshot"], "snapshot.chunks_per_commit", 0),
-        ),
-        capture=_capture(sections["capture"]),
-        gold=_gold(sections["gold"], base_dir),
-        maintenance=MaintenanceConfig(
-            **{
-                k: _int(sections["maintenance"], f"maintenance.{k}", getattr(MaintenanceConfig, k))
-                for k in _SECTIONS["maintenance"]
-            }
-        ),
-        health=HealthConfig(
-            max_lag_seconds=_int(sections["health"], "health.max_lag_seconds", HealthConfig.max_lag_seconds)
-        ),
-        history=_history(sections["history"]),
-        base_dir=base_dir,
-    )
+    raw = {k: _expand(v, str(k), env) for k, v in raw.items()}
+    if "base_dir" in raw:
+        raise ConfigError(unknown_key("", "base_dir", Config, origin))
+    try:
+        return _adapter().validate_python({**raw, "base_dir": base_dir}, context={"base_dir": base_dir})
+    except ValidationError as exc:
+        raise ConfigError(one_line(exc, Config, "", raw, origin)) from None
 
 
 def _expand(value: Any, key: str, env: Mapping[str, str]) -> Any:
@@ -886,387 +950,14 @@ def _expand(value: Any, key: str, env: Mapping[str, str]) -> Any:
     return value
 
 
-def _int(section: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    name = key.split(".")[-1]
-    if name not in section or section[name] is None:
-        if default is None:
-            raise ConfigError(f"{key} is missing: set it to a whole number")
-        return default
-    value = section[name]
-    if isinstance(value, bool):
-        raise ConfigError(f"{key} must be a whole number, got {value!r}")
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    raise ConfigError(f"{key} must be a whole number, got {value!r}")
+# ---------------------------------------------------------------------------------------
+# The configuration reference (docs/configuration.md)
 
 
-def _str(section: Mapping[str, Any], key: str, default: str | None = None, required: bool = False) -> str | None:
-    name = key.split(".")[-1]
-    value = section.get(name, default)
-    if value is None:
-        if required:
-            raise ConfigError(f"{key} is missing: add it to the config")
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, str):
-        raise ConfigError(f"{key} must be a string, got {type(value).__name__}")
-    return value
+def reference() -> str:
+    """The configuration reference as Markdown: one row per key of binlake.yml."""
+    return render_reference(Config)
 
 
-def _str_list(section: Mapping[str, Any], key: str) -> tuple[str, ...]:
-    name = key.split(".")[-1]
-    value = section.get(name) or []
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f'{key} must be a list of strings, e.g. ["shop.*"]')
-    return tuple(value)
-
-
-def _enum(enum_type: type[enum.Enum], section: Mapping[str, Any], key: str, default: enum.Enum) -> Any:
-    name = key.split(".")[-1]
-    value = section.get(name)
-    if value is None:
-        return default
-    try:
-        return enum_type(str(value).lower())
-    except ValueError:
-        allowed = ", ".join(e.value for e in enum_type)
-        raise ConfigError(f"{key} is {value!r}: use one of {allowed}") from None
-
-
-def _source(s: Mapping[str, Any]) -> SourceConfig:
-    for key in ("host", "user", "server_id", "tables"):
-        if key not in s:
-            raise ConfigError(f"source.{key} is missing: add it (see README, Configuration)")
-    if "password" not in s or s["password"] in (None, ""):
-        raise ConfigError(
-            "source.password is missing: set password: ${MYSQL_PASSWORD} (and export it) "
-            "or a Databricks secret reference {{secrets/scope/key}}"
-        )
-    password = _str(s, "source.password")
-    assert password is not None
-    secret_ref = _SECRET_REF.match(password)
-    tls_raw = s.get("tls") or {}
-    if not isinstance(tls_raw, dict):
-        raise ConfigError("source.tls must be a mapping with ca, cert, key, verify_identity")
-    _refuse_unknown_keys(tls_raw, _TLS_KEYS, "source.tls")
-    for k in ("ca", "cert", "key"):
-        v = tls_raw.get(k)
-        if v is not None and not Path(v).is_file():
-            raise ConfigError(f"source.tls.{k} file {v!r} does not exist: point it at the PEM file")
-    if (tls_raw.get("cert") is None) != (tls_raw.get("key") is None):
-        raise ConfigError(
-            "source.tls.cert and source.tls.key go together: set both for client certificates, or neither"
-        )
-    if tls_raw.get("cert") is not None and tls_raw.get("ca") is None:
-        raise ConfigError("source.tls.cert is set but source.tls.ca is not: set ca to the server's CA certificate")
-    verify = tls_raw.get("verify_identity", True)
-    if not isinstance(verify, bool):
-        raise ConfigError(f"source.tls.verify_identity must be true or false, got {verify!r}")
-    chunk_keys_raw = s.get("chunk_keys") or {}
-    if not isinstance(chunk_keys_raw, dict):
-        raise ConfigError('source.chunk_keys must map "db.table" to a list of columns')
-    chunk_keys = {}
-    for table, cols in chunk_keys_raw.items():
-        if isinstance(cols, str):
-            cols = [cols]
-        if not isinstance(cols, list) or not all(isinstance(c, str) for c in cols):
-            raise ConfigError(f"source.chunk_keys.{table} must be a list of column names")
-        chunk_keys[str(table)] = tuple(cols)
-    salt = _str(s, "source.mask_salt")
-    salt_ref = _SECRET_REF.match(salt) if salt else None
-    return SourceConfig(
-        host=_str(s, "source.host", required=True) or "",
-        port=_int(s, "source.port", 3306),
-        user=_str(s, "source.user", required=True) or "",
-        password=Secret.reference(*secret_ref.groups()) if secret_ref else Secret(password),
-        server_id=_int(s, "source.server_id"),
-        tables=_str_list(s, "source.tables"),
-        exclude=_str_list(s, "source.exclude"),
-        chunk_keys=chunk_keys,
-        tls=TlsConfig(ca=tls_raw.get("ca"), cert=tls_raw.get("cert"), key=tls_raw.get("key"), verify_identity=verify),
-        connect_timeout=_int(s, "source.connect_timeout", 10),
-        columns=_column_rules(s.get("columns")),
-        mask_salt=Secret.reference(*salt_ref.groups()) if salt_ref else Secret(salt),
-    )
-
-
-_RULE_KEYS = {"include", "exclude", "mask", "mask_key"}
-
-
-def _column_rules(raw: Any) -> tuple[ColumnRule, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            'source.columns must map "db.table" patterns to rules, e.g. '
-            '{"shop.customers": {exclude: [ssn], mask: {email: hash}}}'
-        )
-    rules = []
-    for pattern, rule in raw.items():
-        where = f"source.columns[{str(pattern)!r}]"
-        if not isinstance(rule, dict):
-            raise ConfigError(f"{where} must be a mapping with include or exclude, mask and mask_key")
-        _refuse_unknown_keys(rule, _RULE_KEYS, where)
-        for key in ("include", "exclude"):
-            if key in rule and (not isinstance(rule[key], list) or not all(isinstance(c, str) for c in rule[key])):
-                raise ConfigError(f"{where}.{key} must be a list of column names")
-        mask = rule.get("mask") or {}
-        if not isinstance(mask, dict):
-            raise ConfigError(f"{where}.mask must map column names to hash or null, e.g. {{email: hash}}")
-        mask_key = rule.get("mask_key", False)
-        if not isinstance(mask_key, bool):
-            raise ConfigError(f"{where}.mask_key must be true or false, got {mask_key!r}")
-        rules.append(
-            ColumnRule(
-                pattern=str(pattern),
-                include=tuple(rule["include"]) if "include" in rule else None,
-                exclude=tuple(rule.get("exclude") or ()),
-                # YAML reads an unquoted null as None: that is the null mask too.
-                mask={str(c): "null" if how is None else str(how) for c, how in mask.items()},
-                mask_key=mask_key,
-            )
-        )
-    return tuple(rules)
-
-
-def _lakehouse(s: Mapping[str, Any]) -> LakehouseConfig:
-    return LakehouseConfig(
-        path=_str(s, "lakehouse.path"),
-        catalog=_str(s, "lakehouse.catalog"),
-        bronze_schema=_str(s, "lakehouse.bronze_schema", "bronze") or "bronze",
-        silver_schema=_str(s, "lakehouse.silver_schema", "silver") or "silver",
-        gold_schema=_str(s, "lakehouse.gold_schema", "gold") or "gold",
-        system_schema=_str(s, "lakehouse.system_schema", LakehouseConfig.system_schema)
-        or LakehouseConfig.system_schema,
-        system_path=_str(s, "lakehouse.system_path"),
-    )
-
-
-def _capture(s: Mapping[str, Any]) -> CaptureConfig:
-    return CaptureConfig(
-        startup=_enum(StartupMode, s, "capture.startup", StartupMode.INITIAL),
-        start_position=_str(s, "capture.start_position"),
-        start_timestamp=_str(s, "capture.start_timestamp"),
-        on_purge=_enum(PurgePolicy, s, "capture.on_purge", PurgePolicy.FAIL),
-        purge_warning_files=_int(s, "capture.purge_warning_files", 2),
-        max_batch_rows=_int(s, "capture.max_batch_rows", 200_000),
-    )
-
-
-def _gold(s: Mapping[str, Any], base_dir: str = ".") -> GoldConfig:
-    checks_raw = s.get("checks") or {}
-    if not isinstance(checks_raw, dict):
-        raise ConfigError('gold.checks must map "db.table" to a list of rules')
-    checks: dict[str, tuple[CheckRule, ...]] = {}
-    for table, rules in checks_raw.items():
-        if not _TABLE_PATTERN.match(str(table)):
-            raise ConfigError(f"gold.checks key {table!r} is not db.table")
-        if not isinstance(rules, list):
-            raise ConfigError(f"gold.checks.{table} must be a list of rules")
-        parsed = []
-        for i, rule in enumerate(rules):
-            where = f"gold.checks.{table}[{i}]"
-            if not isinstance(rule, dict):
-                raise ConfigError(
-                    f"{where} must be a mapping such as {{column: price, between: [0, 1000], severity: drop}}"
-                )
-            _refuse_unknown_keys(rule, _CHECK_KEYS, where)
-            kinds = [k for k in ("between", "values", "regex", "row_count") if k in rule] + (
-                ["not_null"] if rule.get("not_null") else []
-            )
-            if len(kinds) != 1:
-                raise ConfigError(f"{where} needs exactly one of between, values, regex, not_null, row_count")
-            if kinds[0] != "row_count" and not rule.get("column"):
-                raise ConfigError(f"{where} ({kinds[0]}) needs a column")
-            for pair_key in ("between", "row_count"):
-                if pair_key in rule and (not isinstance(rule[pair_key], list) or len(rule[pair_key]) != 2):
-                    raise ConfigError(f"{where}.{pair_key} must be a list [min, max] (use null for an open end)")
-            if "values" in rule and not isinstance(rule["values"], list):
-                raise ConfigError(f"{where}.values must be a list of allowed values")
-            if "regex" in rule:
-                try:
-                    re.compile(str(rule["regex"]))
-                except re.error as exc:
-                    raise ConfigError(
-                        f"{where}.regex is not a valid regular expression ({exc}): fix the pattern"
-                    ) from None
-            parsed.append(
-                CheckRule(
-                    severity=_enum(Severity, rule, f"{where}.severity", Severity.FAIL),
-                    column=rule.get("column"),
-                    between=tuple(rule["between"]) if "between" in rule else None,
-                    values=tuple(rule["values"]) if "values" in rule else None,
-                    regex=str(rule["regex"]) if "regex" in rule else None,
-                    not_null=bool(rule.get("not_null", False)),
-                    row_count=tuple(rule["row_count"]) if "row_count" in rule else None,
-                )
-            )
-        checks[str(table)] = tuple(parsed)
-    return GoldConfig(
-        checks=checks, expectations=_suite_files(s.get("expectations"), base_dir), groups=_groups(s.get("groups"))
-    )
-
-
-_SUITE_EXAMPLE = '{"name": "shop_orders", "expectations": [{"type": "expect_column_values_to_not_be_null", "kwargs": {"column": "id"}}]}'
-
-
-def _suite_files(raw: Any, base_dir: str) -> tuple[SuiteFile, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            'gold.expectations must map a "db.table" pattern to an expectation suite file in Great Expectations\' '
-            'JSON format, e.g. {"shop.orders": expectations/shop_orders.json}'
-        )
-    suites = []
-    for pattern, path in raw.items():
-        where = f"gold.expectations[{pattern!r}]"
-        if not isinstance(pattern, str) or not _TABLE_PATTERN.match(pattern):
-            raise ConfigError(
-                f'gold.expectations key {pattern!r} is not a "db.table" pattern such as "shop.orders" or "shop.*"'
-            )
-        if not isinstance(path, str) or not path.strip():
-            raise ConfigError(f"{where} must be the path of a suite file, e.g. expectations/shop_orders.json")
-        suites.append(_suite_file(pattern, path, base_dir, where))
-    return tuple(suites)
-
-
-def _suite_file(pattern: str, path: str, base_dir: str, where: str) -> SuiteFile:
-    full = Path(path) if Path(path).is_absolute() else Path(base_dir) / path
-    try:
-        text = full.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(
-            f"{where}: suite file {path} not found (a relative path is read from the config file's directory "
-            f"{base_dir}): fix the path"
-        ) from None
-    except OSError as exc:
-        raise ConfigError(
-            f"{where}: suite file {path} cannot be read ({exc.strerror}): check its permissions"
-        ) from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(
-            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg}): fix the syntax"
-        ) from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("expectations"), list):
-        raise ConfigError(f"{path} is not an expectation suite: write it in GE's format, {_SUITE_EXAMPLE}")
-    _refuse_unknown_keys(raw, _SUITE_KEYS, path)
-    expectations = tuple(
-        _suite_expectation(item, f"{path} expectations[{i}]") for i, item in enumerate(raw["expectations"])
-    )
-    names = [e.name for e in expectations]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:
-        raise ConfigError(f"{path} has two expectations named {twice[0]!r}: give one of them another meta.name")
-    return SuiteFile(pattern, path, str(raw.get("name") or Path(path).stem), expectations)
-
-
-# The keys of GE 1.x's suite JSON (what ExpectationSuite.to_json_dict writes).
-_SUITE_KEYS = {"name", "id", "expectations", "meta", "notes", "suite_parameters", "data_asset_type"}
-_EXPECTATION_KEYS = {"type", "kwargs", "meta", "id", "notes", "description", "rendered_content", "severity"}
-
-
-def _suite_expectation(item: Any, where: str) -> Expectation:
-    if not isinstance(item, dict):
-        raise ConfigError(
-            f'{where} must be an object such as {{"type": "expect_column_values_to_not_be_null", "kwargs": {{"column": "id"}}}}'
-        )
-    if "expectation_type" in item and "type" not in item:
-        raise ConfigError(f'{where} uses "expectation_type" (Great Expectations 0.x): rename it to "type"')
-    _refuse_unknown_keys(item, _EXPECTATION_KEYS, where)
-    kind = item.get("type")
-    if not isinstance(kind, str) or not kind.startswith("expect_"):
-        raise ConfigError(f'{where} has no expectation "type": name one such as expect_column_values_to_not_be_null')
-    kwargs = item.get("kwargs", {})
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"{where} ({kind}): kwargs must be an object of the expectation's arguments")
-    meta = item.get("meta", {})
-    if not isinstance(meta, dict):
-        raise ConfigError(f"{where} ({kind}): meta must be an object")
-    severity = meta.get("severity", Severity.FAIL.value)
-    if severity not in [s.value for s in Severity]:
-        raise ConfigError(f"{where} ({kind}): meta.severity must be warn, drop or fail, got {severity!r}")
-    name = meta.get("name") or _expectation_name(kind, kwargs)
-    if not isinstance(name, str):
-        raise ConfigError(f"{where} ({kind}): meta.name must be a string")
-    rest = {k: v for k, v in meta.items() if k not in ("severity", "name")}
-    return Expectation(kind, kwargs, Severity(severity), name, where, rest)
-
-
-def _expectation_name(kind: str, kwargs: Mapping[str, Any]) -> str:
-    """A readable default name: the type and its arguments, long lists cut short."""
-
-    def short(v: Any) -> str:
-        text = json.dumps(v, default=str)
-        return text if len(text) <= 40 else text[:37] + "..."
-
-    return f"{kind}({', '.join(f'{k}={short(v)}' for k, v in kwargs.items())})"
-
-
-_GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-
-
-def _groups(raw: Any) -> dict[str, tuple[str, ...]]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(
-            'gold.groups must map a group name to a list of "db.table" patterns, '
-            'e.g. {orders: ["shop.orders", "shop.order_lines"]}'
-        )
-    groups: dict[str, tuple[str, ...]] = {}
-    for name, patterns in raw.items():
-        if not _GROUP_NAME.match(str(name)):
-            raise ConfigError(f"gold.groups name {name!r} must be letters, digits, _ . or - (e.g. orders)")
-        if not isinstance(patterns, list) or not patterns:
-            raise ConfigError(f'gold.groups.{name} must be a non-empty list of "db.table" patterns')
-        for p in patterns:
-            if not isinstance(p, str) or not _TABLE_PATTERN.match(p):
-                raise ConfigError(f'gold.groups.{name} entry {p!r} is not a "db.table" pattern such as "shop.orders"')
-        groups[str(name)] = tuple(patterns)
-    return groups
-
-
-_HISTORY_KEYS = {"table", "track_columns", "except_columns"}
-
-
-def _history(s: Mapping[str, Any]) -> HistoryConfig:
-    raw = s.get("tables") or []
-    if not isinstance(raw, list):
-        raise ConfigError(
-            'history.tables must be a list of "db.table" patterns or {table: ..., track_columns: [...]} '
-            'entries, e.g. ["shop.orders"]'
-        )
-    out = []
-    for i, entry in enumerate(raw):
-        where = f"history.tables[{i}]"
-        if isinstance(entry, str):
-            out.append(HistoryTable(entry))
-            continue
-        if not isinstance(entry, dict):
-            raise ConfigError(
-                f'{where} must be a "db.table" pattern or a mapping such as '
-                "{table: shop.orders, except_columns: [updated_at]}"
-            )
-        _refuse_unknown_keys(entry, _HISTORY_KEYS, where)
-        if not isinstance(entry.get("table"), str):
-            raise ConfigError(f"{where} needs table: a db.table pattern such as shop.orders")
-        lists = {}
-        for key in ("track_columns", "except_columns"):
-            value = entry.get(key)
-            if value is None:
-                continue
-            if isinstance(value, str):
-                value = [value]
-            if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-                raise ConfigError(f"{where}.{key} must be a list of column names, e.g. [status, amount]")
-            lists[key] = tuple(value)
-        out.append(HistoryTable(entry["table"], lists.get("track_columns"), lists.get("except_columns", ())))
-    return HistoryConfig(tuple(out))
+if __name__ == "__main__":  # python -m binlake.config > docs/configuration.md
+    print(reference(), end="")

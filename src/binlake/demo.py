@@ -56,7 +56,8 @@ SEED = [
          (3, 'Émilie du Châtelet', NULL, 'Paris', 'FR', '2026-03-01 08:15:00'),
          (4, 'Katherine Johnson', 'kj@example.com', 'Hampton', 'US', '2026-03-20 17:45:00')""",
     """INSERT INTO shop.products VALUES
-         (18446744073709551000, 'Analytical Engine', 99999.99, 'active', '{"gears": 4000, "steam": true}', '2026-01-01 00:00:00'),
+         (18446744073709551000, 'Analytical Engine', 99999.99, 'active', '{"gears": 4000, "steam": true}',
+          '2026-01-01 00:00:00'),
          (1001, 'Punch cards (100)', 4.50, 'active', '{"colour": "buff"}', '2026-01-01 00:00:00'),
          (1002, 'Slide rule', 19.90, 'active', NULL, '2026-01-01 00:00:00'),
          (1003, 'Vacuum tube', 7.25, 'discontinued', '{"watts": 5}', '2026-01-01 00:00:00')""",
@@ -69,8 +70,10 @@ SEED = [
 ]
 
 CHANGES = [
-    "INSERT INTO shop.customers VALUES (5, 'Alan Turing', 'alan@example.com', 'Manchester', 'GB', '2026-05-01 09:00:00')",
-    "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) VALUES (5, 1, 1002, 1, '2026-05-02 09:00:00'), (2, 2, 1001, 5, '2026-05-02 10:00:00')",
+    "INSERT INTO shop.customers VALUES (5, 'Alan Turing', 'alan@example.com', 'Manchester', 'GB', "
+    "'2026-05-01 09:00:00')",
+    "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) "
+    "VALUES (5, 1, 1002, 1, '2026-05-02 09:00:00'), (2, 2, 1001, 5, '2026-05-02 10:00:00')",
     "UPDATE shop.products SET price = 21.50, updated_at = '2026-05-03 00:00:00' WHERE sku = 1002",
     "UPDATE shop.customers SET email = 'emilie@example.fr' WHERE id = 3",
     # Grace moves twice: two new versions in shop.customers__history.
@@ -81,7 +84,8 @@ CHANGES = [
     "DELETE FROM shop.customers WHERE id = 4",
     "UPDATE shop.products SET status = 'discontinued' WHERE sku = 1001",
     # A typo on the source: the orders suite's drop expectation keeps it out of gold.
-    "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) VALUES (1, 3, 1003, 5000, '2026-05-04 08:00:00')",
+    "INSERT INTO shop.orders (customer_id, order_no, sku, quantity, placed_at) "
+    "VALUES (1, 3, 1003, 5000, '2026-05-04 08:00:00')",
 ]
 
 # The orders' expectation suite, in Great Expectations' own JSON format (gold.expectations).

@@ -3,15 +3,24 @@ what to fix. The CLI prints ``str(exc)`` as a single line and exits non-zero."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class BinlakeError(Exception):
-    """Base class. ``exit_code`` is what the CLI returns for this failure."""
+    """Base class. ``exit_code`` is what the CLI returns for this failure; ``result`` is what
+    a command that did part of its work completed before failing (its own result object: the
+    :class:`~binlake.silver.run.SilverResult` whose stopped tables say why, the
+    :class:`~binlake.gold.publish.GoldResult` of the groups that published, the
+    :class:`~binlake.ops.verify.VerifyResult` with its mismatches), else None."""
 
     exit_code = 1
+    result: Any = None
 
-    def __init__(self, message: str):
+    def __init__(self, message: str, *, result: Any = None):
         # One line, always: schedulers and log greps depend on it.
         super().__init__(" ".join(str(message).split()))
+        if result is not None:
+            self.result = result
 
 
 class ConfigError(BinlakeError):

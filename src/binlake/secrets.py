@@ -2,8 +2,8 @@
 
 In a notebook the value comes from ``dbutils.secrets`` (no extra credentials needed); everywhere
 else (job tasks, a laptop) from the Secrets REST API through databricks-sdk, which returns it
-base64-encoded. A config holds the reference (:class:`binlake.config.Secret`) and reads the
-value only when a connection needs it.
+base64-encoded. A config holds the reference (:class:`Secret`) and reads the value only when a
+connection needs it.
 
 The value is never logged, never part of an exception message and never chained into a
 traceback: errors name the scope and key and say how to fix the problem.
@@ -28,6 +28,73 @@ log = logging.getLogger("binlake.secrets")
 
 # The Secrets API's own rule for scope and key names.
 _NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,128}$")
+_SECRET_REF = re.compile(r"^\{\{secrets/([^/{}]+)/([^/{}]+)\}\}$")
+
+
+class Secret:
+    """A string that never shows itself in logs, reprs or exception messages.
+
+    Either a value, or a Databricks secret reference (``{{secrets/<scope>/<key>}}``) that is
+    read only when :meth:`reveal` is first called (a connection needs it), so loading a config
+    never talks to a workspace.
+    """
+
+    __slots__ = ("_value", "_ref")
+
+    def __init__(self, value: str | None = None, *, scope: str | None = None, key: str | None = None):
+        self._value = value
+        self._ref = (scope, key) if scope is not None else None
+
+    @staticmethod
+    def reference(scope: str, key: str) -> Secret:
+        return Secret(scope=scope, key=key)
+
+    @staticmethod
+    def parse(text: Any) -> Secret:
+        """A config value as a Secret: ``{{secrets/<scope>/<key>}}`` is a reference, any other
+        text (or number) the value itself; None is the empty secret."""
+        if isinstance(text, Secret):
+            return text
+        if text is None:
+            return Secret()
+        if isinstance(text, (int, float)) and not isinstance(text, bool):
+            text = str(text)
+        if not isinstance(text, str):
+            from pydantic_core import PydanticCustomError
+
+            raise PydanticCustomError("string_type", "Input should be a valid string")
+        ref = _SECRET_REF.match(text)
+        return Secret.reference(*ref.groups()) if ref else Secret(text)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> Any:
+        # A config field typed Secret takes text (parse) or a Secret (binlake.config).
+        from pydantic_core import core_schema
+
+        return core_schema.no_info_plain_validator_function(cls.parse)
+
+    def reveal(self) -> str:
+        if self._value is None and self._ref is not None:
+            self._value = resolve_secret(*self._ref)
+        return self._value or ""
+
+    def __repr__(self) -> str:
+        return f"Secret({{{{secrets/{self._ref[0]}/{self._ref[1]}}}}})" if self._ref else "Secret('***')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return False
+        if self._ref or other._ref:
+            return self._ref == other._ref
+        return self._value == other._value
+
+    def __hash__(self) -> int:
+        return hash(self._ref) if self._ref else hash(self._value)
+
+    def __bool__(self) -> bool:
+        return self._ref is not None or bool(self._value)
 
 
 def resolve_secret(scope: str, key: str, *, client: Any = None, dbutils: Any = None) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 # Hadoop's default file system for file: paths checksums every file into a hidden ".crc"
 # sidecar, and without Hadoop's native library (a pip install never has it) it forks a
@@ -66,8 +68,40 @@ def env_spark_conf(text: str | None = None) -> dict[str, str]:
     return conf
 
 
-def on_databricks() -> bool:
-    return "DATABRICKS_RUNTIME_VERSION" in os.environ
+def on_databricks(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether binlake runs on a Databricks cluster (a job task or a notebook): Databricks sets
+    ``DATABRICKS_RUNTIME_VERSION`` there. ``environ`` defaults to the process's environment."""
+    return "DATABRICKS_RUNTIME_VERSION" in (os.environ if environ is None else environ)
+
+
+# A round of few rows (a continuous loop's, a scheduled run's after a quiet interval) spends
+# more CPU compiling Spark's plans to Java than running them; a big round (a first load, a
+# catch-up) gains from it. So a round's session compiles only when the round is big: the
+# steps that know their input's size (silver and gold after capture) run under small_plans.
+SMALL_ROUND_ROWS = 50_000
+SMALL_ROUND_CONF = {"spark.sql.codegen.wholeStage": "false"}
+
+
+@contextmanager
+def small_plans(spark, rows: int | None) -> Iterator[None]:
+    """Run the block without whole-stage code generation when ``rows`` (the round's input,
+    e.g. the row changes capture committed) is at most :data:`SMALL_ROUND_ROWS`; the
+    session's settings are put back after. Give a thread of its own session
+    (``spark.newSession()``) when others use the same one at the same time."""
+    if rows is None or rows > SMALL_ROUND_ROWS:
+        yield
+        return
+    saved = {key: spark.conf.get(key, None) for key in SMALL_ROUND_CONF}
+    for key, value in SMALL_ROUND_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 # PySpark's own variable for "use this Spark Connect server" (``sc://host:port``): with it set,

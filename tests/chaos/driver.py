@@ -139,7 +139,8 @@ class Writer(threading.Thread):
                 aid = r.randint(1, 4000)
                 if op < 0.30:
                     cur.execute(
-                        "INSERT INTO accounts (id, owner, balance, status, opened, touched, flags, note, avatar, ratio, birthday) "
+                        "INSERT INTO accounts (id, owner, balance, status, opened, touched, flags, note, avatar, "
+                        "ratio, birthday) "
                         "VALUES (%s, %s, %s, %s, %s, UTC_TIMESTAMP(6), %s, %s, %s, %s, %s) "
                         "ON DUPLICATE KEY UPDATE balance = balance + 1, touched = UTC_TIMESTAMP(6)",
                         (
@@ -240,7 +241,8 @@ class Harness:
         server.execute(*TABLES_DDL, database=db)
         server.execute(
             "INSERT INTO accounts (id, owner, balance, status, opened, flags, ratio) "
-            f"SELECT seq, CONCAT('seed-', seq), seq * 1.5, 'open', '2026-01-01 00:00:00', 'a', seq / 7 FROM seq_1_to_{seed_rows}",
+            "SELECT seq, CONCAT('seed-', seq), seq * 1.5, 'open', '2026-01-01 00:00:00', 'a', seq / 7 FROM "
+            f"seq_1_to_{seed_rows}",
             f"INSERT INTO ledger (account_id, seq, amount) SELECT seq, 1, seq FROM seq_1_to_{seed_rows}",
             f"INSERT INTO holds (account_id, n, amount) SELECT seq, 1, seq FROM seq_1_to_{seed_rows // 2}",
             "INSERT INTO tags (tag, weight) VALUES ('alpha0', 1), ('Beta1', 2)",
@@ -764,7 +766,7 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
             time.sleep(0.2)
         # run --continuous runs capture, silver and gold as three overlapping stages: a kill
         # in each stage lands while the other two are at work.
-        for point in ("capture.before_commit@3", "silver.before_progress@2", "gold.before_publish_log@2"):
+        for point in ("capture.before_commit@2", "silver.before_progress", "gold.before_publish_log"):
             rc, err = h.binlake(config, "run", "--continuous", kill_at=point, timeout=420, debug=True)
             if rc == -9:
                 out.faults += 1
@@ -904,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", action="append", default=[], choices=sorted(SCENARIOS))
     ap.add_argument("--workdir", default=str(ROOT / ".local" / "chaos"))
     ns = ap.parse_args(argv)
-    from binlake.progress import setup_logging
+    from binlake.console import setup_logging
 
     setup_logging()
     names = ns.only or ([n for n in SCENARIOS if n not in SHORT] if ns.full else list(SHORT))

@@ -187,7 +187,10 @@ class Workload:
 
     def c_key(self) -> str:
         r = self.rng
-        return f"UPDATE IGNORE c SET k = {r.randint(1, C_KS)} WHERE p_id = {r.randint(1, 2 * P_IDS)} AND k = {r.randint(1, C_KS)}"
+        return (
+            f"UPDATE IGNORE c SET k = {r.randint(1, C_KS)} "
+            f"WHERE p_id = {r.randint(1, 2 * P_IDS)} AND k = {r.randint(1, C_KS)}"
+        )
 
     def c_delete(self) -> str:
         r = self.rng

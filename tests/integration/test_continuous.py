@@ -1,8 +1,8 @@
 """``binlake run --continuous``: one long-lived process loops capture -> silver -> gold, so a
 change committed on the source becomes readable in gold without a scheduled run; its state
 (loops, freshness) is in ``binlake status`` and its loops in the metrics table; SIGTERM lets the
-loop in progress finish and be recorded, then ends it with exit code 0. (kill -9 of the loop under a write load is the fault matrix's
-``continuous`` scenario, tests/chaos/driver.py.)"""
+loop in progress finish and be recorded, then ends it with exit code 0. (kill -9 of the loop
+under a write load is the fault matrix's ``continuous`` scenario, tests/chaos/driver.py.)"""
 
 from __future__ import annotations
 

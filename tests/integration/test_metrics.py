@@ -200,7 +200,7 @@ def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark,
         "CREATE TABLE orders (id INT PRIMARY KEY, amount INT)", "INSERT INTO orders VALUES (1, 1)", database=database
     )
     path = _write_config(mariadb, tmp_path, database, "binlake.yml")
-    blocker = tmp_path / "lakehouse" / "gold" / "_metrics"
+    blocker = tmp_path / "lakehouse" / "system" / "metrics"
     blocker.parent.mkdir(parents=True)
     blocker.write_text("not a Delta table")  # the metrics table's directory is a file
 

@@ -6,9 +6,9 @@ same key in one transaction), ``oltp_insert`` (new auto-increment keys past the 
 chunks) and ``oltp_delete`` (plain DELETEs). While it runs, ``binlake capture --until-now``
 fixes the capture start, then capture runs in a loop (with a binlog rotation now and then)
 while ``binlake snapshot`` reads the tables in 1,000-row chunks, so writes commit while the
-chunks are being read (each chunk's watermark is the exact position its read sees). When the load stops, ``binlake capture``, ``silver`` and
-``gold`` catch up, and every silver and gold table must equal its source table value for
-value: no key missing, none extra, no column different.
+chunks are being read (each chunk's watermark is the exact position its read sees). When the
+load stops, ``binlake capture``, ``silver`` and ``gold`` catch up, and every silver and gold
+table must equal its source table value for value: no key missing, none extra, no column different.
 
 The commands run through :func:`binlake.cli.main` in this process (a second JVM per command
 would double the runtime on a 2-core machine); the kill -9 tests cover the CLI processes.

@@ -264,7 +264,8 @@ def test_a_chunk_key_must_be_unique_and_not_null(mariadb, database):
     problems = problems_of(config_for(mariadb, [a, b], chunk_keys={a: ["k"], b: ["k"], f"{database}.c": ["x"]}))
     assert problems == [
         f"source.chunk_keys for {a} is (k), but no unique index covers it, so two rows could share a key: run "
-        f"CREATE UNIQUE INDEX binlake_chunk_key ON `{database}`.`a` (`k`), or name the columns of an existing unique index",
+        f"CREATE UNIQUE INDEX binlake_chunk_key ON `{database}`.`a` (`k`), or name the columns of an existing unique "
+        "index",
         f"source.chunk_keys for {b} includes nullable column(s) k: make them NOT NULL "
         f"(ALTER TABLE `{database}`.`b` MODIFY `k` ... NOT NULL) or choose NOT NULL columns",
     ]
@@ -358,7 +359,8 @@ def test_every_problem_is_reported_together(broken_server):
         "binlog_format is MIXED",
         "binlog_row_image is MINIMAL",
         "binlog_row_metadata is MINIMAL",
-        "source.server_id 5401 collides (5401 is the source server's own @@server_id; binlake's binlog readers use 5401..5433)",
+        "source.server_id 5401 collides (5401 is the source server's own @@server_id; binlake's binlog readers use "
+        "5401..5433)",
         "table shop.devices has column type(s) binlake does not map",
         "table shop.events has no primary key",
     ], problems

@@ -31,6 +31,7 @@ from binlake.bronze.snapshot_source import (
 from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.sql import qualified
 from binlake.errors import ConfigError
+from binlake.ops import commands
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, exact_value_sql, master_status
 
@@ -317,9 +318,13 @@ def test_a_lakehouse_with_map_form_snapshot_rows_keeps_them_and_writes_new_snaps
     )
     lh.snapshot_rows.save(old.write.format("delta").mode("append"))
 
-    run_snapshot(spark, config)
+    # As the CLI runs it: the layout migration gives the old table its properties first.
+    commands.run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=4)
     assert lh.snapshot_rows.read(spark).count() == 1  # untouched
+    detail = spark.sql(f"DESCRIBE DETAIL {lh.snapshot_rows.sql}").first()
+    assert list(detail["partitionColumns"]) == []
+    assert detail["properties"]["delta.dataSkippingStatsColumns"] == "snapshot_id,attempt_id"
 
 
 def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(

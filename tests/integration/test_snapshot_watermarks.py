@@ -27,6 +27,8 @@ from binlake.source.mysql import connect, master_status
 KEYS = 8
 WRITERS = 8
 SECONDS = 8.0
+# At least this many reads, however long a busy box takes for them (up to a minute more).
+MIN_READS = 201
 
 
 def _writer(mariadb, db: str, stop: threading.Event, seed: int) -> None:
@@ -45,8 +47,8 @@ def _reads(config, db: str, schema, stop_at: float) -> list[tuple[BinlogPosition
     """Read the whole table as one chunk again and again: (low, high watermark, id -> v)."""
     options = reader_options(config.source, [], {schema.name: schema.to_json()}, "stress")
     part = ChunkPartition("s", db, "t", 0, None, None, schema.version())
-    out = []
-    while time.monotonic() < stop_at:
+    out: list = []
+    while time.monotonic() < stop_at or (len(out) < MIN_READS and time.monotonic() < stop_at + 60):
         values: dict[int, int] = {}
         stats = None
         lw = None

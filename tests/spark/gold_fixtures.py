@@ -12,8 +12,9 @@ directly by the contract in binlake.contract.lakehouse (no MySQL, no capture, no
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
@@ -87,7 +88,7 @@ class Lake:
         ensure_bronze_tables(spark, self.lh)
         self.lh.silver_progress.create_if_missing(spark, PROGRESS_SCHEMA)
 
-    def with_checks(self, checks: dict, expectations: dict | None = None) -> "Lake":
+    def with_checks(self, checks: dict, expectations: dict | None = None) -> Lake:
         """The same lakehouse with other gold.checks and gold.expectations (suite files by
         absolute path): a config change between runs."""
         other = object.__new__(Lake)

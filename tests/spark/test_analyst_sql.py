@@ -212,7 +212,8 @@ def _build(spark, lh: Lakehouse) -> None:
         )
         spark.sql(f"""
             MERGE INTO {silver.sql} AS t
-            USING (SELECT * FROM VALUES {values} AS v(id, status, amount, _cdc_seq, _cdc_op, _cdc_deleted, _cdc_commit_ts)) AS s
+            USING (SELECT * FROM VALUES {values}
+                   AS v(id, status, amount, _cdc_seq, _cdc_op, _cdc_deleted, _cdc_commit_ts)) AS s
             ON t.id = s.id
             WHEN MATCHED AND s._cdc_seq > t._cdc_seq THEN UPDATE SET *
             WHEN NOT MATCHED THEN INSERT *""")
@@ -265,7 +266,8 @@ def _build(spark, lh: Lakehouse) -> None:
     gold = lh.gold("shop", "orders")
     gold.create_if_missing(
         spark,
-        "id INT, status STRING, amount DECIMAL(10,2), _cdc_seq STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>, _cdc_commit_ts TIMESTAMP",
+        "id INT, status STRING, amount DECIMAL(10,2), _cdc_seq STRUCT<file_index: BIGINT, pos: BIGINT, row: INT>, "
+        "_cdc_commit_ts TIMESTAMP",
     )
     publishes = [
         [(1, "paid", 41, 500, 0), (2, "paid", 41, 500, 1), (3, "new", 41, 100, -1)],

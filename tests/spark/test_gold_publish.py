@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
 from binlake.errors import LakehouseError, NotReadyError
 from binlake.gold.publish import run_gold
 from binlake.gold.publish_log import gold_as_of, publish_as_of
 
 pytestmark = pytest.mark.slow
-
-from gold_fixtures import Lake, col, table_schema  # tests/spark/gold_fixtures.py
 
 ITEMS = table_schema(
     "shop",

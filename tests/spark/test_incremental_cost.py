@@ -15,7 +15,6 @@ from binlake.contract.types import Kind
 from binlake.gold.publish import run_gold
 from binlake.silver.run import run_silver
 
-
 # Most tests build lakehouses through silver and gold and count what the next runs cost:
 # left out of `make test-fast`, run by `make test`.
 pytestmark = pytest.mark.slow

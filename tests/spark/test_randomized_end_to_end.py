@@ -183,7 +183,10 @@ class Workload:
 
     def parent_update(self) -> str:
         low = self.rng.randint(1, 60)
-        return f"UPDATE parent SET score = {self.rng.random()}, name = CONCAT(name, '+') WHERE id BETWEEN {low} AND {low + 5}"
+        return (
+            f"UPDATE parent SET score = {self.rng.random()}, name = CONCAT(name, '+') "
+            f"WHERE id BETWEEN {low} AND {low + 5}"
+        )
 
     def parent_delete(self) -> str:
         low = self.rng.randint(1, 60)

@@ -83,7 +83,8 @@ def test_the_password_never_shows_in_the_configs_repr():
     [
         (
             dict(sources={}),
-            "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, history, lakehouse, maintenance, snapshot, source",
+            "unknown top-level key 'sources' in binlake.yml: allowed are capture, gold, health, history, lakehouse, "
+            "maintenance, snapshot, source",
         ),
         (
             dict(source__hots="x"),
@@ -100,7 +101,8 @@ def test_the_password_never_shows_in_the_configs_repr():
         ),
         (
             dict(gold={"checks": {"shop.t": [{"column": "a", "not_null": True, "level": "warn"}]}}),
-            "unknown key gold.checks.shop.t[0].level: allowed keys are between, column, not_null, regex, row_count, severity, values",
+            "unknown key gold.checks.shop.t[0].level: allowed keys are between, column, not_null, regex, row_count, "
+            "severity, values",
         ),
     ],
     ids=["top-level", "source", "snapshot", "tls", "check"],
@@ -220,7 +222,8 @@ def test_chunk_keys_need_db_table_and_columns():
         ),
         (
             {"startup": "position", "start_position": "mysql-bin:4"},
-            'capture.startup is "position" but capture.start_position is missing or not FILE:POS: set it like "mysql-bin.000003:4"',
+            'capture.startup is "position" but capture.start_position is missing or not FILE:POS: set it like '
+            '"mysql-bin.000003:4"',
         ),
         (
             {"startup": "timestamp"},
@@ -278,7 +281,10 @@ def test_tls_files_must_exist_and_a_client_cert_needs_its_key(tmp_path):
 
 
 def test_the_lakehouse_needs_exactly_one_location():
-    both = "lakehouse needs exactly one of path (local Delta directory, e.g. .local/lakehouse) or catalog (Unity Catalog name on Databricks)"
+    both = (
+        "lakehouse needs exactly one of path (local Delta directory, e.g. .local/lakehouse) "
+        "or catalog (Unity Catalog name on Databricks)"
+    )
     assert refused(doc(lakehouse={"path": "x", "catalog": "main"})) == both
     assert refused(doc(lakehouse={})) == both
     no_section = doc()
@@ -416,7 +422,8 @@ def test_publish_groups_default_to_one_per_database_and_configured_groups_come_f
     [
         (
             ["shop.*"],
-            'gold.groups must map a group name to a list of "db.table" patterns, e.g. {orders: ["shop.orders", "shop.order_lines"]}',
+            'gold.groups must map a group name to a list of "db.table" patterns, e.g. {orders: ["shop.orders", '
+            '"shop.order_lines"]}',
         ),
         ({"orders": []}, 'gold.groups.orders must be a non-empty list of "db.table" patterns'),
         (
@@ -569,3 +576,36 @@ def test_a_history_column_the_table_lacks_is_a_config_error_naming_its_columns()
         ),
         schema,
     ).tracked == ("status",)
+
+
+# ---------------------------------------------------------------------------------------
+# the configuration reference
+
+
+def _reference_keys() -> set[str]:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    return set(re.findall(r"^\| `([^`]+)` \|", text, re.M))
+
+
+def test_the_configuration_reference_is_generated_from_the_declarations():
+    from binlake.config import reference
+
+    path = ROOT / "docs" / "configuration.md"
+    assert path.read_text() == reference(), (
+        "docs/configuration.md differs from the keys binlake.config declares: "
+        "regenerate it with .venv/bin/python -m binlake.config > docs/configuration.md"
+    )
+
+
+def test_every_key_the_readme_example_writes_is_in_the_reference_and_the_readme_links_it():
+    text = _readme().split("## Configuration", 1)[1]
+    example = yaml.safe_load(re.findall(r"```yaml\n(.*?)```", text, re.S)[0])
+    written = {f"{section}.{key}" for section, keys in example.items() for key in keys}
+    assert written - _reference_keys() == set()
+    assert "(docs/configuration.md)" in text
+
+
+def test_an_unknown_key_message_lists_exactly_the_keys_the_reference_has_for_its_section():
+    message = refused(doc(maintenance={"vacuum_hours": 1}))
+    allowed = set(message.split("allowed keys are ", 1)[1].split(", "))
+    assert allowed == {k.split(".", 1)[1] for k in _reference_keys() if k.startswith("maintenance.")}

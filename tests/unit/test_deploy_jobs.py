@@ -125,7 +125,8 @@ def api():
 @pytest.fixture
 def config(tmp_path):
     return load_config_text(
-        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: {{path: {tmp_path}}}\n"
+        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: "
+        f"{{path: {tmp_path}}}\n"
     )
 
 
@@ -212,7 +213,8 @@ def test_the_cli_prints_the_same_report(api, config, tmp_path, capsys, monkeypat
     monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
     cfg = tmp_path / "binlake.yml"
     cfg.write_text(
-        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: {{path: {tmp_path}}}\n"
+        f"source: {{host: h, user: u, password: pw, server_id: 9, tables: ['shop.*']}}\nlakehouse: "
+        f"{{path: {tmp_path}}}\n"
     )
     assert main(["--config", str(cfg), "jobs", "status", "--json"]) == 0
     assert [job["job_id"] for job in json.loads(capsys.readouterr().out)["jobs"]] == [11, 12, 14]

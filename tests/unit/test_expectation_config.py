@@ -102,7 +102,8 @@ def test_the_shorthand_compiles_to_ge_expectations_after_the_suite(tmp_path):
         ('["a list"]', r"orders\.json is not an expectation suite: write it in GE's format"),
         (
             '{"expectations": [{"expectation_type": "expect_column_values_to_not_be_null", "kwargs": {}}]}',
-            r"orders\.json expectations\[0\] uses \"expectation_type\" \(Great Expectations 0\.x\): rename it to \"type\"",
+            r"orders\.json expectations\[0\] uses \"expectation_type\" \(Great Expectations 0\.x\): rename it to "
+            r"\"type\"",
         ),
         ('{"expectations": [{"kwargs": {}}]}', r"orders\.json expectations\[0\] has no expectation \"type\""),
         (
@@ -153,7 +154,8 @@ def test_an_expectation_on_a_column_source_columns_drops_is_refused_at_load(tmp_
         ),
         (
             one("expect_column_values_to_be_between", column="amount", min_value="cheap"),
-            r"orders\.json expectations\[0\] \(expect_column_values_to_be_between\): GE rejects its kwargs: .*min_value",
+            r"orders\.json expectations\[0\] \(expect_column_values_to_be_between\): GE rejects its kwargs: "
+            r".*min_value",
         ),
         (
             one("expect_column_values_to_not_be_null", column="state"),

@@ -12,7 +12,7 @@ from binlake.config import load_config_text
 from binlake.contract.position import BinlogPosition
 from binlake.errors import ConfigError, LagExceededError
 from binlake.ops.health_page import render_page
-from binlake.ops.metrics import MetricsRecorder, SourceHead
+from binlake.ops.metrics import MetricsRecorder, SourceHead, lag_seconds
 from binlake.ops.status import check_lag
 from binlake.source.binlog import BinlogFile
 
@@ -126,3 +126,12 @@ def test_maintain_and_verify_results_become_rows_per_table():
     step, a, b = recorder.rows
     assert (step["status"], step["checks_failed"], step["rows_in"]) == ("mismatch", 1, 11)
     assert (a["status"], a["checks_failed"], b["status"], b["checks_failed"]) == ("mismatch", 1, "ok", 0)
+
+
+def test_lag_is_zero_when_caught_up_else_an_upper_bound_and_unknown_without_a_basis():
+    now, newest = datetime(2026, 1, 1, 12, 0, 10), datetime(2026, 1, 1, 12, 0, 0, 250000)
+    assert lag_seconds(now, newest, caught_up=True) == 0.0
+    assert lag_seconds(now, newest, caught_up=False) == 9.75
+    assert lag_seconds(now, None, caught_up=False) is None
+    assert lag_seconds(now, newest, caught_up=None) is None
+    assert lag_seconds(newest, now, caught_up=False) == 0.0  # a source clock ahead is no negative lag

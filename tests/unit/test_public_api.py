@@ -31,3 +31,14 @@ def test_importing_the_package_loads_neither_spark_nor_the_layers():
     code = "import sys, binlake; print(sorted(m for m in sys.modules if m.startswith(('pyspark', 'binlake.'))))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_type_checkers_see_the_same_names_from_the_same_modules():
+    """The TYPE_CHECKING imports (what mypy and editors see) list exactly _EXPORTS."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(binlake.__file__).read_text())
+    guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {a.name: n.module for n in guarded.body if isinstance(n, ast.ImportFrom) for a in n.names}
+    assert seen == binlake._EXPORTS

@@ -1,6 +1,7 @@
-"""The package's structure, as docs/architecture.md draws it: layers that import downward
-only, no import cycles (not even through imports inside functions), and no private name
-used outside the module that defines it."""
+"""The package's structure, as docs/architecture.md draws it: no import cycles (not even
+through imports inside functions), and no private name used outside the module that defines
+it. That layers import downward only is an import-linter contract (pyproject.toml,
+[tool.importlinter]; `make lint`)."""
 
 from __future__ import annotations
 
@@ -12,44 +13,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
 
-# From the bottom up; a module may import its own layer and the layers below it.
-LAYERS = [
-    (
-        "foundation",
-        (
-            "binlake.errors",
-            "binlake.faults",
-            "binlake.progress",
-            "binlake.secrets",
-            "binlake.config",
-            "binlake.spark",
-            "binlake.local",
-        ),
-    ),
-    ("contract", ("binlake.contract",)),
-    ("source", ("binlake.source",)),
-    ("bronze", ("binlake.bronze",)),
-    ("silver", ("binlake.silver",)),
-    ("quality", ("binlake.quality",)),
-    ("gold", ("binlake.gold",)),
-    ("commands", ("binlake.ops",)),
-    ("entry points", ("binlake.cli", "binlake.demo", "binlake.deploy", "binlake")),
-]
-
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(SRC).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def layer_of(module: str) -> int:
-    best = None
-    for i, (_, prefixes) in enumerate(LAYERS):
-        for p in prefixes:
-            if (module == p or module.startswith(p + ".")) and (best is None or len(p) > best[1]):
-                best = (i, len(p))
-    assert best is not None, f"{module} belongs to no layer: add it to LAYERS"
-    return best[0]
 
 
 def binlake_imports(path: Path) -> list[tuple[int, str, list[str]]]:
@@ -123,18 +90,6 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_module_imports_another_that_imports_it_back():
     assert cycles(import_graph()) == []
-
-
-def test_each_layer_imports_only_its_own_and_the_layers_below():
-    wrong = []
-    for module, path in sorted(source_modules().items()):
-        for line, target, _ in binlake_imports(path):
-            if target.startswith("binlake") and layer_of(target) > layer_of(module):
-                wrong.append(
-                    f"{path.relative_to(ROOT)}:{line}: {LAYERS[layer_of(module)][0]} imports "
-                    f"{target} ({LAYERS[layer_of(target)][0]})"
-                )
-    assert wrong == []
 
 
 @pytest.mark.parametrize("tree", ["src", "tests", "benchmarks", "notebooks"])

@@ -27,7 +27,8 @@ import base64
 import codecs
 import datetime as dt
 import struct
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from binlake.contract.types import ZERO_DATE, ZERO_DATETIME, Column, Kind, TableSchema
 
@@ -99,7 +100,7 @@ def compile_rows_decoder(table_map_columns: list[Any], schema: TableSchema) -> R
     return RowsDecoder([c.name for c in schema.columns], readers)
 
 
-def _reader(raw: Any, col: Column) -> Reader | None:
+def _reader(raw: Any, col: Column) -> Reader | None:  # noqa: C901 (one branch per MySQL column type)
     from pymysqlreplication.constants import FIELD_TYPE as T
 
     t = raw.type

@@ -23,8 +23,9 @@ import datetime as dt
 import fnmatch
 import functools
 import json
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from pymysqlreplication.constants import BINLOG, FIELD_TYPE
 from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
@@ -102,7 +103,7 @@ class ReadRange:
 # TABLE_MAP metadata -> binlake types
 
 
-def column_from_binlog(col: Any, nullable: bool = True) -> Column:
+def column_from_binlog(col: Any, nullable: bool = True) -> Column:  # noqa: C901 (one branch per MySQL column type)
     """A :class:`Column` from python-mysql-replication's TABLE_MAP column (FULL row metadata).
 
     Gives the same :meth:`Column.signature` as ``column_from_information_schema`` for the

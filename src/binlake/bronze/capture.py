@@ -28,8 +28,8 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from pyspark.errors import AnalysisException
 
@@ -44,6 +44,7 @@ from binlake.bronze.capture_state import CaptureState, capture_position, capture
 from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
     DATA_OPS,
@@ -132,7 +133,7 @@ class CaptureResult:
 # public API
 
 
-def run_capture(spark, config: Config, continuous: bool = False, progress=None) -> CaptureResult:
+def run_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
     """Capture from the stored resume position up to the server's position at start
     (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``).
 
@@ -163,7 +164,7 @@ def run_capture(spark, config: Config, continuous: bool = False, progress=None) 
     resume = state.position
     try:
         while True:
-            state, target = _capture_until(spark, config, lh, state, target, result, progress)
+            state, target = _capture_until(spark, config, lh, state, target, result, console)
             resume = state.position
             if not continuous:
                 break
@@ -202,13 +203,13 @@ def follow_source(spark, config: Config) -> BinlogPosition | None:
         return _follow_source(spark, config, lh, conn, list_binlogs(conn), state, CaptureResult()).position
 
 
-def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, progress=None):
+def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     """``binlake snapshot --reset-capture``: restart capture at the server's current position
     and re-snapshot ``tables`` (all captured tables when None), since the changes between the
     old resume position and the new one are lost to the change log. Returns the snapshot's
     result."""
     reset_capture(spark, config)
-    return run_snapshot(spark, config, tables=tables, fresh=True, progress=progress)
+    return run_snapshot(spark, config, tables=tables, fresh=True, console=console)
 
 
 def reset_capture(spark, config: Config) -> BinlogPosition:
@@ -318,7 +319,8 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
             )
     if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
-            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos LIMIT 1"
+            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos "
+            "LIMIT 1"
         ).collect()
         if rows:
             candidates.append(BinlogPosition.from_log(rows[0]["lw_file"], rows[0]["lw_file_index"], rows[0]["lw_pos"]))
@@ -491,20 +493,21 @@ def plan_ranges(
 
 
 def _capture_until(
-    spark, config: Config, lh: Lakehouse, state: CaptureState, target: BinlogPosition, result: CaptureResult, progress
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    state: CaptureState,
+    target: BinlogPosition,
+    result: CaptureResult,
+    console: Console,
 ) -> tuple[CaptureState, BinlogPosition]:
     """Batches from ``state`` up to ``target``; returns the state reached and the target
     (a new one when the source switched on the way)."""
     max_files = max(1, min(MAX_PARALLEL_FILES, default_parallelism(spark)))
     attempts = 0
-    task_cm = None
-    task = None
-    if progress is not None and state.position < target:
-        task_cm = progress.task(
-            "capture", total=max(1, target.file_index - state.position.file_index + 1), unit="files"
-        )
-        task = task_cm.__enter__()
-    try:
+    files_total = max(1, target.file_index - state.position.file_index + 1)
+    # Nothing to read (already at the target) shows no bar.
+    with (console if state.position < target else QUIET).bar("capture", total=files_total, unit="files") as bar:
         while state.position < target:
             resume = state.position
             try:
@@ -561,12 +564,8 @@ def _capture_until(
                 time.sleep(min(2**attempts, 10))
                 wait_for_server(config.source, timeout=120)
                 continue
-            if task is not None:
-                task.advance(max(0, new.position.file_index - resume.file_index), items=result.changes - changes_before)
+            bar.advance(max(0, new.position.file_index - resume.file_index), items=result.changes - changes_before)
             state = new
-    finally:
-        if task_cm is not None:
-            task_cm.__exit__(None, None, None)
     return state, target
 
 

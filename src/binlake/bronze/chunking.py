@@ -29,8 +29,9 @@ import datetime as dt
 import decimal
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, Kind

@@ -36,10 +36,10 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Sequence
 
 from binlake import faults
 from binlake.bronze.capture_state import current_epoch
@@ -59,6 +59,7 @@ from binlake.bronze.tables import (
     record_schemas,
 )
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.columns import stored_schema
 from binlake.contract.lakehouse import (
     SNAPSHOT_ATTEMPT_ID,
@@ -77,7 +78,6 @@ from binlake.contract.position import epoch_of, file_index, log_index
 from binlake.contract.sql import spark_string
 from binlake.contract.types import TableSchema, encode_value
 from binlake.errors import LakehouseError, PreflightError
-from binlake.progress import Progress
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, master_status, query, server_id
 from binlake.spark import require_binlake_on_workers
@@ -168,7 +168,7 @@ class _Pending:
 
 
 def run_snapshot(
-    spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, progress: Progress | None = None
+    spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, console: Console = QUIET
 ) -> SnapshotResult:
     """Snapshot captured tables into bronze; see the module docstring for which ones.
 
@@ -179,7 +179,6 @@ def run_snapshot(
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
     started = time.monotonic()
-    progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
 
@@ -216,7 +215,7 @@ def run_snapshot(
                     _Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in chunks
                 )
                 result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
-    _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
+    _read_waves(spark, config, lh, pending, result, console, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
 
@@ -234,7 +233,7 @@ def resnapshot_chunks(
     db: str,
     table: str,
     chunks: Sequence[tuple[str | None, str | None]],
-    progress: Progress | None = None,
+    console: Console = QUIET,
 ) -> SnapshotResult:
     """Re-read only the given ``[start_key, end_key)`` ranges of one table as a new snapshot.
 
@@ -251,7 +250,6 @@ def resnapshot_chunks(
     if not ranges:
         raise ValueError("chunks is empty: pass at least one (start_key, end_key) pair")
     started = time.monotonic()
-    progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
     result = SnapshotResult()
@@ -277,7 +275,7 @@ def resnapshot_chunks(
     version = stored_schema(config.source, schema).version()
     pending = [_Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in plan]
     result.tables.append(TableSnapshot(db, table, snapshot_id, len(plan), mode="repair"))
-    _read_waves(spark, config, lh, pending, result, progress, plan_committed, source)
+    _read_waves(spark, config, lh, pending, result, console, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
 
@@ -459,7 +457,7 @@ def _read_waves(
     lh: Lakehouse,
     pending: list[_Pending],
     result: SnapshotResult,
-    progress: Progress,
+    console: Console,
     plan_committed: Future | None,
     source: tuple[int, int],
 ) -> None:
@@ -475,9 +473,10 @@ def _read_waves(
     # A wave's snapshots are written side by side (one Delta append each): a wave of many
     # small tables is many small Spark jobs, whose driver-side latency overlaps.
     threads = max(1, min(config.snapshot.parallelism, 8))
-    with progress.task("snapshot", total=len(pending), unit="chunks") as task, ThreadPoolExecutor(
-        threads, thread_name_prefix="binlake-snapshot"
-    ) as pool:
+    with (
+        console.bar("snapshot", total=len(pending), unit="chunks") as bar,
+        ThreadPoolExecutor(threads, thread_name_prefix="binlake-snapshot") as pool,
+    ):
         for i in range(0, len(pending), wave_size):
             wave = pending[i : i + wave_size]
             # A fresh attempt id per wave: rows of a killed earlier attempt of the same chunk
@@ -540,7 +539,7 @@ def _read_waves(
             lh.snapshot_chunks.save(
                 spark.createDataFrame(manifest, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
             )
-            task.advance(len(wave), items=rows_in_wave)
+            bar.advance(len(wave), items=rows_in_wave)
 
 
 def _write_snapshot_rows(

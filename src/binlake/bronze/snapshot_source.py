@@ -29,8 +29,9 @@ import functools
 import json
 import os
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -42,6 +43,10 @@ from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, Kind, TableSchema, spark_decode_sql
 from binlake.errors import SchemaChangeError, SourceChangedError
+
+if TYPE_CHECKING:  # imported where used: the driver never loads them
+    import numpy as np
+    import pyarrow as pa
 from binlake.source.mysql import connect, consistent_read, exact_value_sql, server_id
 
 ER_BAD_FIELD_ERROR = 1054  # a planned column no longer exists
@@ -107,7 +112,7 @@ def row_hash(row: Mapping[str, str | None]) -> int:
     return int(pd.util.hash_array(np.array([row_bytes(row)], dtype=object), categorize=False)[0])
 
 
-def row_hashes(names: Sequence[str], items) -> "np.ndarray":
+def row_hashes(names: Sequence[str], items) -> np.ndarray:
     """:func:`row_hash` of every row of a batch, vectorised: ``items`` is an Arrow string
     array holding the rows one after the other, ``len(names)`` values each, in ``names``
     order. Returns a uint64 array. Python touches each row once (one bytes object), never
@@ -214,7 +219,7 @@ class SnapshotDataSource(DataSource):
     def schema(self) -> str:
         return read_schema(len(json.loads(self.options["columns"])))
 
-    def reader(self, schema) -> "SnapshotReader":
+    def reader(self, schema) -> SnapshotReader:
         return SnapshotReader(dict(self.options))
 
 
@@ -239,7 +244,7 @@ class SnapshotReader(DataSourceReader):
             for c in json.loads(self.options["chunks"])
         ]
 
-    def read(self, partition: ChunkPartition) -> Iterator["pa.RecordBatch"]:
+    def read(self, partition: ChunkPartition) -> Iterator[pa.RecordBatch]:
         yield from read_chunk(self.options, partition)
 
 
@@ -449,7 +454,7 @@ class RowEncoding:
         self.encoded = encoded
         self.keys = pa.array(names, pa.string())
 
-    def texts(self, block) -> "pa.Array":
+    def texts(self, block) -> pa.Array:
         """The texts of a :class:`binlake.source.textrows.RowBlock`'s rows, row after row, each
         in ``names`` order."""
         import numpy as np
@@ -472,7 +477,7 @@ class RowEncoding:
             base += m
         return pa.concat_arrays(parts).take(pa.array(index.ravel()))
 
-    def columns(self, texts: "pa.Array", m: int, order: Sequence[str]) -> list["pa.Array"]:
+    def columns(self, texts: pa.Array, m: int, order: Sequence[str]) -> list[pa.Array]:
         """``m`` rows' :meth:`texts` as one array per column, in ``order`` (column names)."""
         import numpy as np
         import pyarrow as pa
@@ -494,7 +499,7 @@ class ChunkBatches:
         self.chunk_id = pa.scalar(p.chunk_id, pa.int32())
         self.attempt_id = pa.scalar(attempt_id, pa.string())
 
-    def rows(self, texts: Sequence["pa.Array"]) -> "pa.RecordBatch":
+    def rows(self, texts: Sequence[pa.Array]) -> pa.RecordBatch:
         """A batch of data rows: their texts, one array per column in ``columns`` order."""
         import pyarrow as pa
 
@@ -503,7 +508,7 @@ class ChunkBatches:
 
     def marker(
         self, lw: BinlogPosition, hw: BinlogPosition, count: int, checksum: int, zero_dates: int = 0
-    ) -> "pa.RecordBatch":
+    ) -> pa.RecordBatch:
         """The row (every text NULL) that tells the driver the chunk is complete, and what it held."""
         import pyarrow as pa
 
@@ -521,7 +526,7 @@ class ChunkBatches:
         texts = [pa.nulls(1, pa.string()) for _ in self.columns]
         return self._batch(1, texts, pa.array([list(stats.items())], self.schema.field(SNAPSHOT_CHUNK_STATS).type))
 
-    def _batch(self, n: int, texts: list, stats) -> "pa.RecordBatch":
+    def _batch(self, n: int, texts: list, stats) -> pa.RecordBatch:
         import pyarrow as pa
 
         ids = [pa.repeat(self.chunk_id, n), pa.repeat(self.attempt_id, n)]
@@ -532,7 +537,7 @@ class ChunkBatches:
 # The read (runs on executors)
 
 
-def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator["pa.RecordBatch"]:
+def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[pa.RecordBatch]:
     """Read one chunk as Arrow batches: data rows, then the marker row. Runs on an executor.
 
     Why this shape: a snapshot reads every row of the source, and per-row Python (pymysql

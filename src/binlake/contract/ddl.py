@@ -69,7 +69,8 @@ def ddl_effects(query: str, default_db: str | None) -> list[tuple[str | None, st
             rest = rest[more.end() :]
         return [(db, t, DROP_OP) for db, t in names]
     if m.group("rename"):
-        out, rest = [], text[m.start("name") :]
+        out: list[tuple[str | None, str | None, str]] = []
+        rest = text[m.start("name") :]
         while pair := _RENAME_PAIR.match(rest):
             out += [
                 (*_qualified(pair.group("old"), default_db), DROP_OP),

@@ -22,10 +22,15 @@ as a temporary view for the one statement and always goes by ``s`` (binlake's co
 from __future__ import annotations
 
 import uuid
-from typing import Mapping
+from collections.abc import Mapping
+from typing import overload
 
 
-def _sql(what: str, value) -> str | None:
+@overload
+def _sql(what: str, value: str) -> str: ...
+@overload
+def _sql(what: str, value: object) -> str | None: ...
+def _sql(what: str, value: object) -> str | None:
     if value is None or isinstance(value, str):
         return value
     raise TypeError(

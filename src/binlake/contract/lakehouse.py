@@ -372,6 +372,11 @@ class TableRef:
     def __str__(self) -> str:
         return self.name or str(self.path)
 
+    def _local_path(self) -> str:
+        """The directory of a table named by path (every TableRef has a name or a path)."""
+        assert self.path is not None, "a TableRef needs a name or a path"
+        return self.path
+
     def read(self, spark):
         return spark.read.table(self.name) if self.name else spark.read.format("delta").load(self.path)
 
@@ -473,22 +478,28 @@ class TableRef:
     def exists(self, spark) -> bool:
         if self.name:
             return spark.catalog.tableExists(self.name)
-        if Path(self.path, "_delta_log").is_dir():
+        path = self._local_path()
+        log_dir = Path(path, "_delta_log")
+        # A table exists from its first commit: a log directory without one is a table another
+        # process is creating right now (reading it fails), or one whose creation was killed.
+        if (log_dir / "00000000000000000000.json").is_file() or (log_dir / "_last_checkpoint").is_file():
             return True
+        if log_dir.is_dir() and not any(p.suffix == ".json" or ".checkpoint." in p.name for p in log_dir.iterdir()):
+            return False
         if is_connect(spark):
             return _is_delta_path(spark, self.sql)
         from delta.tables import DeltaTable
 
-        return DeltaTable.isDeltaTable(spark, self.path)
+        return DeltaTable.isDeltaTable(spark, path)
 
     def drop(self, spark) -> None:
         """Remove the table and its files (a path table's directory; ``DROP TABLE`` by name)."""
         if self.name:
             spark.sql(f"DROP TABLE IF EXISTS {self.name}")
-        elif Path(self.path).exists():
+        elif Path(self._local_path()).exists():
             import shutil
 
-            shutil.rmtree(self.path)
+            shutil.rmtree(self._local_path())
 
     def save(self, writer) -> None:
         """Finish a ``df.write.format('delta')...`` chain against this table."""
@@ -538,6 +549,19 @@ def once_per_version(spark, ref: TableRef, what: str, compute: Callable[[int], _
 # change at or before a position P. The change log is append-only, so a fact never goes
 # stale, and gold, publishing at P, need not read the change log again for them.
 _POSITION_FACTS: dict[tuple[str, tuple[int, int]], tuple[str | None, str | None]] = {}
+
+
+def position_fact_columns() -> list:
+    """The aggregate columns a change log read computes the facts from: ``g``, the newest
+    ``(file_index, pos, gtid)`` with a GTID, and ``t``, the newest ``(file_index, pos, ts)``
+    with a commit time (microseconds, as text)."""
+    from pyspark.sql import functions as F
+
+    commit_time = F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
+    return [
+        F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
+        F.max(F.when(F.col("commit_ts").isNotNull(), F.struct("file_index", "pos", commit_time))).alias("t"),
+    ]
 
 
 def remember_position_facts(changelog: TableRef, p, gtid: str | None, source_time: str | None) -> None:
@@ -636,6 +660,11 @@ def is_write_conflict(exc: BaseException) -> bool:
             "ConcurrentDeleteDeleteException",
             "ConcurrentTransactionException",
             "DELTA_CONCURRENT_",
+            # Two processes creating the same table: the one whose first commit lost.
+            "ProtocolChangedException",
+            "DELTA_PROTOCOL_CHANGED",
+            "MetadataChangedException",
+            "DELTA_METADATA_CHANGED",
         )
     )
 

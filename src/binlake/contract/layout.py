@@ -46,9 +46,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 from binlake.contract.lakehouse import (
     CHECK_RESULTS_SCHEMA,

@@ -31,12 +31,14 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import threading
+import time
 import uuid
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Sequence
 
 from binlake.contract.lakehouse import Lakehouse, with_retry
 from binlake.contract.sql import spark_string
@@ -54,6 +56,10 @@ and ``maintain`` and ``erase`` are safe beside every writer: they take no lease.
 # on another host, outside a Databricks job) blocks its layers only briefly.
 LEASE_SECONDS = 300
 RENEW_SECONDS = 60
+
+# How long a command waits for another one's creation of the leases table to commit before it
+# takes the half-made table for one killed in its creation.
+INCOMPLETE_CREATE_SECONDS = 30
 
 LAYOUT_PROPERTY = "binlake.layout_version"
 """The table property of ``leases`` that holds the lakehouse's layout version
@@ -109,6 +115,18 @@ def ensure_leases_table(spark, lh: Lakehouse, layout_version: int) -> None:
             f"AS SELECT layer, {nulls} FROM VALUES {rows} AS v(layer)"
         )
 
+    with_retry("create the leases table", create)
+    if ref.name or ref.exists(spark):
+        return
+    # Spark takes a path whose log directory exists as a table and creates nothing: another
+    # process made the directory and its first commit is on the way, or was killed before it.
+    deadline = time.monotonic() + INCOMPLETE_CREATE_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        if ref.exists(spark):
+            return
+    log.warning("%s: a creation killed before its first commit left an empty log: created again", ref)
+    shutil.rmtree(os.path.join(ref._local_path(), "_delta_log"), ignore_errors=True)
     with_retry("create the leases table", create)
 
 
@@ -175,7 +193,10 @@ class Leases:
     def renew(self) -> bool:
         """Extend the leases; False when another holder took one of them."""
         me = spark_string(self.holder.id)
-        assignments = f"renewed_at = current_timestamp(), expires_at = current_timestamp() + INTERVAL {self.lease_seconds} SECONDS"
+        assignments = (
+            "renewed_at = current_timestamp(), "
+            f"expires_at = current_timestamp() + INTERVAL {self.lease_seconds} SECONDS"
+        )
         return self._update(self.layers, assignments, f"holder_id = {me}") == len(self.layers)
 
     def release(self) -> None:

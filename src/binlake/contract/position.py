@@ -90,17 +90,17 @@ class BinlogPosition:
     def key(self) -> tuple[int, int]:
         return (self.log_index, self.pos)
 
-    def in_epoch(self, epoch: int) -> "BinlogPosition":
+    def in_epoch(self, epoch: int) -> BinlogPosition:
         return BinlogPosition(self.file, self.pos, epoch)
 
-    def __lt__(self, other: "BinlogPosition") -> bool:
+    def __lt__(self, other: BinlogPosition) -> bool:
         return self.key() < other.key()
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}" + (f"@{self.epoch}" if self.epoch else "")
 
     @staticmethod
-    def parse(text: str) -> "BinlogPosition":
+    def parse(text: str) -> BinlogPosition:
         """``FILE:POS``, or ``FILE:POS@EPOCH`` for a position after a source switch."""
         body, at, epoch = str(text).partition("@")
         file, _, pos = body.rpartition(":")
@@ -112,7 +112,7 @@ class BinlogPosition:
         return BinlogPosition(file, int(pos), int(epoch) if at else 0)
 
     @staticmethod
-    def from_log(file: str, log_index_value: int, pos: int) -> "BinlogPosition":
+    def from_log(file: str, log_index_value: int, pos: int) -> BinlogPosition:
         """The position a stored row names by its file name, log index and offset."""
         position = BinlogPosition(file, int(pos), epoch_of(log_index_value))
         if position.log_index != int(log_index_value):
@@ -123,7 +123,7 @@ class BinlogPosition:
         return {"file": self.file, "pos": self.pos, "epoch": self.epoch}
 
     @staticmethod
-    def from_dict(d: dict[str, Any]) -> "BinlogPosition":
+    def from_dict(d: dict[str, Any]) -> BinlogPosition:
         return BinlogPosition(str(d["file"]), int(d["pos"]), int(d.get("epoch") or 0))
 
 

@@ -128,7 +128,7 @@ class Column:
         return (self.name, self.spark_type)
 
 
-def column_from_information_schema(
+def column_from_information_schema(  # noqa: C901 (one branch per MySQL column type)
     name: str,
     data_type: str,
     column_type: str,
@@ -141,7 +141,7 @@ def column_from_information_schema(
     """Build a :class:`Column` from one ``information_schema.COLUMNS`` row."""
     dtype = data_type.lower()
     ctype = column_type.lower()
-    common = dict(name=name, nullable=nullable, comment=comment or "", mysql_type=column_type)
+    common: dict[str, Any] = dict(name=name, nullable=nullable, comment=comment or "", mysql_type=column_type)
     if dtype in _INT_BITS:
         kind = Kind.UINT if "unsigned" in ctype else Kind.INT
         return Column(kind=kind, bits=_INT_BITS[dtype], **common)
@@ -176,7 +176,8 @@ def column_from_information_schema(
     if dtype == "bit":
         return Column(kind=Kind.BIT, bits=int(numeric_precision or 1), **common)
     raise UnsupportedTypeError(
-        f"column {name!r} has type {column_type!r}, which binlake does not map: exclude the table or cast the column in a view"
+        f"column {name!r} has type {column_type!r}, which binlake does not map: exclude the table or cast the column "
+        "in a view"
     )
 
 
@@ -193,7 +194,7 @@ def parse_labels(column_type: str) -> tuple[str, ...]:
 # Encoding: python value (from pymysql or python-mysql-replication) -> canonical text
 
 
-def encode_value(col: Column, value: Any) -> str | None:
+def encode_value(col: Column, value: Any) -> str | None:  # noqa: C901 (one branch per MySQL column type)
     """Encode one value. ``None`` stays ``None`` (SQL NULL)."""
     if value is None:
         return None
@@ -296,7 +297,10 @@ def spark_decode_sql(col: Column, text_expr: str) -> str:
     t = col.spark_type
     k = col.kind
     if k is Kind.DATE:
-        return f"CASE WHEN {text_expr} LIKE '0000-%' OR {text_expr} LIKE '%-00-%' OR {text_expr} LIKE '%-00' THEN NULL ELSE CAST({text_expr} AS DATE) END"
+        return (
+            f"CASE WHEN {text_expr} LIKE '0000-%' OR {text_expr} LIKE '%-00-%' OR {text_expr} LIKE '%-00' "
+            f"THEN NULL ELSE CAST({text_expr} AS DATE) END"
+        )
     if k in (Kind.DATETIME, Kind.TIMESTAMP):
         return f"CASE WHEN {text_expr} LIKE '0000-%' THEN NULL ELSE CAST({text_expr} AS {t}) END"
     if k is Kind.BINARY:
@@ -386,7 +390,7 @@ class TableSchema:
         )
 
     @staticmethod
-    def from_json(text: str) -> "TableSchema":
+    def from_json(text: str) -> TableSchema:
         d = json.loads(text)
         cols = tuple(
             Column(

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from binlake.config import Config, LakehouseConfig, load_config
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import ConfigError, DatabricksApiError, SecretError
 from binlake.secrets import notebook_dbutils, resolve_secret, workspace_client
+from binlake.spark import on_databricks
 
 
 class RuntimeKind(str, enum.Enum):
@@ -47,10 +49,6 @@ class Runtime:
     # A notebook's dbutils: reads secrets with the notebook user's rights, no token needed.
     dbutils: Any = field(default=None, compare=False, repr=False)
     client_factory: Callable[[], Any] | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def on_databricks(self) -> bool:
-        return self.kind is not RuntimeKind.LOCAL
 
     def spark(self):
         from binlake.spark import get_spark
@@ -74,7 +72,7 @@ class Runtime:
 
     def check_lakehouse(self, lakehouse: LakehouseConfig) -> None:
         """Refuse a lakehouse layout that cannot work here, before anything is written."""
-        if not self.on_databricks:
+        if self.kind is RuntimeKind.LOCAL:
             return
         if lakehouse.catalog is None:
             raise ConfigError(
@@ -98,11 +96,10 @@ class Runtime:
 
 
 def current_runtime(environ: Mapping[str, str] | None = None, dbutils: Any = None) -> Runtime:
-    """Detect the runtime: Databricks sets ``DATABRICKS_RUNTIME_VERSION`` on its clusters, and a
+    """Detect the runtime: :func:`binlake.spark.on_databricks` tells a cluster, and a
     notebook has ``dbutils`` in its namespace. Pass ``dbutils`` explicitly from a notebook cell
     if the package cannot find it."""
-    env = os.environ if environ is None else environ
-    if "DATABRICKS_RUNTIME_VERSION" not in env:
+    if not on_databricks(environ):
         return Runtime(RuntimeKind.LOCAL)
     found = dbutils if dbutils is not None else notebook_dbutils()
     if found is not None:

@@ -34,18 +34,21 @@ import functools
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     Lakehouse,
     TableRef,
+    position_fact_columns,
     position_facts,
     storage_refusal,
 )
@@ -141,10 +144,10 @@ class GoldResult:
     tables: list[TablePublish] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     group: str | None = None
-    groups: list["GoldResult"] = field(default_factory=list)
+    groups: list[GoldResult] = field(default_factory=list)
 
     @staticmethod
-    def combine(results: list["GoldResult"]) -> "GoldResult | None":
+    def combine(results: list[GoldResult]) -> GoldResult | None:
         """The run's result: the one group's, or over several groups the newest position,
         "published" if any group published, and every table."""
         if not results:
@@ -227,22 +230,7 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
     # Capture writes a heartbeat per batch, so P's own binlog file almost always answers;
     # Delta's file statistics then skip the rest of the change log.
     for scope in (F.col("file_index") == p.log_index, F.lit(True)):
-        r = (
-            lh.changelog.read(spark)
-            .where(scope & at_or_before)
-            .agg(
-                F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
-                F.max(
-                    F.when(
-                        F.col("commit_ts").isNotNull(),
-                        F.struct(
-                            "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
-                        ),
-                    )
-                ).alias("t"),
-            )
-            .first()
-        )
+        r = lh.changelog.read(spark).where(scope & at_or_before).agg(*position_fact_columns()).first()
         gtid = gtid or (r["g"]["gtid"] if r["g"] else None)
         source_time = source_time or (r["t"]["ts"] if r["t"] else None)
         if gtid and source_time:
@@ -282,7 +270,8 @@ def _writing(ref: TableRef) -> Iterator[None]:
     except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise LakehouseError(
-            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays current): "
+            f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays "
+            "current): "
             "fix the location's permissions or space and run binlake gold again"
         ) from exc
 
@@ -661,26 +650,54 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
             t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema, w.base_rows)
             faults.point("gold.after_incremental_merge")
     if t.history_version is not None:
-        # The history silver held once it had applied this position: a copy of that version
-        # (quality checks apply to the current-state table, not to past versions).
         history = lh.gold_history(t.db, t.table)
         with _writing(history):
-            _write_gold(
-                spark,
-                history,
-                lh.silver_history(t.db, t.table).read_version(spark, t.history_version),
-                f"SCD type 2 history of {t.name}",
-            )
+            _publish_history(spark, lh, t, w.schema)
     settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
     log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
     return warnings
+
+
+HISTORY_SOURCE_PROPERTY = "binlake.history_source_version"
+"""On a gold history table: the silver history version it holds the rows of. Set after each
+write, so a publish killed between the two finds an older version and replaces more keys than
+it must, never fewer (replacing a key's versions with silver's is idempotent)."""
+
+
+def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema) -> None:
+    """Make gold's history of ``t`` hold silver's history as of ``t.history_version`` (quality
+    checks apply to the current-state table, not to past versions): the versions of the keys
+    silver's history changed since the version gold holds, in one MERGE, or a whole copy when
+    gold holds none or silver's history was rewritten in between (a schema change, a rebuild,
+    an erase: any commit other than a MERGE)."""
+    from pyspark.sql import functions as F
+
+    from binlake.silver.history import replace_versions
+
+    silver, gold, version = lh.silver_history(t.db, t.table), lh.gold_history(t.db, t.table), t.history_version
+    held = gold.properties(spark).get(HISTORY_SOURCE_PROPERTY) if gold.exists(spark) else None
+    if held is not None and int(held) == version:
+        return
+    since = None if held is None or int(held) > version else int(held)
+    if since is not None and all(c["operation"] == "MERGE" for c in silver.commits(spark, since + 1, version)):
+        key = list(schema.key)
+        keys = silver.read_changes(spark, since + 1, version, inserts_only=False).select(*key).distinct()
+        keys = keys.localCheckpoint()  # read by the bounds, the rows and the MERGE: once
+        first = quote_ident(key[0])
+        bounds = tuple(keys.agg(F.min(F.col(first)), F.max(F.col(first))).first())
+        if bounds[0] is not None:
+            rows = silver.read_version(spark, version).join(keys, key, "left_semi")
+            replace_versions(spark, gold, schema, keys, bounds, rows)
+    else:
+        _write_gold(spark, gold, silver.read_version(spark, version), f"SCD type 2 history of {t.name}")
+    spark.sql(f"ALTER TABLE {gold.sql} SET TBLPROPERTIES ('{HISTORY_SOURCE_PROPERTY}' = '{int(version)}')")
 
 
 # ---------------------------------------------------------------------------------------
 # The publish
 
 
-def run_gold(spark, config: Config, progress=None) -> GoldResult:
+def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     """Check and publish each publish group at its own binlog position, or nothing of it.
 
     A group that cannot publish (Invariant S does not hold, or a check with severity ``fail``
@@ -707,7 +724,7 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     blocked: dict[str, BinlakeError] = {}
     for name, members in groups.items():
         try:
-            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, progress))
+            results.append(_publish_group(spark, config, lh, name, members, schemas, previous, console))
         except (NotReadyError, QualityCheckFailed) as exc:
             exc.tables = [s.name for s in members]  # type: ignore[attr-defined]
             blocked[name] = exc
@@ -724,15 +741,22 @@ def run_gold(spark, config: Config, progress=None) -> GoldResult:
     done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
     err = kind(
         f"{len(blocked)} of {len(groups)} publish groups blocked (the others published: {done}): "
-        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items())
+        + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items()),
+        result=result,
     )
-    err.result = result  # type: ignore[attr-defined]
     err.blocked = blocked  # type: ignore[attr-defined]
     raise err
 
 
 def _publish_group(
-    spark, config: Config, lh: Lakehouse, group: str, states: list[TableState], schemas: dict, previous: dict, progress
+    spark,
+    config: Config,
+    lh: Lakehouse,
+    group: str,
+    states: list[TableState],
+    schemas: dict,
+    previous: dict,
+    console: Console,
 ) -> GoldResult:
     target = check_group(spark, lh, states)
     work, blockers = _plan(spark, config, lh, states, schemas, previous, target)
@@ -748,13 +772,10 @@ def _publish_group(
 
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
-        with (
-            progress.task(f"gold checks ({group})", total=len(todo), unit="tables") if progress else _no_task()
-        ) as task:
+        with console.bar(f"gold checks ({group})", total=len(todo), unit="tables") as bar:
             for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
                 future.result()
-                if task:
-                    task.advance()
+                bar.advance()
         checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
         gtid, source_time = _position_extras(spark, lh, target)
         blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
@@ -831,11 +852,6 @@ def _release(work: list[_Work]) -> None:
     for w in work:
         if w.source is not None:
             w.source.unpersist()
-
-
-@contextmanager
-def _no_task() -> Iterator[None]:
-    yield None
 
 
 __all__ = ["GOLD_METADATA_COLUMNS", "GoldResult", "TablePublish", "run_gold"]

@@ -78,7 +78,7 @@ def _last_published(spark, lh: Lakehouse, wanted: set | None, latest: int) -> di
     # The newest commits first (a few, then more), then the whole log for what is still missing.
     for first in sorted({latest, max(0, latest - RECENT_COMMITS + 1)}, reverse=True) + [None]:
         recent = first is not None
-        if recent:
+        if first is not None:
             if wanted is None:
                 continue  # every table: only the whole log can say
             try:

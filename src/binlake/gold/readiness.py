@@ -213,7 +213,8 @@ def check_group(spark, lh: Lakehouse, states: list[TableState]) -> BinlogPositio
             blockers.setdefault(s.name, []).append(f"silver stopped it: {s.stopped}")
         elif s.position < target:
             blockers.setdefault(s.name, []).append(
-                f"silver applied the change log up to {s.position}, the rest of the group is at {target}: run binlake silver"
+                f"silver applied the change log up to {s.position}, the rest of the group is at {target}: run "
+                "binlake silver"
             )
     for name, reasons in snapshot_blockers(spark, lh, states, target).items():
         blockers.setdefault(name, []).extend(reasons)

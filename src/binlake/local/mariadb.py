@@ -104,7 +104,7 @@ class LocalMariaDB:
             return True
         return self.socket_path.exists()
 
-    def start(self) -> "LocalMariaDB":
+    def start(self) -> LocalMariaDB:
         if self.is_running():
             self.port = int(self._state("port") or 0) or self.port
             return self
@@ -257,7 +257,7 @@ class LocalMariaDB:
             time.sleep(0.5)
 
     # -- replication (failover tests and the chaos failover scenario) --------------------
-    def replicate_from(self, primary: "LocalMariaDB") -> None:
+    def replicate_from(self, primary: LocalMariaDB) -> None:
         """Make this server a GTID replica of ``primary``, from the start of its binlog.
 
         Start this server with ``--log-slave-updates`` so that it logs what it applies and
@@ -333,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         if ns.action == "up":
             db.start()
             print(
-                f"MariaDB running on 127.0.0.1:{db.port} (datadir {db.datadir}); user {CDC_USER}, password in {db.datadir / 'cdc_password'}"
+                f"MariaDB running on 127.0.0.1:{db.port} (datadir {db.datadir}); user {CDC_USER}, password in "
+                f"{db.datadir / 'cdc_password'}"
             )
         elif ns.action == "down":
             db.stop()

@@ -28,11 +28,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
 
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.layout import LAYOUT_VERSION, Step, ensure_current_layout
 from binlake.contract.leases import CAPTURE, GOLD, LAYERS, SILVER, Holder, Leases, holding
@@ -103,54 +104,54 @@ def _interrupt_main() -> None:
     _thread.interrupt_main()
 
 
-def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, progress=None):
+def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     from binlake.bronze import snapshot
 
     prepare_lakehouse(spark, _checked(config), "snapshot")
-    return snapshot.run_snapshot(spark, config, tables=tables, progress=progress)
+    return snapshot.run_snapshot(spark, config, tables=tables, console=console)
 
 
-def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, progress=None):
+def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     from binlake.bronze import capture
 
     with _writing(spark, config, "snapshot --reset-capture", (CAPTURE,)):
-        return capture.recover_from_purge(spark, config, tables=tables, progress=progress)
+        return capture.recover_from_purge(spark, config, tables=tables, console=console)
 
 
-def run_capture(spark, config: Config, continuous: bool = False, progress=None):
+def run_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET):
     from binlake.bronze import capture
 
     command = "capture --continuous" if continuous else "capture"
     with _writing(spark, config, command, (CAPTURE,), on_lost=_interrupt_main if continuous else None):
-        return capture.run_capture(spark, config, continuous=continuous, progress=progress)
+        return capture.run_capture(spark, config, continuous=continuous, console=console)
 
 
-def run_silver(spark, config: Config, progress=None):
+def run_silver(spark, config: Config, console: Console = QUIET):
     from binlake.silver import run
 
     with _writing(spark, config, "silver", (SILVER,)):
-        return run.run_silver(spark, config, progress=progress)
+        return run.run_silver(spark, config, console=console)
 
 
-def run_gold(spark, config: Config, progress=None):
+def run_gold(spark, config: Config, console: Console = QUIET):
     from binlake.gold import publish
 
     with _writing(spark, config, "gold", (GOLD,)):
-        return publish.run_gold(spark, config, progress=progress)
+        return publish.run_gold(spark, config, console=console)
 
 
-def run_pipeline(spark, config: Config, progress=None):
+def run_pipeline(spark, config: Config, console: Console = QUIET):
     """``binlake run``: snapshot what needs it, capture until now, silver, gold."""
     from binlake.ops import pipeline
 
     with _writing(spark, config, "run", LAYERS):
-        return pipeline.run_pipeline(spark, config, progress=progress)
+        return pipeline.run_pipeline(spark, config, console=console)
 
 
 def run_continuous(
     spark,
     config: Config,
-    progress=None,
+    console: Console = QUIET,
     poll_seconds: float | None = None,
     max_loops: int | None = None,
     stop: threading.Event | None = None,
@@ -161,14 +162,16 @@ def run_continuous(
     stop = stop or threading.Event()
     extra = {} if poll_seconds is None else {"poll_seconds": poll_seconds}
     with _writing(spark, config, "run --continuous", LAYERS, on_lost=stop.set):
-        return continuous.run_continuous(spark, config, progress=progress, max_loops=max_loops, stop=stop, **extra)
+        return continuous.run_continuous(spark, config, console=console, max_loops=max_loops, stop=stop, **extra)
 
 
-def run_verify(spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, progress=None):
+def run_verify(
+    spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, console: Console = QUIET
+):
     from binlake.ops import verify
 
     prepare_lakehouse(spark, _checked(config), "verify")
-    return verify.run_verify(spark, config, repair=repair, tables=tables, progress=progress)
+    return verify.run_verify(spark, config, repair=repair, tables=tables, console=console)
 
 
 def run_maintain(spark, config: Config):

@@ -45,12 +45,14 @@ from pathlib import Path
 
 from binlake.bronze.capture import run_capture
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
 from binlake.gold.publish import run_gold
 from binlake.ops.metrics import MetricsRecorder, source_head
 from binlake.ops.pipeline import snapshot_what_needs_it
 from binlake.silver.run import run_silver
+from binlake.spark import small_plans
 
 log = logging.getLogger("binlake.continuous")
 
@@ -122,7 +124,7 @@ def _freshness(gold) -> float | None:
 def run_continuous(
     spark,
     config: Config,
-    progress=None,
+    console: Console = QUIET,
     poll_seconds: float = POLL_SECONDS,
     max_loops: int | None = None,
     stop: threading.Event | None = None,
@@ -138,10 +140,13 @@ def run_continuous(
     metrics = MetricsRecorder(config, "run --continuous")
     log.info("continuous: snapshotting the tables that need it")
     began = time.monotonic()
-    snapshot = snapshot_what_needs_it(spark, config, progress)
+    snapshot = snapshot_what_needs_it(spark, config, console)
     metrics.add("snapshot", snapshot, time.monotonic() - began)
     stop = stop or threading.Event()
-    stages = _Stages(spark, config, lh, state, metrics, progress, poll_seconds, max_loops, stop)
+    # Silver's first round also loads what the snapshot read: a big round when it read much.
+    stages = _Stages(
+        spark, config, lh, state, metrics, console, poll_seconds, max_loops, stop, getattr(snapshot, "rows", 0)
+    )
     restore = _stop_on_sigterm(stop)
     try:
         stages.run()
@@ -159,13 +164,16 @@ def run_continuous(
 class _Stages:
     """Capture, silver and gold, each looping in a thread, handing over by two events."""
 
-    def __init__(self, spark, config, lh, state, metrics, progress, poll_seconds, max_loops, stop):
+    def __init__(self, spark, config, lh, state, metrics, console, poll_seconds, max_loops, stop, snapshot_rows=0):
         self.spark, self.config, self.lh, self.state = spark, config, lh, state
-        self.metrics, self.progress, self.poll = metrics, progress, poll_seconds
+        self.metrics, self.console, self.poll = metrics, console, poll_seconds
         self.max_loops, self.stop = max_loops, stop
         self.silver_due, self.gold_due = threading.Event(), threading.Event()
         # What happened since the last gold round, for its loop report.
         self._since = {"captured": 0, "silver_tables": 0}
+        # Row changes handed on and not yet applied by the next stage: each round's size class.
+        self._pending_rows = snapshot_rows
+        self._gold_rows = 0
         self._steps: dict[str, float] = {}
         self._lock = threading.Lock()
         self.failure: BaseException | None = None
@@ -214,11 +222,12 @@ class _Stages:
         while not self.stop.is_set():
             started = _now()
             captured = self._timed(
-                "capture", lambda: run_capture(self.spark, self.config, continuous=False, progress=self.progress)
+                "capture", lambda: run_capture(self.spark, self.config, continuous=False, console=self.console)
             )
             if captured.batches or first:  # the first round: silver and gold start from what it found
                 with self._lock:
                     self._since["captured"] += captured.changes
+                    self._pending_rows += captured.changes
                 self.silver_due.set()
             first = False
             if captured.batches or self.metrics.sample_due():
@@ -227,12 +236,19 @@ class _Stages:
                 self.stop.wait(self.poll)
 
     def _silver(self) -> None:
+        session = _own_session(self.spark)  # its own plan settings per round (small_plans)
         while not self.stop.is_set():
             if not _wait(self.silver_due, self.stop):
                 return
             self.silver_due.clear()
             started = _now()
-            silver = self._timed("silver", lambda: run_silver(self.spark, self.config, progress=self.progress))
+            with self._lock:
+                rows = self._pending_rows
+                self._pending_rows = 0
+            with small_plans(session, rows):
+                silver = self._timed("silver", lambda: run_silver(session, self.config, console=self.console))
+            with self._lock:
+                self._gold_rows += rows
             moved = sum(1 for t in silver.tables if t.merged or t.cascaded or t.truncated or t.reconciled)
             with self._lock:
                 self._since["silver_tables"] += moved
@@ -251,8 +267,12 @@ class _Stages:
             self.gold_due.clear()
             started, began = _now(), time.monotonic()
             report = LoopReport(self.state.loops + 1, started, 0.0, 0, 0, "unchanged")
+            with self._lock:
+                rows = self._gold_rows
+                self._gold_rows = 0
             try:
-                gold = self._timed("gold", lambda: run_gold(session, self.config, progress=self.progress))
+                with small_plans(session, rows):
+                    gold = self._timed("gold", lambda: run_gold(session, self.config, console=self.console))
                 report.gold, report.position = gold.status, str(gold.position)
                 if gold.status != "unchanged" and not all(t.reused for t in gold.tables):
                     report.freshness_seconds = _freshness(gold)

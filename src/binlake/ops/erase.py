@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 from binlake.bronze.tables import (
     changelog_deletable,

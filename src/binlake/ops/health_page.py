@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import html
 import io
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from binlake.config import Config
 from binlake.errors import MissingDependencyError
@@ -194,7 +195,8 @@ h1 {{ margin-bottom: 0; }} .meta {{ color: #666; margin-top: 4px; }}
 pre {{ background: #f5f6f7; padding: 12px; overflow-x: auto; font-size: 12px; }}
 figure {{ margin: 12px 0; }} figcaption {{ font-weight: 600; margin-bottom: 4px; }}
 svg {{ max-width: 100%; height: auto; }}
-table {{ border-collapse: collapse; font-size: 12px; }} th, td {{ border: 1px solid #ddd; padding: 4px 6px; text-align: left; }}
+table {{ border-collapse: collapse; font-size: 12px; }}
+th, td {{ border: 1px solid #ddd; padding: 4px 6px; text-align: left; }}
 .ok {{ color: #2f7d32; }}
 </style></head>
 <body>

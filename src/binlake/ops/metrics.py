@@ -30,13 +30,15 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any
 
 from binlake.config import Config
 from binlake.contract.lakehouse import METRICS_COMMENT, METRICS_SCHEMA, Lakehouse, with_retry
 from binlake.contract.position import BinlogPosition
+from binlake.errors import BinlakeError
 
 log = logging.getLogger("binlake.metrics")
 
@@ -48,6 +50,18 @@ JOB_RUN_ENV = "BINLAKE_JOB_RUN_ID"
 OK, FAILED, BLOCKED, STOPPED, MISMATCH, INTERRUPTED = "ok", "failed", "blocked", "stopped", "mismatch", "interrupted"
 
 COLUMNS = [c.split()[0].strip("`") for c in METRICS_SCHEMA.split(", ")]
+
+
+def lag_seconds(now: datetime, newest_change: datetime | None, caught_up: bool | None) -> float | None:
+    """Seconds a layer is behind the source: 0 when it holds the server's position
+    (``caught_up``), else an upper bound, ``now`` - the source commit time of the newest change
+    it holds (every change it lacks committed after that one); None when either is unknown.
+    Capture's lag, gold's lag, the metrics table and ``binlake status`` all use this one."""
+    if caught_up:
+        return 0.0
+    if caught_up is None or newest_change is None:
+        return None
+    return round(max(0.0, (now - newest_change).total_seconds()), 3)
 
 
 def _utcnow() -> datetime:
@@ -69,13 +83,6 @@ class SourceHead:
             return None
         # The server's files are those of the epoch capture follows now (as in capture_status).
         return bytes_between(list(self.files), p, self.position.in_epoch(p.epoch))
-
-    def lag_seconds(self, lag_bytes: int | None, newest_change: datetime | None) -> float | None:
-        if lag_bytes == 0:
-            return 0.0
-        if lag_bytes is None or newest_change is None:
-            return None
-        return round(max(0.0, (self.at - newest_change).total_seconds()), 3)
 
 
 def source_head(config: Config) -> SourceHead | None:
@@ -125,8 +132,8 @@ class MetricsRecorder:
             "host": self.host,
             "started_at": started_at or _utcnow(),
         }
-        if outcome is None and error is not None:
-            outcome = getattr(error, "result", None)  # what a blocked gold or a failed verify did do
+        if outcome is None and isinstance(error, BinlakeError):
+            outcome = error.result  # what a blocked gold, a stopped silver or a failed verify did do
         rows = list(_step_rows(step, outcome, head, self.config)) if outcome is not None else []
         step_row = next((r for r in rows if r.get("table") is None), None)
         if step_row is None:
@@ -230,7 +237,8 @@ HEALTH_VIEWS = {
     ),
     "stopped_tables": (
         "SELECT `table`, detail AS why, started_at AS since FROM (SELECT *, row_number() OVER "
-        "(PARTITION BY `table` ORDER BY started_at DESC) AS n FROM {metrics} WHERE step = 'silver' AND `table` IS NOT NULL) "
+        "(PARTITION BY `table` ORDER BY started_at DESC) AS n FROM {metrics} WHERE step = 'silver' AND `table` IS "
+        "NOT NULL) "
         "WHERE n = 1 AND status = 'stopped' ORDER BY `table`"
     ),
     # What the bundle's lag alert evaluates: per layer (capture, each gold table) the lag last
@@ -286,7 +294,9 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
             }
     elif isinstance(outcome, CaptureResult):
         lag = head.lag_bytes(outcome.end) if head else None
-        secs = head.lag_seconds(lag, _micros_to_dt(outcome.last_commit_ts)) if head else None
+        secs = (
+            lag_seconds(head.at, _micros_to_dt(outcome.last_commit_ts), lag == 0) if head and lag is not None else None
+        )
         detail = "; ".join(outcome.warnings + [f"source switch: {s}" for s in outcome.source_switches]) or None
         yield {
             "rows_in": outcome.changes,
@@ -328,7 +338,7 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
         for g in groups:
             lag = head.lag_bytes(g.position) if head else None
             newest = datetime.fromisoformat(str(g.source_time)) if g.source_time else None
-            secs = head.lag_seconds(lag, newest) if head else None
+            secs = lag_seconds(head.at, newest, lag == 0) if head and lag is not None else None
             for t in g.tables:
                 failed, warned = _check_counts(t.checks)
                 yield {

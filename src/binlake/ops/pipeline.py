@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from binlake.config import Config
+from binlake.console import QUIET, Console
 
 log = logging.getLogger("binlake.pipeline")
 
@@ -63,39 +65,54 @@ class PipelineResult:
         return "\n".join(s.summary() for s in self.steps)
 
 
-def snapshot_what_needs_it(spark, config: Config, progress=None):
+def snapshot_what_needs_it(spark, config: Config, console: Console = QUIET):
     """The run's first step: snapshot the captured tables whose snapshot is missing or open."""
     from binlake.bronze.capture import follow_source
     from binlake.bronze.snapshot import run_snapshot
     from binlake.errors import SourceChangedError
 
     try:
-        return run_snapshot(spark, config, tables=None, progress=progress)
+        return run_snapshot(spark, config, tables=None, console=console)
     except SourceChangedError:
         # The source switched since capture's last batch: capture follows it first (or stops
         # with the recovery), then the snapshot's watermarks are comparable with its positions.
         follow_source(spark, config)
-        return run_snapshot(spark, config, tables=None, progress=progress)
+        return run_snapshot(spark, config, tables=None, console=console)
 
 
-def pipeline_steps(spark, config: Config, progress) -> list[tuple[str, Callable[[], Any]]]:
+def pipeline_steps(spark, config: Config, console) -> list[tuple[str, Callable[[], Any]]]:
+    from binlake.spark import small_plans
+
+    # The round's input, which sizes silver's and gold's plans: the snapshot's rows and the
+    # row changes capture committed.
+    rows: list[int] = []
+
     def snapshot():
-        return snapshot_what_needs_it(spark, config, progress)
+        result = snapshot_what_needs_it(spark, config, console)
+        rows.append(getattr(result, "rows", 0))
+        return result
 
     def capture():
         from binlake.bronze.capture import run_capture
 
-        return run_capture(spark, config, continuous=False, progress=progress)
+        result = run_capture(spark, config, continuous=False, console=console)
+        rows.append(result.changes)
+        return result
+
+    def round_rows() -> int | None:
+        return sum(rows) if len(rows) == 2 else None
 
     def silver():
         from binlake.silver.run import run_silver
 
-        return run_silver(spark, config, progress=progress)
+        with small_plans(spark, round_rows()):
+            return run_silver(spark, config, console=console)
 
     def gold():
         from binlake.gold.publish import run_gold
 
-        return run_gold(spark, config, progress=progress)
+        with small_plans(spark, round_rows()):
+            return run_gold(spark, config, console=console)
 
     return [("snapshot", snapshot), ("capture", capture), ("silver", silver), ("gold", gold)]
 
@@ -127,8 +144,8 @@ def run_steps(steps: Sequence[tuple[str, Callable[[], Any]]]) -> PipelineResult:
     return result
 
 
-def run_pipeline(spark, config: Config, progress=None) -> PipelineResult:
+def run_pipeline(spark, config: Config, console: Console = QUIET) -> PipelineResult:
     """snapshot (only what needs it), capture until now, silver, gold; stops at the first failure."""
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
-    return run_steps(pipeline_steps(spark, config, progress))
+    return run_steps(pipeline_steps(spark, config, console))

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, Mapping
+from typing import Any
 
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
@@ -29,6 +30,7 @@ from binlake.errors import BinlakeError, LagExceededError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
+from binlake.ops.metrics import lag_seconds
 
 
 def _plain(value: Any) -> Any:
@@ -41,11 +43,7 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
-    if (
-        hasattr(value, "value")
-        and type(value).__module__ != "builtins"
-        and isinstance(getattr(value, "value"), (str, int))
-    ):
+    if hasattr(value, "value") and type(value).__module__ != "builtins" and isinstance(value.value, (str, int)):
         return value.value  # enums
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
@@ -114,12 +112,11 @@ def _lag(capture: dict | None, captured: dict | None, now: datetime) -> dict[str
     """Lag in binlog bytes (from the source) and in seconds: 0 when caught up, else an upper
     bound, since every uncaptured event committed after the last captured one."""
     lag_bytes = capture.get("lag_bytes") if capture else None
-    seconds, basis = None, None
-    if lag_bytes == 0:
-        seconds, basis = 0.0, "caught up"
-    elif lag_bytes is not None and captured and captured["last_commit_ts"] is not None:
-        seconds = round((now - captured["last_commit_ts"]).total_seconds(), 1)
-        basis = "upper bound: now - commit time of the last captured change"
+    newest = captured["last_commit_ts"] if captured else None
+    seconds = lag_seconds(now, newest, None if lag_bytes is None else lag_bytes == 0)
+    basis = None
+    if seconds is not None:
+        basis = "caught up" if lag_bytes == 0 else "upper bound: now - commit time of the last captured change"
     return {"bytes": lag_bytes, "seconds": seconds, "seconds_basis": basis}
 
 
@@ -157,11 +154,8 @@ def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | 
     position, else an upper bound (now - source commit time of the newest published change)."""
     if not published or not capture or not capture.get("server_file"):
         return None
-    if (published["binlog_file"], published["pos"]) == (capture["server_file"], capture["server_pos"]):
-        return 0.0
-    if published.get("source_time") is None:
-        return None
-    return round(max(0.0, (now - published["source_time"]).total_seconds()), 1)
+    at_server = (published["binlog_file"], published["pos"]) == (capture["server_file"], capture["server_pos"])
+    return lag_seconds(now, published.get("source_time"), at_server)
 
 
 def _table_rows(

@@ -46,21 +46,21 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from typing import Sequence
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.snapshot import plan_table, resnapshot_chunks
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.lakehouse import DATA_OPS, EMPTYING_OPS, Lakehouse
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_sql
 from binlake.contract.sql import quote_ident
 from binlake.contract.types import TableSchema
 from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
 from binlake.ops.verify_sql import chunk_stats_sql, spark_row_hash_sql
-from binlake.progress import Progress
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import Decoder
 from binlake.silver.ranges import key_range_predicate, key_range_sql
@@ -162,7 +162,7 @@ class VerifyResult:
 
 
 def run_verify(
-    spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, progress: Progress | None = None
+    spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, console: Console = QUIET
 ) -> VerifyResult:
     """Compare source and silver chunk by chunk; with ``repair``, re-read differing chunks.
 
@@ -177,7 +177,6 @@ def run_verify(
         raise TypeError('tables must be a list of "db.table" strings or None')
     tables = [t.strip() for t in tables if t.strip()] if tables is not None else None
     started = time.monotonic()
-    progress = progress or Progress(enabled=False)
     lh = Lakehouse(config)
     targets = _targets(config, tables or ())
     if not tables:
@@ -194,18 +193,18 @@ def run_verify(
             log.warning("verify: %s left out: a key column is masked (source.columns)", ", ".join(hashed_keys))
         targets = [(db, t) for db, t in targets if f"{db}.{t}" not in hashed_keys]
 
-    result = VerifyResult(tables=_verify_tables(spark, config, lh, targets, progress))
+    result = VerifyResult(tables=_verify_tables(spark, config, lh, targets, console))
     if repair and result.mismatches:
         by_table: dict[str, TableCheck] = {t.name: t for t in result.tables if t.mismatches}
         for name, t in by_table.items():
             ranges = [(c.start_key, c.end_key) for c in t.mismatches]
             log.info("verify --repair: re-reading %d chunk(s) of %s", len(ranges), name)
             _yield_snapshot_ties(spark, config, lh, t.db, t.table, ranges)
-            resnapshot_chunks(spark, config, t.db, t.table, ranges, progress=progress)
+            resnapshot_chunks(spark, config, t.db, t.table, ranges, console=console)
             result.repaired += [(name, c) for c in t.mismatches]
         run_silver(spark, config)
         again = {
-            t.name: t for t in _verify_tables(spark, config, lh, [(t.db, t.table) for t in by_table.values()], progress)
+            t.name: t for t in _verify_tables(spark, config, lh, [(t.db, t.table) for t in by_table.values()], console)
         }
         for i, t in enumerate(result.tables):
             if t.name in again:
@@ -220,11 +219,10 @@ def run_verify(
             if repair
             else "run binlake verify --repair to re-read only these chunks"
         )
-        exc = VerifyMismatch(
-            f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: {shown}{more}: {fix}"
+        raise VerifyMismatch(
+            f"verify: {len(result.mismatches)} chunk(s) differ between source and silver: {shown}{more}: {fix}",
+            result=result,
         )
-        exc.result = result  # type: ignore[attr-defined]
-        raise exc
     return result
 
 
@@ -261,11 +259,11 @@ def _yield_snapshot_ties(
 
 
 def _verify_tables(
-    spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]], progress: Progress
+    spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]], console: Console
 ) -> list[TableCheck]:
 
     out = []
-    with progress.task("verify", total=len(targets), unit="tables") as task:
+    with console.bar("verify", total=len(targets), unit="tables") as bar:
         for db, table in targets:
             ref = lh.silver(db, table)
             if not ref.exists(spark):
@@ -290,7 +288,7 @@ def _verify_tables(
                 second.chunks = [_with_status(c, "changing") if c.chunk_id in busy else c for c in second.chunks]
                 check = second
             out.append(check)
-            task.advance(1, items=check.source_rows)
+            bar.advance(1, items=check.source_rows)
     return out
 
 

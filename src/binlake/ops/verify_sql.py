@@ -41,8 +41,9 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable, Sequence
 from decimal import Decimal
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, Kind, TableSchema
@@ -164,7 +165,10 @@ def _key_operand(col: Column) -> tuple[str, str, Callable[[str], Any], Callable[
     """(column expression, placeholder, bound text -> parameter, bound text -> Python sort key)."""
     c = quote_ident(col.name)
     k = col.kind
-    as_bytes = lambda t: t.encode("utf-8")
+
+    def as_bytes(t: str) -> bytes:
+        return t.encode("utf-8")
+
     if k in (Kind.INT, Kind.UINT, Kind.YEAR):
         return c, "%s", int, int
     if k is Kind.BIT:

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any
 
 from binlake.config import Config, Severity
 from binlake.contract.sql import quote_ident

@@ -29,9 +29,10 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Literal
 
 # No usage statistics leave a binlake process (and a closed network would only time out).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")

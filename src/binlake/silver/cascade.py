@@ -31,8 +31,8 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from binlake.contract.lakehouse import DELETE, UPDATE
 from binlake.contract.position import seq_literal
@@ -79,7 +79,7 @@ class Link:
     on_update: str
 
     @staticmethod
-    def of(child: str, fk: dict) -> "Link":
+    def of(child: str, fk: dict) -> Link:
         return Link(
             child=child,
             parent=fk["parent"],

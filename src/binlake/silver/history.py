@@ -89,7 +89,7 @@ class HistorySpec:
     tracked: tuple[str, ...]
 
     @staticmethod
-    def of(rule: HistoryTable, schema: TableSchema) -> "HistorySpec":
+    def of(rule: HistoryTable, schema: TableSchema) -> HistorySpec:
         """The spec of ``rule`` for ``schema``; a configured column the table lacks is a
         config error, named with its fix."""
         names = [c.name for c in schema.columns]
@@ -403,7 +403,7 @@ def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema
     for f in fact_rows:
         if f["kind"] == CHUNK_FACT:
             snapshots.setdefault(f["snapshot_id"], []).append(f)
-    for snapshot_id, chunks in sorted(snapshots.items()):
+    for _, chunks in sorted(snapshots.items()):
         at = _tuple(chunks[0]["seq"])  # (floor, -2), the same for every chunk of the snapshot
         inside = F.lit(False)
         for c in chunks:

@@ -18,7 +18,7 @@ needs to assign rows deterministically); silver's chunk reconciliation uses
 from __future__ import annotations
 
 import json
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import Column as SourceColumn

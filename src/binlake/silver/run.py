@@ -28,12 +28,12 @@ from __future__ import annotations
 import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 from binlake import faults
 from binlake.config import Config
+from binlake.console import QUIET, Console
 from binlake.contract.columns import rule_digest
 from binlake.contract.lakehouse import (
     DATA_OPS,
@@ -44,6 +44,7 @@ from binlake.contract.lakehouse import (
     UPDATE,
     Lakehouse,
     ProgressRow,
+    position_fact_columns,
     remember_position_facts,
 )
 from binlake.contract.position import BinlogPosition
@@ -200,15 +201,7 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
                 F.expr(f"count_if({own} AND op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
                 F.expr(f"collect_list(CASE WHEN {own} AND op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
                 F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file"))).alias("hb"),
-                F.max(F.when(F.col("gtid").isNotNull(), F.struct("file_index", "pos", "gtid"))).alias("g"),
-                F.max(
-                    F.when(
-                        F.col("commit_ts").isNotNull(),
-                        F.struct(
-                            "file_index", "pos", F.date_format("commit_ts", "yyyy-MM-dd HH:mm:ss.SSSSSS").alias("ts")
-                        ),
-                    )
-                ).alias("t"),
+                *position_fact_columns(),
             )
             .collect()
         )
@@ -300,7 +293,7 @@ def _progress_row(
     )
 
 
-def run_silver(spark, config: Config, progress=None) -> SilverResult:
+def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     """Apply every new bronze record to silver; returns what was done per table.
 
     Raises :class:`SchemaChangeError` after all other tables were processed and their
@@ -387,17 +380,15 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
 
     rows: list[ProgressRow] = []
     try:
-        with ExitStack() as stack:
-            task = stack.enter_context(progress.task("silver", len(work), "tables")) if progress is not None else None
-            # Every write is conditional on _cdc_seq: a failure in one table leaves the others
-            # correct, and the progress rows are written only when all have finished.
-            pool = stack.enter_context(
-                ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver")
-            )
+        # Every write is conditional on _cdc_seq: a failure in one table leaves the others
+        # correct, and the progress rows are written only when all have finished.
+        with (
+            console.bar("silver", len(work), "tables") as bar,
+            ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver") as pool,
+        ):
             prepared = [pool.submit(prepare_one, db, table) for db, table in work]
             batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
-            if task:
-                task.advance(len(work) - len(batches))  # stopped tables
+            bar.advance(len(work) - len(batches))  # stopped tables
 
             # Foreign-key actions become records of the child tables, derived before any
             # table is merged, from silver as the last completed run left it.
@@ -418,8 +409,7 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
             )
             futures = [pool.submit(apply_one, b, derived.get(name)) for name, b in batches.items()]
             for _ in as_completed(futures):
-                if task:
-                    task.advance()
+                bar.advance()
             rows = [f.result() for f in futures]  # re-raises an unexpected failure, after the others ended
 
         # Tables with nothing new move their progress forward without being touched.
@@ -453,9 +443,8 @@ def run_silver(spark, config: Config, progress=None) -> SilverResult:
     if failed:
         # The CLI prints only the error line; the per-table summary goes to the log.
         log.warning("%s", result.summary())
-        exc = SchemaChangeError(
-            f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed)
+        raise SchemaChangeError(
+            f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed),
+            result=result,
         )
-        exc.result = result  # type: ignore[attr-defined]
-        raise exc
     return result

@@ -212,7 +212,8 @@ def diff(prev: TableSchema, nxt: TableSchema, ddl: str | None) -> Step:
                 retypes.append(c)
             else:
                 problem = problem or (
-                    f"column {c.name} changes type {old.mysql_type or old.spark_type} -> {c.mysql_type or c.spark_type} "
+                    f"column {c.name} changes type {old.mysql_type or old.spark_type} -> "
+                    f"{c.mysql_type or c.spark_type} "
                     f"({old.spark_type} -> {c.spark_type} is not a widening)"
                 )
         if old.comment != c.comment:

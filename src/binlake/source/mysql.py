@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import pymysql
 import pymysql.cursors
@@ -65,7 +66,8 @@ def connect(source: SourceConfig, database: str | None = None, **overrides: Any)
         if code == 1045:
             if not source.tls.enabled and _login_works_over_tls(kwargs):
                 raise SourceConnectionError(
-                    f"MySQL at {where} requires TLS for user {source.user!r}: set source.tls.ca to the server's CA certificate"
+                    f"MySQL at {where} requires TLS for user {source.user!r}: set source.tls.ca to the server's CA "
+                    "certificate"
                 ) from None
             raise SourceConnectionError(
                 f"MySQL at {where} refused user {source.user!r}: check source.user and source.password"

@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import pymysql
 
@@ -288,7 +288,7 @@ class _Grants:
     has_roles: bool = False
 
     @staticmethod
-    def parse(lines) -> "_Grants":
+    def parse(lines) -> _Grants:
         g = _Grants()
         for line in lines:
             m = _GRANT.match(str(line))

@@ -23,7 +23,7 @@ internals (``_rfile``, ``_next_seq_id``, ``MySQLResult.converters``).
 from __future__ import annotations
 
 import errno
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -176,7 +176,7 @@ class PacketReader:
                 conn._force_close()
                 raise pymysql.err.OperationalError(
                     CR.CR_SERVER_LOST, f"Lost connection to MySQL server during query ({e})"
-                )
+                ) from e
             except BaseException:
                 conn._force_close()
                 raise

@@ -125,3 +125,40 @@ def test_two_processes_racing_for_a_free_layer_get_one_winner(spark, lh):
     for t in threads:
         t.join()
     assert sorted(r[0] for r in results) == ["refused", "won"]
+
+
+def test_commands_starting_at_once_on_a_new_lakehouse_create_the_leases_table_once(spark, tmp_path):
+    """`binlake run` and `binlake maintain` started together both find the leases table missing:
+    each creates it, or finds it created, and neither reads it half made."""
+    source = SourceConfig(host="h", port=3306, user="u", password=Secret("pw"), server_id=9, tables=("shop.*",))
+    lake = Lakehouse(Config(source=source, lakehouse=LakehouseConfig(path=str(tmp_path / "new"))))
+    failures = []
+
+    def create():
+        try:
+            ensure_leases_table(spark, lake, layout_version=3)
+            lake.leases.properties(spark)
+        except Exception as exc:  # noqa: BLE001 - the test reports any failure of either
+            failures.append(exc)
+
+    threads = [threading.Thread(target=create) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not failures
+    assert sorted(r.layer for r in lake.leases.read(spark).collect()) == sorted(LAYERS)
+
+
+def test_a_table_whose_first_commit_is_not_written_yet_does_not_exist_and_a_killed_creation_is_redone(
+    spark, tmp_path, monkeypatch
+):
+    from binlake.contract import leases
+
+    monkeypatch.setattr(leases, "INCOMPLETE_CREATE_SECONDS", 1)
+    source = SourceConfig(host="h", port=3306, user="u", password=Secret("pw"), server_id=9, tables=("shop.*",))
+    lake = Lakehouse(Config(source=source, lakehouse=LakehouseConfig(path=str(tmp_path / "new"))))
+    (tmp_path / "new" / "system" / "leases" / "_delta_log").mkdir(parents=True)
+    assert not lake.leases.exists(spark)
+    ensure_leases_table(spark, lake, layout_version=3)
+    assert lake.leases.exists(spark)
