@@ -34,7 +34,14 @@ def run(ctx) -> list[dict]:
         _, large = full_sync(ctx, 1.0)
         print(f"   SF1 / SF{scale}: {large / elapsed:,.2f}x the time", flush=True)
         out.append(
-            result("full_sync_scaling", large / elapsed, "x (lower is better)", "goal", GOAL_SCALING, higher_is_better=False)
+            result(
+                "full_sync_scaling",
+                large / elapsed,
+                "x (lower is better)",
+                "goal",
+                GOAL_SCALING,
+                higher_is_better=False,
+            )
         )
     return out
 

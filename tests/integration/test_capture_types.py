@@ -75,7 +75,9 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     assert edge["bl"] == "3q2+7w==" and edge["f"] == repr(3.141590118408203)
 
     # Bronze's typed snapshot rows are the binlog's texts through silver's decoder.
-    decode = [f"{spark_decode_sql(c, f'after[{spark_string(c.name)}]')} AS {quote_ident(c.name)}" for c in schema.columns]
+    decode = [
+        f"{spark_decode_sql(c, f'after[{spark_string(c.name)}]')} AS {quote_ident(c.name)}" for c in schema.columns
+    ]
     binlog_typed = {
         r["id"]: _values(r)
         for r in Lakehouse(config)
@@ -86,7 +88,9 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     }
     [typed] = Lakehouse(config).snapshot_tables(spark, database, "types").values()
     names = [c.name for c in schema.columns]
-    snapshot_typed = {r["id"]: _values(r) for r in typed.read(spark).where("_cdc_chunk_stats IS NULL").select(*names).collect()}
+    snapshot_typed = {
+        r["id"]: _values(r) for r in typed.read(spark).where("_cdc_chunk_stats IS NULL").select(*names).collect()
+    }
     assert sorted(snapshot_typed) == [1, 2, 3]
     for key in (1, 2, 3):
         assert snapshot_typed[key] == binlog_typed[key], f"row {key}: typed snapshot and decoded binlog differ"

@@ -87,7 +87,9 @@ def trusted_rows(spark, lh, snapshot_id: str) -> list[dict]:
     assert all(c["row_format"] == "typed" for c in chunks.values())
     [entry] = (
         lh.schema_history.read(spark)
-        .where(f"db = '{first['db']}' AND `table` = '{first['table']}' AND schema_version = '{first['schema_version']}'")
+        .where(
+            f"db = '{first['db']}' AND `table` = '{first['table']}' AND schema_version = '{first['schema_version']}'"
+        )
         .select("schema_json")
         .limit(1)
         .collect()
@@ -101,7 +103,10 @@ def trusted_rows(spark, lh, snapshot_id: str) -> list[dict]:
         out.append(
             {
                 "row": {col.name: encode_value(col, r[col.name]) for col in schema.columns},
-                **{k: c[k] for k in ("chunk_id", "attempt_id", "lw_file_index", "lw_pos", "db", "table", "schema_version")},
+                **{
+                    k: c[k]
+                    for k in ("chunk_id", "attempt_id", "lw_file_index", "lw_pos", "db", "table", "schema_version")
+                },
             }
         )
     return out

@@ -174,7 +174,9 @@ class Bronze:
         hw = hw or (lw[0], lw[1] + 10)
         version = version or self.version(schema.name)
         if form == "typed":
-            zero = self._typed_chunk(self._versions.get(version, schema), rows, lw, hw, snapshot_id, chunk_id, attempt_id)
+            zero = self._typed_chunk(
+                self._versions.get(version, schema), rows, lw, hw, snapshot_id, chunk_id, attempt_id
+            )
             if manifest:
                 self.manifest(
                     schema, chunk_id, lw, hw, start, end, len(rows), snapshot_id, attempt_id, version, TYPED_ROWS, zero
@@ -226,7 +228,8 @@ class Bronze:
         }
         texts = [(chunk_id, attempt_id, _texts(r), None) for r in rows] + [(chunk_id, attempt_id, None, stats)]
         df = self.spark.createDataFrame(
-            texts, "_cdc_chunk_id INT, _cdc_attempt_id STRING, img MAP<STRING,STRING>, _cdc_chunk_stats MAP<STRING,STRING>"
+            texts,
+            "_cdc_chunk_id INT, _cdc_attempt_id STRING, img MAP<STRING,STRING>, _cdc_chunk_stats MAP<STRING,STRING>",
         ).selectExpr(
             *[
                 f"{spark_decode_sql(c, f'try_element_at(img, {spark_string(c.name)})')} AS {quote_ident(c.name)}"

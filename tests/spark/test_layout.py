@@ -207,7 +207,7 @@ def test_map_form_snapshot_rows_of_a_layout_3_lakehouse_are_migrated_in_place_an
     root = tmp_path / "lake"
     lh = Lakehouse(_config(root))
     orders = table("shop.orders", [col("id"), col("v", Kind.STRING), col("d", Kind.DATE)])
-    lh.snapshot_chunks.create_if_missing(spark, OLD_SNAPSHOT_CHUNKS)
+    lh.snapshot_chunks.create_if_missing(spark, OLD_SNAPSHOT_CHUNKS, {"delta.enableChangeDataFeed": "true"})
     ensure_current_layout(spark, lh, Holder("run"))  # a new lakehouse: stamped current...
     spark.sql(f"ALTER TABLE {lh.leases.sql} SET TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '3')")  # ...as layout 3 was
     layout.forget_checked_layouts()

@@ -265,10 +265,7 @@ def read_schema(n: int) -> str:
     """The read's schema for a table of ``n`` stored columns: one text per column, then the
     chunk identity and the marker's stats."""
     texts = "".join(f"{text_column(i)} STRING, " for i in range(n))
-    return (
-        f"{texts}{SNAPSHOT_CHUNK_ID} INT, {SNAPSHOT_ATTEMPT_ID} STRING, "
-        f"{SNAPSHOT_CHUNK_STATS} MAP<STRING, STRING>"
-    )
+    return f"{texts}{SNAPSHOT_CHUNK_ID} INT, {SNAPSHOT_ATTEMPT_ID} STRING, {SNAPSHOT_CHUNK_STATS} MAP<STRING, STRING>"
 
 
 def text_column(i: int) -> str:

@@ -745,9 +745,11 @@ class Lakehouse:
         if self.root is not None:
             base = Path(self.root, "bronze", "snapshots", db, table)
             # A table whose first commit is still being written (a snapshot beside) is not one yet.
-            found = sorted(
-                d.parent.name for d in base.glob("*/_delta_log") if (d / "00000000000000000000.json").exists()
-            ) if base.is_dir() else []
+            found = (
+                sorted(d.parent.name for d in base.glob("*/_delta_log") if (d / "00000000000000000000.json").exists())
+                if base.is_dir()
+                else []
+            )
             return {sid: self.snapshot_table(db, table, sid) for sid in found}
         bronze = self.config.lakehouse.bronze_schema
         prefix = f"snapshots__{db}__{table}__"
