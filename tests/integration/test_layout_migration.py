@@ -19,7 +19,7 @@ from source_diff import diff_with_source  # tests/source_diff.py
 from binlake import cli, gold_as_of
 from binlake.config import load_config
 from binlake.contract import layout
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA, Lakehouse
 from binlake.contract.layout import LAYOUT_VERSION
 from binlake.contract.leases import LAYOUT_PROPERTY
 from binlake.errors import LayoutOutdatedError
@@ -47,9 +47,13 @@ def _as_layout_0(spark, lh: Lakehouse) -> None:
         spark.sql(f"CREATE OR REPLACE TABLE {ref.sql} USING DELTA AS SELECT {keep} FROM {ref.sql}")
     log = lh.layout_0_table("publish_log")
     spark.sql(f"ALTER TABLE {log.sql} SET TBLPROPERTIES ('delta.enableChangeDataFeed' = 'false')")
+    # Earlier binlake versions kept snapshot rows as maps in one table, without the properties
+    # step 2 gives it (this lakehouse's snapshots wrote typed tables).
+    lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)
     spark.sql(
         f"ALTER TABLE {lh.snapshot_rows.sql} UNSET TBLPROPERTIES IF EXISTS "
-        "('delta.dataSkippingNumIndexedCols', 'parquet.enable.dictionary#row.key_value.value')"
+        "('delta.dataSkippingStatsColumns', 'delta.dataSkippingNumIndexedCols', "
+        "'parquet.enable.dictionary#row.key_value.value')"
     )
     shutil.rmtree(lh.leases.path)
     if Path(lh.system_path).exists():

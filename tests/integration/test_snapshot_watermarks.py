@@ -19,7 +19,8 @@ import time
 import pymysql
 import pytest
 
-from binlake.bronze.snapshot_source import ChunkPartition, read_chunk, reader_options
+from binlake.bronze.snapshot_source import ChunkPartition, read_chunk, reader_options, text_column
+from binlake.contract.lakehouse import SNAPSHOT_CHUNK_STATS
 from binlake.contract.position import BinlogPosition
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, master_status
@@ -45,25 +46,22 @@ def _writer(mariadb, db: str, stop: threading.Event, seed: int) -> None:
 
 def _reads(config, db: str, schema, stop_at: float) -> list[tuple[BinlogPosition, BinlogPosition, dict[int, int]]]:
     """Read the whole table as one chunk again and again: (low, high watermark, id -> v)."""
-    options = reader_options(config.source, [], {schema.name: schema.to_json()}, "stress")
+    options = reader_options(config.source, [], {schema.name: schema.to_json()}, "stress", stored=schema)
     part = ChunkPartition("s", db, "t", 0, None, None, schema.version())
+    names = [c.name for c in schema.columns]
+    ids, vs = (text_column(names.index(c)) for c in ("id", "v"))
     out: list = []
     while time.monotonic() < stop_at or (len(out) < MIN_READS and time.monotonic() < stop_at + 60):
         values: dict[int, int] = {}
-        stats = None
-        lw = None
+        stats: dict = {}
         for batch in read_chunk(options, part):
-            rows = batch.column("row").to_pylist()
-            marker = batch.column("chunk_stats").to_pylist()
-            for row, st in zip(rows, marker):
-                if row is not None:
-                    d = dict(row)
-                    values[int(d["id"])] = int(d["v"])
+            marker = batch.column(SNAPSHOT_CHUNK_STATS).to_pylist()
+            for key, v, st in zip(batch.column(ids).to_pylist(), batch.column(vs).to_pylist(), marker):
+                if st is None:
+                    values[int(key)] = int(v)
                 else:
                     stats = dict(st)
-            lw_pos = batch.column("lw_pos")[0].as_py()
-            lw = lw_pos
-        low = BinlogPosition(stats["lw_file"], lw)
+        low = BinlogPosition(stats["lw_file"], int(stats["lw_pos"]))
         high = BinlogPosition(stats["hw_file"], int(stats["hw_pos"]))
         out.append((low, high, values))
     return out

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from binlake.config import Config
 from binlake.contract.delta_sql import DeltaSql
-from binlake.contract.sql import spark_string
+from binlake.contract.sql import quote_ident, spark_string
 from binlake.errors import LakehouseError
 from binlake.spark import is_connect
 
@@ -518,10 +518,9 @@ class TableRef:
     ) -> None:
         props = {"delta.appendOnly": "false", **(properties or {})}
         tbl = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-        location = f"{self.name}" if self.name else f"delta.`{self.path}`"
         cmt = f" COMMENT {spark_string(comment)}" if comment else ""
         parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})" if partitioned_by else ""
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {location} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {self.sql} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
 
 # What this process computed from a table's content, by the table's newest commit (version and
@@ -719,8 +718,7 @@ class Lakehouse:
             "gold": self.config.lakehouse.gold_schema,
             "system": self.config.lakehouse.system_schema,
         }[layer]
-        name = "__".join(parts)
-        return TableRef(name=f"`{self.catalog}`.`{schema}`.`{name}`")
+        return TableRef(name=".".join(quote_ident(n) for n in (self.catalog, schema, "__".join(parts))))
 
     # bronze
     @property
