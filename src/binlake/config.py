@@ -866,7 +866,9 @@ class Config:
             # plain name is checked here.
             db, _, name = suite.pattern.partition(".")
             rule = None if any(ch in suite.pattern for ch in "*?[") else self.source.column_rule(db, name)
-            for e in suite.expectations if rule is not None else ():
+            if rule is None:
+                continue
+            for e in suite.expectations:
                 dropped = [c for c in e.columns if not rule.keeps(c)]
                 if dropped:
                     raise ConfigError(

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Union
 from pydantic import BeforeValidator, ConfigDict, Strict, ValidationError, model_validator
 from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
+from typing_extensions import dataclass_transform
 
 from binlake.errors import ConfigError
 from binlake.secrets import Secret
@@ -76,6 +77,9 @@ OneOrMoreColumns = Annotated[
 SECTION = ConfigDict(extra="forbid", validate_by_name=True, validate_by_alias=True)
 
 
+# Tells type checkers that a declared class is a frozen dataclass: its fields are its
+# constructor's keywords.
+@dataclass_transform(frozen_default=True)
 def declared(where: str, kw_only: bool = False):
     """A frozen pydantic dataclass of a config section at ``where``: unknown keys refused, a key
     set to null taken as not set (its default), and direct construction raising the same one-line
@@ -157,7 +161,7 @@ def _walk(loc: tuple[Any, ...], root: type, prefix: str, raw: Any):
         hints += [(where, h) for h in found]
         origin = typing.get_origin(base)
         if hasattr(base, "__pydantic_fields__") and isinstance(part, str):
-            fields = base.__pydantic_fields__  # type: ignore[attr-defined]
+            fields = base.__pydantic_fields__
             name = next((n for n, f in fields.items() if part in (n, f.alias)), None)
             if name is None:
                 return where, base, hints
@@ -299,7 +303,7 @@ def _rows(cls: type, prefix: str) -> list[tuple[str, str, str, str]]:
             continue
         key = f"{prefix}.{f.alias or name}".lstrip(".")
         base, _ = _unwrap(f.annotation)
-        if dataclasses.is_dataclass(base) and prefix == "":
+        if isinstance(base, type) and dataclasses.is_dataclass(base) and prefix == "":
             rows += _rows(base, key)
             continue
         shown = [m.shown for m in f.metadata if isinstance(m, Hint) and m.shown]
