@@ -69,7 +69,7 @@ test: setup lint
 
 # The edit loop: the unit tests and the Spark tests that need no MariaDB and are not `slow`.
 # Membership is by marker: `integration` is tests/integration plus any test that asks for the
-# mariadb fixture (tests/conftest.py); `slow` marks the long ones, left to `make test`.
+# mariadb fixture (tests/conftest.py); `slow` marks the ones over about 15 s, left to `make test`.
 test-fast: venv spark-jars lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration and not slow" --durations=10 $(PYTEST_ARGS)
 

@@ -35,6 +35,7 @@ def _rows(spark, ref):
     return sorted(tuple(r) for r in ref.read(spark).collect())
 
 
+@pytest.mark.slow
 def test_merge_update_and_delete_leave_what_the_deltatable_api_leaves(spark, tmp_path):
     api_ref, api, sql_ref, sql = _pair(spark, tmp_path)
     source = spark.createDataFrame(CHANGES, "id INT, name STRING, v INT")

@@ -145,6 +145,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shuti
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="no headless browser: make setup installs chromium")
+@pytest.mark.slow
 def test_binlake_checks_lists_the_failures_and_renders_ge_data_docs(spark, lake, tmp_path, capsys):
     from binlake.cli import main
 
@@ -171,6 +172,7 @@ def test_binlake_checks_lists_the_failures_and_renders_ge_data_docs(spark, lake,
     assert "shop.orders" in index_dom.stdout
 
 
+@pytest.mark.slow
 def test_a_failing_fail_expectation_blocks_its_group_and_the_other_group_publishes(spark, lake):
     lake.silver("shop", "orders", [order(1, "paid", "a@example.com", 900.0, 100)])
 
@@ -189,6 +191,7 @@ def test_a_failing_fail_expectation_blocks_its_group_and_the_other_group_publish
     assert ge.success is False
 
 
+@pytest.mark.slow
 def test_an_expectation_ge_cannot_evaluate_stops_the_group_with_its_name(spark, lake, tmp_path):
     # A valid Python regex that Java's (Spark's) rejects: GE raises inside its metric.
     suite = {
@@ -291,6 +294,7 @@ def check_queries(spark, step) -> list[str]:
     return [d for d in descriptions if "great_expectations" in d or "binlake/quality" in d]
 
 
+@pytest.mark.slow
 def test_an_incremental_publish_checks_in_at_most_two_queries(spark, tmp_path):
     b = sales_lake(spark, tmp_path)
     b.commit(
@@ -316,6 +320,7 @@ def test_an_incremental_publish_checks_in_at_most_two_queries(spark, tmp_path):
     assert log["row_count"] == 11
 
 
+@pytest.mark.slow
 def test_row_level_expectations_judge_only_the_changed_rows(spark, tmp_path):
     b = sales_lake(spark, tmp_path)
     first = b.lh.publish_log.read(spark).first()

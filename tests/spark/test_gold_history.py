@@ -34,15 +34,24 @@ def operations_since(spark, ref, version: int) -> list[str]:
     return [c["operation"] for c in ref.commits(spark, version + 1)]
 
 
-@pytest.fixture
-def lake(spark, tmp_path):
-    b = Bronze(spark, tmp_path / "lh")
+@pytest.fixture(scope="module")
+def first_published(spark, tmp_path_factory):
+    """20 keys in silver with history, published once; shared by the tests below."""
+    b = Bronze(spark, tmp_path_factory.mktemp("gold_history") / "lh")
     b.config = dataclasses.replace(b.config, history=HistoryConfig((HistoryTable("shop.orders"),)))
     b.schema(ORDERS)
     b.commit(*[b.insert(ORDERS, (1, 100, r), id=r, status="new") for r in range(20)])
     run_silver(spark, b.config)
     run_gold(spark, b.config)
     return b
+
+
+@pytest.fixture
+def lake(first_published):
+    """The shared lakehouse; what a test commits is cut back after it (tests/delta_rollback.py)."""
+    checkpoint = first_published.checkpoint()
+    yield first_published
+    first_published.rollback(checkpoint)
 
 
 def test_the_first_publish_copies_silvers_history(spark, lake):

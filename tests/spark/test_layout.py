@@ -102,6 +102,7 @@ def test_a_new_lakehouse_starts_at_the_current_layout_and_runs_no_step(spark, tm
     assert lh.leases.properties(spark)[LAYOUT_PROPERTY] == str(LAYOUT_VERSION)
 
 
+@pytest.mark.slow
 def test_an_earlier_layout_is_refused_by_readers_and_migrated_once_by_a_writer(spark, old_lake):
     lh = old_lake
     before = {name: _rows(spark, lh.layout_0_table(name)) for name in ("publish_log", "metrics", "check_results")}
@@ -140,6 +141,7 @@ def test_an_earlier_layout_is_refused_by_readers_and_migrated_once_by_a_writer(s
     assert ensure_current_layout(spark, lh, Holder("gold")) == []
 
 
+@pytest.mark.slow
 def test_a_migration_killed_between_a_copy_and_its_drop_finishes_without_copying_twice(spark, old_lake, monkeypatch):
     lh = old_lake
     original = TableRef.drop
@@ -194,6 +196,7 @@ OLD_SNAPSHOT_CHUNKS = (
 )
 
 
+@pytest.mark.slow
 def test_map_form_snapshot_rows_of_a_layout_3_lakehouse_are_migrated_in_place_and_read_by_silver(spark, tmp_path):
     """Step 4 adds the manifest's row_format and zero_dates (NULL in the rows already there:
     map form); silver then loads the old snapshot's map rows, and a new typed chunk beside

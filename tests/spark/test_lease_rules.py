@@ -59,6 +59,7 @@ def test_other_layers_stay_free_and_a_refusal_takes_nothing(spark, lh):
     assert current_holders(spark, lh) == {}
 
 
+@pytest.mark.slow
 def test_a_lease_given_back_or_expired_is_free(spark, lh):
     with holding(spark, lh, ["silver"], Holder("silver")):
         pass

@@ -132,6 +132,7 @@ def test_drop_quarantines_failing_rows_with_their_sequence_and_publishes_the_res
     assert {t.table: t.dropped for t in result.tables} == {"items": 2, "lines": 0}
 
 
+@pytest.mark.slow
 def test_a_rerun_of_the_same_publish_replaces_its_quarantine_rows_instead_of_doubling_them(spark, lake_with):
     checks = {"shop.items": [{"column": "price", "between": [0, 100], "severity": "drop"}]}
     lake = lake_with(ROWS, checks)
@@ -145,6 +146,7 @@ def test_a_rerun_of_the_same_publish_replaces_its_quarantine_rows_instead_of_dou
     assert lake.lh.quarantine("shop", "items").read(spark).count() == 2
 
 
+@pytest.mark.slow
 def test_fail_publishes_nothing_keeps_the_last_good_gold_and_raises(spark, lake_with):
     lake = lake_with(ROWS[:1])
     run_gold(spark, lake.config)

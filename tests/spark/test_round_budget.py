@@ -6,6 +6,7 @@ commit around the MERGE fails here, not only in ``make bench``."""
 
 from __future__ import annotations
 
+import pytest
 from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from delta_rollback import delta_versions  # tests/delta_rollback.py
 
@@ -52,6 +53,7 @@ def bare_merge_jobs(spark, b: Bronze, tmp_path) -> int:
     return len(set(tracker.getJobIdsForGroup()) - before)
 
 
+@pytest.mark.slow
 def test_a_warm_round_with_one_changed_table_costs_its_merges_and_a_small_constant(spark, tmp_path):
     root = tmp_path / "lh"
     b = Bronze(spark, root)

@@ -73,6 +73,7 @@ def same(actual, spark, rows, schema):
     )
 
 
+@pytest.mark.slow
 def test_delete_cascades_to_children_and_grandchildren_and_sets_null(spark, b):
     b.commit(b.delete(CUSTOMERS, (1, 500, 0), id=1, name="ann"))
     result = run_silver(spark, b.config)
@@ -85,6 +86,7 @@ def test_delete_cascades_to_children_and_grandchildren_and_sets_null(spark, b):
     assert result.table("shop.lines").cascaded == 1
 
 
+@pytest.mark.slow
 def test_cascade_ignores_child_rows_newer_than_the_parent_delete_and_replays(spark, b):
     # A child change newer than the parent's delete keeps its own state; a full replay
     # (progress lost) leaves every child row exactly as it was.
@@ -164,6 +166,7 @@ def rows(spark, b, name, cols):
     return sorted(tuple(r) for r in live(spark, b, name, cols).collect())
 
 
+@pytest.mark.slow
 def test_a_child_row_deleted_after_the_parent_key_update_in_the_same_batch_stays_deleted(spark, fa):
     fa.commit(
         fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}), fa.delete(FA, (1, 510, 0), a_id=220, f_id=671, note="x")
@@ -172,6 +175,7 @@ def test_a_child_row_deleted_after_the_parent_key_update_in_the_same_batch_stays
     assert rows(spark, fa, "fa", ["a_id", "f_id"]) == [(69, 1), (220, 497)]
 
 
+@pytest.mark.slow
 def test_a_child_row_updated_after_the_parent_key_update_in_the_same_batch_is_one_row_with_the_new_value(spark, fa):
     fa.commit(
         fa.update(A, (1, 500, 0), {"id": 68}, {"id": 220}),
@@ -184,6 +188,7 @@ def test_a_child_row_updated_after_the_parent_key_update_in_the_same_batch_is_on
     assert sorted(tuple(r) for r in old) == [(True, 500), (True, 500)]
 
 
+@pytest.mark.slow
 def test_the_moved_row_carries_what_the_child_changed_before_the_parent_change(spark, fa):
     fa.commit(
         fa.update(FA, (1, 490, 0), {"a_id": 68, "f_id": 671, "note": "x"}, {"a_id": 68, "f_id": 671, "note": "mid"}),
@@ -195,6 +200,7 @@ def test_the_moved_row_carries_what_the_child_changed_before_the_parent_change(s
     assert rows(spark, fa, "fn", ["id", "a_id", "v"]) == [(5, None, "later")]
 
 
+@pytest.mark.slow
 def test_chained_cascades_follow_the_same_order(spark, fa):
     # a 68 -> 220 moves fa (68, 497) to (220, 497), which moves fb 1 along; fb 1 then points
     # at a new fa row, and a 220 -> 300 in the same batch moves all of them once more.
@@ -218,6 +224,7 @@ def test_chained_cascades_follow_the_same_order(spark, fa):
     assert result.table("shop.fa").cascaded > 0 and result.table("shop.fb").cascaded > 0
 
 
+@pytest.mark.slow
 def test_a_child_inserted_again_after_a_cascaded_delete_is_live(spark, fa):
     fa.commit(
         fa.delete(A, (1, 500, 0), id=69),
@@ -229,6 +236,7 @@ def test_a_child_inserted_again_after_a_cascaded_delete_is_live(spark, fa):
     assert rows(spark, fa, "fb", ["id"]) == [(1,)]  # fb 2 went with fa (69, 1)
 
 
+@pytest.mark.slow
 def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
     from binlake.silver import merge, run
 

@@ -127,6 +127,7 @@ def test_a_batch_replayed_after_a_crash_before_progress_changes_nothing(spark, b
     assert sorted(map(tuple, silver(spark, b).collect())) == sorted(map(tuple, before))
 
 
+@pytest.mark.slow
 def test_snapshot_applied_after_newer_events_changes_nothing(spark, bronze):
     b = bronze
     b.commit(b.insert(ORDERS, (2, 500, 0), id=1, v="new"))
@@ -157,6 +158,7 @@ def test_a_chunk_without_manifest_is_invisible(spark, bronze):
     assert silver(spark, b).count() == 0
 
 
+@pytest.mark.slow
 def test_chunk_reconciliation_tombstones_a_missed_delete_but_not_a_key_changed_after_lw(spark, bronze):
     b = bronze
     b.commit(
@@ -204,6 +206,7 @@ def test_primary_key_swap_back_in_one_batch(spark, bronze):
     assert_df_equality(current(spark, b), expect(spark, [(1, "z")]), ignore_nullable=True, ignore_metadata=True)
 
 
+@pytest.mark.slow
 def test_truncate_tombstones_every_older_row_even_from_a_late_snapshot(spark, bronze):
     b = bronze
     b.commit(b.insert(ORDERS, (1, 100, 0), id=1, v="a"), b.insert(ORDERS, (1, 100, 1), id=2, v="b"))
@@ -256,6 +259,7 @@ def test_run_silver_checks_its_arguments(spark):
         run_silver(spark, {})
 
 
+@pytest.mark.slow
 def test_a_snapshot_read_right_after_a_truncate_keeps_its_rows(spark, bronze):
     # gh-ost's cut-over on a quiet source: the RENAME (like a TRUNCATE) empties the name and
     # the snapshot taken next has the statement's own end position as its low watermark.
@@ -302,6 +306,7 @@ def test_a_key_returned_by_its_own_chunk_survives_a_neighbour_it_only_sorts_into
     assert result.table("shop.codes").reconciled == 0
 
 
+@pytest.mark.slow
 def test_a_neighbour_committed_first_tombstones_only_until_the_key_s_own_chunk_arrives(spark, bronze):
     b = bronze
     b.schema(CODES)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
 from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -33,6 +34,7 @@ def history(ops):
     return records, state
 
 
+@pytest.mark.slow
 @settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=steps, data=st.data())
 def test_merge_converges_under_any_permutation_and_duplication(spark, tmp_path_factory, ops, data):

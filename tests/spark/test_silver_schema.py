@@ -53,6 +53,7 @@ def data_columns(spark, b, name="items"):
     return [f.name for f in silver_df(spark, b, name).schema.fields if not f.name.startswith("_cdc_")]
 
 
+@pytest.mark.slow
 def test_add_column_after_mid_batch(spark, b):
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
     run_silver(spark, b.config)
@@ -81,6 +82,7 @@ def test_add_column_after_mid_batch(spark, b):
     )
 
 
+@pytest.mark.slow
 def test_add_column_first(spark, b):
     v2 = table("shop.items", [col("tenant"), col("id"), col("name", Kind.STRING), col("qty")])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -103,6 +105,7 @@ def test_drop_column(spark, b):
     same(live(spark, b, ["id", "name"]), spark, [(1, "a"), (2, "b")], "id INT, name STRING")
 
 
+@pytest.mark.slow
 def test_rename_column_with_old_images_in_the_same_batch(spark, b):
     v2 = table("shop.items", [col("id"), col("title", Kind.STRING), col("qty")])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1))
@@ -116,6 +119,7 @@ def test_rename_column_with_old_images_in_the_same_batch(spark, b):
     same(live(spark, b, ["id", "title"]), spark, [(1, "a"), (2, "b"), (3, "c")], "id INT, title STRING")
 
 
+@pytest.mark.slow
 def test_widening_modify_keeps_values(spark, b):
     v2 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty", bits=64)])
     b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=7))
@@ -127,6 +131,7 @@ def test_widening_modify_keeps_values(spark, b):
     same(live(spark, b, ["id", "qty"]), spark, [(1, 7), (2, 2**40)], "id INT, qty BIGINT")
 
 
+@pytest.mark.slow
 def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b):
     b.schema(OTHER)
     wide = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty", bits=64)])
