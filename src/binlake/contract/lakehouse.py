@@ -718,7 +718,8 @@ class Lakehouse:
             "gold": self.config.lakehouse.gold_schema,
             "system": self.config.lakehouse.system_schema,
         }[layer]
-        return TableRef(name=".".join(quote_ident(n) for n in (self.catalog, schema, "__".join(parts))))
+        # The config requires a catalog wherever it has no path.
+        return TableRef(name=".".join(quote_ident(str(n)) for n in (self.catalog, schema, "__".join(parts))))
 
     # bronze
     @property
