@@ -709,17 +709,21 @@ class Lakehouse:
         self.root = config.lakehouse_root  # None on Unity Catalog
         self.catalog = lh.catalog
 
-    def _ref(self, layer: str, *parts: str) -> TableRef:
-        if self.root is not None:
-            return TableRef(path=str(Path(self.root, layer, *parts)))
+    def _schema_sql(self, layer: str) -> str:
+        """A layer's Unity Catalog schema in Spark SQL (the config requires a catalog wherever
+        it has no path)."""
         schema = {
             "bronze": self.config.lakehouse.bronze_schema,
             "silver": self.config.lakehouse.silver_schema,
             "gold": self.config.lakehouse.gold_schema,
             "system": self.config.lakehouse.system_schema,
         }[layer]
-        # The config requires a catalog wherever it has no path.
-        return TableRef(name=".".join(quote_ident(str(n)) for n in (self.catalog, schema, "__".join(parts))))
+        return f"{quote_ident(str(self.catalog))}.{quote_ident(str(schema))}"
+
+    def _ref(self, layer: str, *parts: str) -> TableRef:
+        if self.root is not None:
+            return TableRef(path=str(Path(self.root, layer, *parts)))
+        return TableRef(name=f"{self._schema_sql(layer)}.{quote_ident('__'.join(parts))}")
 
     # bronze
     @property
@@ -750,9 +754,8 @@ class Lakehouse:
                 else []
             )
             return {sid: self.snapshot_table(db, table, sid) for sid in found}
-        bronze = self.config.lakehouse.bronze_schema
         prefix = f"snapshots__{db}__{table}__"
-        rows = spark.sql(f"SHOW TABLES IN `{self.catalog}`.`{bronze}`").collect()
+        rows = spark.sql(f"SHOW TABLES IN {self._schema_sql('bronze')}").collect()
         return {
             r["tableName"][len(prefix) :]: self.snapshot_table(db, table, r["tableName"][len(prefix) :])
             for r in rows
@@ -847,17 +850,11 @@ class Lakehouse:
             return [(TableRef(path=str(d.parent)), self.quarantine(d.parent.parent.name, d.parent.name)) for d in found]
         # On Unity Catalog `_quarantine__<db>__<table>` cannot be split back into db and
         # table when either holds "__"; the new name keeps the same tail.
-        gold, system = self.config.lakehouse.gold_schema, self.config.lakehouse.system_schema
         pairs = []
-        for row in spark.sql(f"SHOW TABLES IN `{self.catalog}`.`{gold}` LIKE '_quarantine__*'").collect():
+        for row in spark.sql(f"SHOW TABLES IN {self._schema_sql('gold')} LIKE '_quarantine__*'").collect():
             name = row["tableName"]
             tail = name[len("_quarantine__") :]
-            pairs.append(
-                (
-                    TableRef(name=f"`{self.catalog}`.`{gold}`.`{name}`"),
-                    TableRef(name=f"`{self.catalog}`.`{system}`.`quarantine__{tail}`"),
-                )
-            )
+            pairs.append((self._ref("gold", name), self._ref("system", f"quarantine__{tail}")))
         return pairs
 
     def layout_0_markers(self) -> list[TableRef]:
