@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from binlake.bronze.snapshot import create_snapshot_table
 from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
 from binlake.contract.lakehouse import (
     CHANGELOG_SCHEMA,
@@ -23,13 +24,17 @@ from binlake.contract.lakehouse import (
     SILVER_METADATA_COLUMNS,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_ROWS_SCHEMA,
+    TYPED_ROWS,
     Lakehouse,
 )
+from binlake.contract.types import Column, Kind, TableSchema
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "analysts.md"
 SQL_BLOCK = re.compile(r"```sql\n(.*?)```", re.S)
-UC_NAME = re.compile(r"\bmain\.binlake_(?:bronze|silver|gold|system)\.[A-Za-z_][A-Za-z0-9_]*")
+UC_NAME = re.compile(r"\bmain\.binlake_(?:bronze|silver|gold|system)\.(?:[A-Za-z_][A-Za-z0-9_]*|`[^`]+`)")
+# The snapshot id of the page's example snapshot table.
+SNAPSHOT_ID = "20261120T091500000000Z-5f2c9a1e"
 TABLE_CHANGES = re.compile(r"table_changes\('(main\.binlake_silver\.[A-Za-z0-9_]+)'")
 
 
@@ -62,6 +67,7 @@ def lakehouse(spark, tmp_path_factory):
     )
     pairs = [
         (uc.changelog, local.changelog),
+        (uc.snapshot_table("shop", "orders", SNAPSHOT_ID), local.snapshot_table("shop", "orders", SNAPSHOT_ID)),
         (uc.snapshot_rows, local.snapshot_rows),
         (uc.snapshot_chunks, local.snapshot_chunks),
         (uc.schema_history, local.schema_history),
@@ -80,9 +86,9 @@ def lakehouse(spark, tmp_path_factory):
 
 def _sql(spark, text: str, names):
     text = TABLE_CHANGES.sub(lambda m: f"table_changes_by_path('{names[m.group(1)].path}'", text)
-    for name in set(UC_NAME.findall(text)):
+    for name in {found.replace("`", "") for found in UC_NAME.findall(text)}:
         assert name in names, f"docs/analysts.md names {name}, which binlake does not create"
-    text = UC_NAME.sub(lambda m: names[m.group(0)].sql, text)
+    text = UC_NAME.sub(lambda m: names[m.group(0).replace("`", "")].sql, text)
     return spark.sql(text)
 
 
@@ -141,20 +147,32 @@ def _build(spark, lh: Lakehouse) -> None:
     ]
     spark.createDataFrame(changes, CHANGELOG_SCHEMA).write.format("delta").mode("append").save(lh.changelog.path)
 
-    def snap(attempt, row, stats=None):
-        return ("s1", "shop", "orders", 0, attempt, 41, 100, "v1", row, stats)
-
-    snapshot_rows = [snap("a1", _img(i, "new", f"{i}0.00")) for i in (1, 2, 3)]
-    snapshot_rows.append(snap("a1", None, {"hw_file": "mysql-bin.000041", "hw_pos": "120", "row_count": "3"}))
-    # A killed attempt's row: no manifest row for attempt a0, so it must never count.
-    snapshot_rows.append(snap("a0", _img(9, "ghost", "99.00")))
-    spark.createDataFrame(snapshot_rows, SNAPSHOT_ROWS_SCHEMA).write.format("delta").mode("append").save(
-        lh.snapshot_rows.path
+    # The snapshot, typed as the snapshot writes it: chunk 0's rows and its marker row, and the
+    # row of an attempt a killed run left (no manifest row for a0, so it must never count).
+    orders = TableSchema(
+        database="shop",
+        table="orders",
+        columns=(
+            Column(name="id", kind=Kind.INT, bits=32),
+            Column(name="status", kind=Kind.STRING),
+            Column(name="amount", kind=Kind.DECIMAL, precision=10, scale=2),
+        ),
+        key=("id",),
     )
+    snapshot = lh.snapshot_table("shop", "orders", SNAPSHOT_ID)
+    create_snapshot_table(spark, snapshot, orders, SNAPSHOT_ID)
+    stats = {"snapshot_id": SNAPSHOT_ID, "hw_file": "mysql-bin.000041", "hw_pos": "120", "row_count": "3"}
+    typed_rows = [(i, "new", Decimal(f"{i}0.00"), 0, "a1", None) for i in (1, 2, 3)]
+    typed_rows += [(None, None, None, 0, "a1", stats), (9, "ghost", Decimal("99.00"), 0, "a0", None)]
+    spark.createDataFrame(
+        typed_rows,
+        "id INT, status STRING, amount DECIMAL(10,2), _cdc_chunk_id INT, _cdc_attempt_id STRING, "
+        "_cdc_chunk_stats MAP<STRING,STRING>",
+    ).write.format("delta").mode("append").save(snapshot.path)
     spark.createDataFrame(
         [
             (
-                "s1",
+                SNAPSHOT_ID,
                 "shop",
                 "orders",
                 0,
@@ -172,8 +190,8 @@ def _build(spark, lh: Lakehouse) -> None:
                 "c0ffee",
                 "v1",
                 _ts("2026-11-20 09:20:00"),
-                None,  # row_format: map rows in snapshot_rows, as binlake wrote them before typed rows
-                None,
+                TYPED_ROWS,
+                0,
             )
         ],
         SNAPSHOT_CHUNKS_SCHEMA,
