@@ -706,10 +706,10 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
     """The short form for every `make test`: under a write load, kill -9 of ``binlake
     maintain`` beside a complete ``binlake run``, a rotation burst, then kill -9 of ``binlake
     run --continuous`` in each of its three stages; a few minutes instead
-    of the full matrix's hour. Kills inside the snapshot are the full run's and
-    tests/integration/test_snapshot.py's; the kill after silver's bulk first load is the full
-    run's and tests/spark/test_incremental_cost.py's (the state a kill leaves at that point).
-    The first load runs in this process, the rest as ``binlake`` commands."""
+    of the full matrix's hour. The first load is killed inside a typed snapshot wave and inside
+    silver's bulk load first (the snapshot's other kills are the full run's and
+    tests/integration/test_snapshot.py's), then finished in this process; the rest runs as
+    ``binlake`` commands."""
     # Maintenance with no retention: every tombstone and change-log row below the safe bound
     # is fair game, and two files make a table worth compacting.
     db, config = h.new_scenario(
@@ -737,11 +737,19 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
                 f"maintain beside the pipeline (kill at {maintain_kill_at}) failed: exit {rc}: {_last_line(err)}"
             )
 
-    # The first load (its bulk path needs snapshot windows no change lands in, so before the
-    # writer starts), in this process; the maintain below is the one killed.
+    # The first load, before the writer starts (silver's bulk path needs snapshot windows no
+    # change lands in): killed inside a typed snapshot wave (its rows written, no manifest
+    # row), then inside silver's bulk load (rows appended, no progress), then finished in this
+    # process.
     from binlake.config import load_config
     from binlake.ops.pipeline import run_pipeline
 
+    for point in ("snapshot.before_manifest", "silver.after_bulk_load"):
+        rc, err = h.binlake(config, "run", kill_at=point, debug=True)
+        if rc == -9:
+            out.faults += 1
+        else:
+            out.notes.append(f"the first load: the kill at {point} did not trigger (exit {rc}: {_last_line(err)})")
     first = run_pipeline(h.spark, load_config(config))
     if not first.ok:
         out.notes.append(f"the first load failed: {first.summary()}")
