@@ -79,7 +79,8 @@ test-unit: venv
 bench: setup
 	$(PY) -m benchmarks.run
 
-# The large sizes too: full_sync_scaling syncs lineitem SF1 (6M rows) beside SF0.1.
+# The large sizes too: lineitem SF1 (6M rows) against a warm SF0.1 sync (full_sync_scaling)
+# and against its own plain reload (full_sync_vs_reload_sf1).
 bench-large: setup
 	$(PY) -m benchmarks.run --large --only full_sync
 
