@@ -36,7 +36,7 @@ def run(ctx) -> list[dict]:
     out = _versus_reload(ctx, rows, elapsed)
     if ctx.large:
         large_rows, large = full_sync(ctx, 1.0)
-        _, large_reload = _reload(ctx, large_rows)
+        large_reload = _reload(ctx, large_rows)
         _, warm = full_sync(ctx, scale, lake="warm")
         base = min(elapsed, warm)
         print(f"   SF1 / SF{scale} (warm, {base:,.1f}s): {large / base:,.2f}x the time", flush=True)
@@ -103,18 +103,18 @@ def full_sync(ctx, scale: float, lake: str = "") -> tuple[int, float]:
     return rows, elapsed
 
 
-def _reload(ctx, rows: int) -> tuple[int, float]:
-    """The plain reload of the lineitem MariaDB holds now (``rows`` of it): (rows, seconds)."""
+def _reload(ctx, rows: int) -> float:
+    """Seconds of the plain reload of the lineitem MariaDB holds now (``rows`` of it)."""
     reloaded, reload_s = jdbc_to_delta(
         ctx, "tpch_sync", "lineitem", "l_orderkey", max(2, rows // 50000), str(ctx.workdir / f"full_sync_reload_{rows}")
     )
     if reloaded != rows:
         raise AssertionError(f"lineitem has {rows} rows; the JDBC reload wrote {reloaded}")
-    return reloaded, reload_s
+    return reload_s
 
 
 def _versus_reload(ctx, rows: int, elapsed: float) -> list[dict]:
-    _, reload_s = _reload(ctx, rows)
+    reload_s = _reload(ctx, rows)
     print(
         f"   plain Spark JDBC reload of the same table into Delta: {reload_s:,.1f}s "
         f"(full sync {elapsed / reload_s:,.1f}x)",

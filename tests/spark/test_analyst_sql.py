@@ -164,11 +164,8 @@ def _build(spark, lh: Lakehouse) -> None:
     stats = {"snapshot_id": SNAPSHOT_ID, "hw_file": "mysql-bin.000041", "hw_pos": "120", "row_count": "3"}
     typed_rows = [(i, "new", Decimal(f"{i}0.00"), 0, "a1", None) for i in (1, 2, 3)]
     typed_rows += [(None, None, None, 0, "a1", stats), (9, "ghost", Decimal("99.00"), 0, "a0", None)]
-    spark.createDataFrame(
-        typed_rows,
-        "id INT, status STRING, amount DECIMAL(10,2), _cdc_chunk_id INT, _cdc_attempt_id STRING, "
-        "_cdc_chunk_stats MAP<STRING,STRING>",
-    ).write.format("delta").mode("append").save(snapshot.path)
+    typed_schema = spark.read.format("delta").load(snapshot.path).schema
+    spark.createDataFrame(typed_rows, typed_schema).write.format("delta").mode("append").save(snapshot.path)
     spark.createDataFrame(
         [
             (
