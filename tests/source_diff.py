@@ -16,6 +16,7 @@ Used by tests/spark/test_randomized_end_to_end.py and the chaos driver (tests/ch
 
 from __future__ import annotations
 
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 
@@ -88,27 +89,54 @@ def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", ex
     if layer == "silver":
         lake = lake.where("NOT _cdc_deleted")
     lake = lake.select(*[F.col(f"`{n}`") for n in names])
+    # Both sides are small in tests: compared in Python after one read of each, rather than
+    # in a handful of Spark joins per table that each read both sides again.
+    source_rows = [_hashable(tuple(r)) for r in src.collect()]
+    lake_rows = [_hashable(tuple(r)) for r in lake.collect()]
+    at = [names.index(k) for k in key]
 
-    def show(row) -> str:
-        return ", ".join(f"{n}={row[n]!r}" for n in names)
+    def key_of(row: tuple) -> tuple:
+        return tuple(row[i] for i in at)
 
-    missing = src.join(lake, key, "left_anti")
-    extra = lake.join(src, key, "left_anti")
-    doubled = lake.groupBy(*key).count().where("count > 1")
-    changed = src.exceptAll(lake).join(lake.select(*key), key, "left_semi")
-    diff.missing, diff.different = missing.count(), changed.count()
-    diff.extra = extra.count() + sum(r["count"] - 1 for r in doubled.collect())
+    def show(row: tuple) -> str:
+        return ", ".join(f"{n}={v!r}" for n, v in zip(names, row))
 
-    diff.examples += [f"missing: {show(r)}" for r in missing.limit(examples).collect()]
-    diff.examples += [f"extra: {show(r)}" for r in extra.limit(examples).collect()]
-    diff.examples += [
-        f"key {[r[k] for k in key]} in {layer} {r['count']} times" for r in doubled.limit(examples).collect()
-    ]
-    for s in changed.limit(examples).collect():
-        match = lake
-        for k in key:
-            match = match.where(F.col(f"`{k}`") == s[k])
-        for g in match.collect():
-            cells = [f"{n}: source {s[n]!r}, {layer} {g[n]!r}" for n in names if s[n] != g[n]]
-            diff.examples.append(f"different at key {[s[k] for k in key]}: " + "; ".join(cells))
+    lake_by_key = defaultdict(list)
+    for row in lake_rows:
+        lake_by_key[key_of(row)].append(row)
+    source_keys = {key_of(row) for row in source_rows}
+    missing = [row for row in source_rows if key_of(row) not in lake_by_key]
+    extra = [row for row in lake_rows if key_of(row) not in source_keys]
+    doubled = {k: len(rows) for k, rows in lake_by_key.items() if len(rows) > 1}
+    # A source row is different when no lake row equals it (as a multiset, like EXCEPT ALL)
+    # and its key is in the lake.
+    unmatched = Counter(lake_rows)
+    changed = []
+    for row in source_rows:
+        if unmatched[row]:
+            unmatched[row] -= 1
+        elif key_of(row) in lake_by_key:
+            changed.append(row)
+    diff.missing, diff.different = len(missing), len(changed)
+    diff.extra = len(extra) + sum(n - 1 for n in doubled.values())
+
+    diff.examples += [f"missing: {show(r)}" for r in missing[:examples]]
+    diff.examples += [f"extra: {show(r)}" for r in extra[:examples]]
+    diff.examples += [f"key {list(k)} in {layer} {n} times" for k, n in list(doubled.items())[:examples]]
+    for s in changed[:examples]:
+        for g in lake_by_key[key_of(s)]:
+            cells = [f"{n}: source {a!r}, {layer} {b!r}" for n, a, b in zip(names, s, g) if a != b]
+            diff.examples.append(f"different at key {list(key_of(s))}: " + "; ".join(cells))
     return diff
+
+
+def _hashable(value):
+    """``value`` as Spark returned it, with its lists, maps, structs and binaries made hashable
+    so that rows can be counted; equal where Spark's comparison finds them equal."""
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, dict):
+        return frozenset((_hashable(k), _hashable(v)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(v) for v in value)
+    return value
