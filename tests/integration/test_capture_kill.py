@@ -89,7 +89,7 @@ def test_kill_9_at_any_point_then_rerun_writes_every_change_exactly_once(spark, 
         _capture(config_path, kill_at="capture.after_commit@2"),
     ]
     assert outcomes[:2] == [-signal.SIGKILL] * 2, f"mid-batch and after-commit kills must have happened: {outcomes}"
-    assert _capture(config_path) == 0
+    run_capture(spark, config)  # the re-run that finishes: in this process, a JVM start less
 
     log = Lakehouse(config).changelog.read(spark).where(f"db = '{database}' AND op IN ('insert','update','delete')")
     per_seq = log.groupBy("file_index", "pos", "row").count()
