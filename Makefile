@@ -61,9 +61,9 @@ lint: venv
 	.venv/bin/lint-imports
 
 # The whole suite, including the chaos short form (tests/integration/test_chaos_short.py).
-# Three workers, whole files each (one Spark and one MariaDB per worker): most tests wait on
-# a JVM or a server, so three overlap well even on 2 cores.
-PYTEST_WORKERS ?= 3
+# Two workers, whole files each (one Spark and one MariaDB per worker): the suite keeps two
+# cores busy with two, and a third JVM on them only adds contention (docs/development.md).
+PYTEST_WORKERS ?= 2
 test: setup lint
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
