@@ -295,9 +295,7 @@ class Harness:
             return proc.returncode, err
         finally:
             if proc.returncode not in (0, -9):
-                # The whole stderr (with --debug's traceback) beside the config, for the post-mortem.
-                self.failures += 1
-                (config.parent / f"failed-{self.failures:02d}-{args[0]}.log").write_text(err or "")
+                self._keep_failure(config, args[0], err)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
@@ -314,8 +312,15 @@ class Harness:
 
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            rc = cli.main(["--config", str(config), "run"])
+            rc = cli.main(["--debug", "--config", str(config), "run"])
+        if rc != 0:
+            self._keep_failure(config, "run", err.getvalue())
         return rc, err.getvalue()
+
+    def _keep_failure(self, config: Path, command: str, err: str) -> None:
+        """A failed command's whole stderr (with --debug's traceback) beside the config, for the post-mortem."""
+        self.failures += 1
+        (config.parent / f"failed-{self.failures:02d}-{command}.log").write_text(err or "")
 
     def start_background(self, config: Path, *args: str) -> subprocess.Popen:
         env = {**os.environ, "CI": "1"}
