@@ -743,8 +743,7 @@ def _commit(
     faults.point("capture.before_commit")
     lh.changelog.save(writer)
     faults.point("capture.after_commit")
-    last = lh.changelog.delta(spark).history(1).collect()[0]
-    if last["userMetadata"] != tag:
+    if lh.changelog.newest_commit_info(spark)["userMetadata"] != tag:
         # Another capture process committed this range first; continue from what it stored.
         stored = capture_state(spark, lh)
         log.warning(

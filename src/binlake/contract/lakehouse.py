@@ -397,7 +397,7 @@ class TableRef:
     def last_commit(self, spark, since: int | None = None) -> tuple[int, dict[str, int]]:
         """(version, integer metrics) of the newest commit; metrics are ``{}`` when no commit
         came after version ``since`` (Delta commits nothing for a MERGE that matched nothing)."""
-        row = self.delta(spark).history(1).select("version", "operationMetrics").first()
+        row = self.newest_commit_info(spark)
         version = int(row["version"])
         if since is not None and version <= since:
             return version, {}
@@ -409,11 +409,30 @@ class TableRef:
                 pass
         return version, metrics
 
+    def newest_commit_info(self, spark) -> dict:
+        """The newest commit as :meth:`commits` describes one: from the log's newest commit
+        file where the session has a JVM, a Spark job less than ``history(1)``."""
+        version = self.latest_version(spark)
+        found = _log_commits(spark, self, version, version)
+        if found:
+            return found[-1]
+        cols = ("version", "operation", "operationParameters", "userMetadata", "operationMetrics")
+        return self.delta(spark).history(1).select(*cols).first().asDict()
+
+    def description(self, spark) -> str:
+        """The table's comment (Delta's ``description``): from the log's cached metadata where
+        the session has a JVM, else ``DESCRIBE DETAIL`` (which computes the table's file
+        statistics to answer, a few Spark jobs)."""
+        snapshot = _log_snapshot(spark, self.path) if self.path else None
+        if snapshot is not None:
+            return snapshot.metadata().description() or ""
+        return spark.sql(f"DESCRIBE DETAIL {self.sql}").select("description").first()[0] or ""
+
     def commits(self, spark, first: int, last: int | None = None) -> list[dict]:
         """The commits of versions ``first`` to ``last`` (default: the newest), oldest first:
-        ``version``, ``operation``, ``operationParameters`` and ``userMetadata``. Read from the
-        log's commit files by Delta's log object where the session has a JVM (no Spark job),
-        else from ``DESCRIBE HISTORY``."""
+        ``version``, ``operation``, ``operationParameters``, ``userMetadata`` and
+        ``operationMetrics``. Read from the log's commit files by Delta's log object where the
+        session has a JVM (no Spark job), else from ``DESCRIBE HISTORY``."""
         found = _log_commits(spark, self, first, last)
         if found is not None:
             return found
@@ -424,7 +443,7 @@ class TableRef:
         rows = (
             self.delta(spark)
             .history(newest - first + 1)
-            .select("version", "operation", "operationParameters", "userMetadata")
+            .select("version", "operation", "operationParameters", "userMetadata", "operationMetrics")
             .collect()
         )
         return sorted((r.asDict() for r in rows if first <= r["version"] <= last), key=lambda c: c["version"])
@@ -573,19 +592,25 @@ def position_facts(changelog: TableRef, p) -> tuple[str | None, str | None] | No
     return _POSITION_FACTS.get((str(changelog), p.key()))
 
 
-def _log_head(spark, path: str) -> tuple[int, int] | None:
-    """(version, commit time in ms) of the newest commit of the Delta table at ``path``, from
-    Delta's own log object, which the JVM keeps between calls: a few milliseconds where
-    ``history(1)`` runs a Spark job. None where that object is not reachable (a Spark Connect
-    session has no JVM to ask, another Delta build may lack it): the caller asks history."""
+def _log_snapshot(spark, path: str):
+    """The newest snapshot of the Delta table at ``path`` from Delta's own log object, which the
+    JVM keeps between calls (a listing of the log, no Spark job); None where that object is
+    not reachable (a Spark Connect session has no JVM to ask, another Delta build may lack it)."""
     if is_connect(spark):
         return None
     try:
         log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
-        snapshot = log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
-        return int(snapshot.version()), int(snapshot.timestamp())
-    except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
+        return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
+    except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask Spark SQL instead
         return None
+
+
+def _log_head(spark, path: str) -> tuple[int, int] | None:
+    """(version, commit time in ms) of the newest commit of the Delta table at ``path``, from
+    :func:`_log_snapshot`: a few milliseconds where ``history(1)`` runs a Spark job. None
+    where the log object is not reachable: the caller asks history."""
+    snapshot = _log_snapshot(spark, path)
+    return None if snapshot is None else (int(snapshot.version()), int(snapshot.timestamp()))
 
 
 def _log_commits(spark, ref: TableRef, first: int, last: int | None) -> list[dict] | None:
@@ -608,23 +633,28 @@ def _log_commits(spark, ref: TableRef, first: int, last: int | None) -> list[dic
                 action = actions.apply(i)
                 if action.getClass().getSimpleName() != "CommitInfo":
                     continue
-                params, metadata = action.operationParameters(), action.userMetadata()
-                keys = params.keys().iterator()
-                parameters = {}
-                while keys.hasNext():
-                    k = keys.next()
-                    parameters[k] = params.apply(k)
+                metadata, metrics = action.userMetadata(), action.operationMetrics()
                 out.append(
                     {
                         "version": version,
                         "operation": action.operation(),
-                        "operationParameters": parameters,
+                        "operationParameters": _scala_map(action.operationParameters()),
                         "userMetadata": metadata.get() if metadata.isDefined() else None,
+                        "operationMetrics": _scala_map(metrics.get()) if metrics.isDefined() else None,
                     }
                 )
         return out
     except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask history() instead
         return None
+
+
+def _scala_map(m) -> dict[str, str]:
+    out = {}
+    keys = m.keys().iterator()
+    while keys.hasNext():
+        k = keys.next()
+        out[k] = m.apply(k)
+    return out
 
 
 def _is_delta_path(spark, table_sql: str) -> bool:

@@ -570,8 +570,7 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
 def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
     """Overwrite one gold table; returns (new version, rows written)."""
     ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
-    current = spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("description").first()[0] or ""
-    if table_comment and current != table_comment:
+    if table_comment and ref.description(spark) != table_comment:
         spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('comment' = {spark_string(table_comment)})")
     version, metrics = ref.last_commit(spark)
     if metrics.get("numOutputRows") is None:  # the last commit was the comment: count the overwrite's rows
