@@ -210,6 +210,33 @@ def test_gold_merges_what_changed_in_silver(spark, one):
     assert all(c["success"] for c in json.loads(logged["checks"])["results"])
 
 
+def test_a_publish_takes_each_keys_last_change_over_several_silver_runs_and_skips_compacted_tombstones(spark, one):
+    b = one
+    silver, gold = b.lh.silver("shop", "t0"), b.lh.gold("shop", "t0")
+    b.commit(
+        b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "first", "n": 1}),
+        b.delete(t(0), (2, 10, 1), id=2, v="v2", n=2),
+        b.delete(t(0), (2, 10, 2), id=0, v="v0", n=0),
+    )
+    run_silver(spark, b.config)
+    run_gold(spark, b.config)
+    # Two silver runs between publishes, and between them what binlake maintain's tombstone
+    # compaction does: the tombstone gold already applied leaves silver (a delete in its feed).
+    b.commit(b.update(t(0), (2, 20, 0), {"id": 1, "v": "first", "n": 1}, {"id": 1, "v": "second", "n": 1}))
+    run_silver(spark, b.config)
+    spark.sql(f"DELETE FROM {silver.sql} WHERE _cdc_deleted")
+    b.commit(
+        b.update(t(0), (2, 30, 0), {"id": 1, "v": "second", "n": 1}, {"id": 1, "v": "third", "n": 1}),
+        b.insert(t(0), (2, 30, 1), id=2, v="back", n=2),
+    )
+    run_silver(spark, b.config)
+
+    [t0] = run_gold(spark, b.config).tables
+
+    assert t0.mode == "incremental" and t0.row_count == 2 and t0.silver_rows == 2
+    assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [(1, "third"), (2, "back")]
+
+
 def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_rebuilt_over(spark, one):
     b = one
     gold = b.lh.gold("shop", "t0")

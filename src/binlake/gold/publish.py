@@ -9,9 +9,10 @@ recorded with P. Per table, a publish does the least that makes gold equal silve
 rows there:
 
 - **reuse**: silver has not moved since the last publish: nothing is read or written;
-- **incremental**: the keys silver's change data feed names since the last published
-  version are read at the new version, checked, and MERGEd into gold (``_cdc_seq`` decides
-  which rows change; tombstones and rows a drop check rejects are deleted);
+- **incremental**: the rows silver's change data feed holds for each key it changed since
+  the last published version (the key's last change) are checked and MERGEd into gold
+  (``_cdc_seq`` decides which rows change; tombstones and rows a drop check rejects are
+  deleted);
 - **rebuild**: the first publish, a changed rule set, a rebuilt or re-shaped silver table, a
   gap in the feed, or a gold table someone else wrote: every live row is checked and gold
   is overwritten.
@@ -30,7 +31,6 @@ Example::
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -90,7 +90,6 @@ from binlake.quality.checks import (
     unexpected_conditions,
     validation_json,
 )
-from binlake.silver.merge import DRIVER_KEYS, cut_intervals, is_numeric_type, key_intervals
 
 log = logging.getLogger("binlake.gold")
 
@@ -207,6 +206,7 @@ class _Work:
     plan: ChecksPlan | None = None
     frame: Any = None  # the live rows checked (all of silver's, or those of the changed keys)
     source: Any = None  # incremental: the changed keys' rows at the new silver version
+    cached: Any = None  # incremental: the change feed per key, which the source is read from
     outcome: TableChecks | None = None
     expected_gold_rows: int = 0
     # Gold's rows before an incremental MERGE, when gold is at the version the last publish
@@ -443,39 +443,6 @@ def _plan(
 # Checking: one Spark job per table over the rows this publish reads
 
 
-def _key_bounds(keys, schema: TableSchema, rows: int, bounds: tuple):
-    """A predicate on the leading key column that holds every key of ``keys`` (a DataFrame of
-    ``rows`` keys, the first column's ``bounds``): it lets Delta skip the files of a clustered
-    table that hold none of them."""
-    from pyspark.sql import functions as F
-
-    first = schema.key[0]
-    typ = schema.column(first).spark_type
-    intervals = key_intervals(keys, quote_ident(first), numeric=is_numeric_type(typ), bounds=bounds, rows=rows)
-    if not intervals:
-        return F.lit(False)
-    col = F.col(quote_ident(first))
-    return functools.reduce(
-        lambda a, b: a | b, [(col >= F.lit(lo).cast(typ)) & (col <= F.lit(hi).cast(typ)) for lo, hi in intervals]
-    )
-
-
-def _key_bounds_of(first_keys: list, schema: TableSchema):
-    """:func:`_key_bounds` of the leading key column's values already on the driver."""
-    from pyspark.sql import functions as F
-
-    first = schema.key[0]
-    typ = schema.column(first).spark_type
-    values = [v for v in first_keys if v is not None]
-    if not values:
-        return F.lit(False)
-    intervals = cut_intervals(values) if is_numeric_type(typ) else [(min(values), max(values))]
-    col = F.col(quote_ident(first))
-    return functools.reduce(
-        lambda a, b: a | b, [(col >= F.lit(lo).cast(typ)) & (col <= F.lit(hi).cast(typ)) for lo, hi in intervals]
-    )
-
-
 def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     """Read what the publish needs of one table and run its checks: the built-ins and the
     row-level expectations on the rows read, the table-level ones on the table as it will be
@@ -500,7 +467,13 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
 def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
     """The keys silver's change feed names since the last publish, their rows at the pinned
     version (checked, and the MERGE's source), and what gold held for them; False when the
-    feed does not cover that range (kept only from a later version on, or cleaned up)."""
+    feed does not cover that range (kept only from a later version on, or cleaned up).
+
+    All of it comes from one read of the feed: a key's row at the pinned version is its last
+    change there, so silver itself is not read again (nor its file list rebuilt at the new
+    version). The commits in the range are MERGEs, appends, UPDATEs and DELETEs (anything
+    that rewrites the table rebuilds instead, :func:`_mode`), each of which changes a key at
+    most once, so a commit version and the post-image before the pre-image order them."""
     from pyspark import StorageLevel
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
@@ -513,15 +486,26 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
     drops = unexpected_conditions(silver, [p for p in plan.expectations.drops])
     order = F.struct(F.col("_commit_version"), F.when(F.col("_change_type") == "update_postimage", 1).otherwise(0))
     first = F.struct((F.col("_change_type") == "update_preimage") & ~F.col("_cdc_deleted"), ~rejected(drops.values()))
+    # Its row now is its last change, unless that removed it from silver (an erase, or
+    # tombstones compacted away after gold applied them): then gold has nothing to take.
+    columns = silver.columns
+    last = F.struct(F.col("_change_type") != "delete", F.struct(*[F.col(quote_ident(c)) for c in columns]))
     try:
         feed = lh.silver(t.db, t.table).read_changes(spark, since + 1, t.silver_version, inserts_only=False)
-        per_key = feed.groupBy(*keys).agg(F.min_by(first, order).alias("_before"))
-        per_key = per_key.select(
-            *keys, F.col("_before.col1").alias("_live"), (F.col("_before.col1") & F.col("_before.col2")).alias("_kept")
+        per_key = (
+            feed.groupBy(*keys)
+            .agg(F.min_by(first, order).alias("_before"), F.max_by(last, order).alias("_after"))
+            .select(
+                *keys,
+                F.col("_before.col1").alias("_live"),
+                (F.col("_before.col1") & F.col("_before.col2")).alias("_kept"),
+                F.col("_after.col1").alias("_present"),
+                F.col("_after.col2").alias("_row"),
+            )
+            .persist(StorageLevel.MEMORY_AND_DISK)
         )
-        # A small change set (the usual one) comes to the driver whole: its counts, bounds
-        # and key intervals need no further job.
-        few = per_key.limit(DRIVER_KEYS + 1).collect()
+        w.cached = per_key
+        before = per_key.agg(F.count_if("_live").alias("live"), F.count_if("_kept").alias("kept")).first()
     except AnalysisException as exc:
         log.warning(
             "gold %s: silver's change feed does not cover versions %d..%d (%s): rebuilding",
@@ -531,25 +515,10 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
             (str(exc).strip().splitlines() or [""])[0][:120],
         )
         return False
-    if len(few) <= DRIVER_KEYS:
-        changed = spark.createDataFrame([r[: len(keys)] for r in few], per_key.select(*keys).schema)
-        live, kept = sum(1 for r in few if r["_live"]), sum(1 for r in few if r["_kept"])
-        bounds = _key_bounds_of([r[0] for r in few], schema)
-    else:
-        per_key = per_key.localCheckpoint()
-        before = per_key.agg(
-            F.count(F.lit(1)).alias("n"),
-            F.count_if("_live").alias("live"),
-            F.count_if("_kept").alias("kept"),
-            F.min(keys[0]).alias("lo"),
-            F.max(keys[0]).alias("hi"),
-        ).first()
-        changed = per_key.select(*keys)
-        live, kept = before["live"], before["kept"]
-        bounds = _key_bounds(changed, schema, before["n"], (before["lo"], before["hi"]))
+    live, kept = before["live"], before["kept"]
+    changed = per_key.select(*keys)
     # Tombstones stay in: they delete from gold.
-    now = silver.where(bounds).join(F.broadcast(changed), list(schema.key), "left_semi")
-    w.source = now.persist(StorageLevel.MEMORY_AND_DISK)
+    w.source = per_key.where("_present").select(*[F.col("_row").getField(c).alias(c) for c in columns])
     w.frame = _gold_frame(w.source.where(~F.col("_cdc_deleted")), schema)
     w.outcome = check_rows(w.frame, plan, table_level=False)
     t.silver_rows = int(w.previous["silver_rows"]) + w.outcome.rows - live
@@ -849,8 +818,8 @@ def _utc_now() -> str:
 
 def _release(work: list[_Work]) -> None:
     for w in work:
-        if w.source is not None:
-            w.source.unpersist()
+        if w.cached is not None:
+            w.cached.unpersist()
 
 
 __all__ = ["GOLD_METADATA_COLUMNS", "GoldResult", "TablePublish", "run_gold"]
