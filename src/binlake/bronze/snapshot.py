@@ -32,6 +32,7 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -73,6 +74,7 @@ from binlake.contract.lakehouse import (
     TYPED_SNAPSHOT_PROPERTIES,
     Lakehouse,
     ManifestRow,
+    once_per_version,
 )
 from binlake.contract.position import epoch_of, file_index, log_index
 from binlake.contract.sql import spark_string
@@ -390,20 +392,27 @@ def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dic
     if not targets:
         return {}
     names = [f"{db}.{t}" for db, t in targets]
-    # The latest plan per table first, then the manifest counts of just those snapshots:
-    # no shuffle join, and a first snapshot (no plan rows yet) costs one quick job.
-    plans = (
-        lh.snapshot_plan.read(spark)
-        .where(F.concat_ws(".", "db", "table").isin(names))
-        .groupBy("db", "table", "snapshot_id")
-        # One plan row per chunk (a plan is one append), so count() needs no distinct.
-        .agg(
-            F.max("planned_at").alias("planned_at"),
-            F.count(F.lit(1)).alias("planned"),
-            F.first("schema_version").alias("schema_version"),
+    # Once per version of each table in a process: a loop that finds nothing new to snapshot
+    # asks Delta only for the newest commits.
+    digest = hashlib.sha1("\n".join(sorted(names)).encode()).hexdigest()
+
+    def planned(version: int) -> list:
+        # The latest plan per table first, then the manifest counts of just those snapshots:
+        # no shuffle join, and a first snapshot (no plan rows yet) costs one quick job.
+        return (
+            lh.snapshot_plan.read_version(spark, version)
+            .where(F.concat_ws(".", "db", "table").isin(names))
+            .groupBy("db", "table", "snapshot_id")
+            # One plan row per chunk (a plan is one append), so count() needs no distinct.
+            .agg(
+                F.max("planned_at").alias("planned_at"),
+                F.count(F.lit(1)).alias("planned"),
+                F.first("schema_version").alias("schema_version"),
+            )
+            .collect()
         )
-        .collect()
-    )
+
+    plans = once_per_version(spark, lh.snapshot_plan, f"plans of {digest}", planned)
     latest: dict[tuple[str, str], dict] = {}
     for r in plans:
         key = (r["db"], r["table"])
@@ -420,15 +429,20 @@ def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dic
         }
     if latest:
         ids = sorted(v["snapshot_id"] for v in latest.values())
-        done = {
-            r["snapshot_id"]: r["done"]
-            for r in lh.snapshot_chunks.read(spark)
-            .where(F.col("snapshot_id").isin(ids))
-            # Runs racing on one snapshot may both commit a chunk: count chunk ids once.
-            .groupBy("snapshot_id")
-            .agg(F.size(F.collect_set("chunk_id")).alias("done"))
-            .collect()
-        }
+
+        def manifested(version: int) -> dict:
+            return {
+                r["snapshot_id"]: r["done"]
+                for r in lh.snapshot_chunks.read_version(spark, version)
+                .where(F.col("snapshot_id").isin(ids))
+                # Runs racing on one snapshot may both commit a chunk: count chunk ids once.
+                .groupBy("snapshot_id")
+                .agg(F.size(F.collect_set("chunk_id")).alias("done"))
+                .collect()
+            }
+
+        key = hashlib.sha1("\n".join(ids).encode()).hexdigest()
+        done = once_per_version(spark, lh.snapshot_chunks, f"chunks of {key}", manifested)
         for v in latest.values():
             v["complete"] = done.get(v["snapshot_id"], 0) >= v["planned"]
     return latest

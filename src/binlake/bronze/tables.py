@@ -64,9 +64,13 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
 
 def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:
     """(db, table, schema_version) already in schema_history."""
-    # A few rows per table: deduplicated here rather than by a shuffle stage.
-    rows = lh.schema_history.read(spark).select("db", "table", "schema_version").collect()
-    return {(r["db"], r["table"], r["schema_version"]) for r in rows}
+
+    def compute(version: int) -> frozenset[tuple[str, str, str]]:
+        # A few rows per table: deduplicated here rather than by a shuffle stage.
+        rows = lh.schema_history.read_version(spark, version).select("db", "table", "schema_version").collect()
+        return frozenset((r["db"], r["table"], r["schema_version"]) for r in rows)
+
+    return set(once_per_version(spark, lh.schema_history, "known versions", compute))
 
 
 def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, int, str | None]]) -> int:
