@@ -164,28 +164,31 @@ def test_the_command_exits_8_on_a_mismatch_with_one_line(mirror, spark, capsys):
 
 
 def test_a_differing_chunk_that_keeps_changing_is_checked_twice_and_reported_as_changing(
-    mirrored, mariadb, spark, database
+    mirrored, mariadb, spark, database, monkeypatch
 ):
-    import threading
+    from binlake.ops import verify
 
     config, ref = mirrored
     spark.sql(f"UPDATE {ref.sql} SET owner = 'tampered' WHERE id = 14")
-    stop = threading.Event()
 
-    def keep_writing():
-        with mariadb.root_connection(database) as conn, conn.cursor() as cur:
-            while not stop.is_set():
-                cur.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 15")
-                stop.wait(0.2)
+    # The table keeps changing: a write lands just before and just after each read of the
+    # source, so every read is followed by a change inside the same chunk. (Written at those
+    # points, not by a timed writer: on a busy box a read can fall between two timed writes.)
+    def write():
+        mariadb.execute("UPDATE accounts SET balance = balance + 1 WHERE id = 15", database=database)
 
-    writer = threading.Thread(target=keep_writing, daemon=True)
-    writer.start()
-    try:
-        with pytest.raises(VerifyMismatch) as info:
-            run_verify(spark, config)
-    finally:
-        stop.set()
-        writer.join()
+    def source_side_while_writing(*args, **kwargs):
+        write()
+        try:
+            return read_source(*args, **kwargs)
+        finally:
+            write()
+
+    read_source = verify._source_side
+    monkeypatch.setattr(verify, "_source_side", source_side_while_writing)
+    with pytest.raises(VerifyMismatch) as info:
+        run_verify(spark, config)
+    monkeypatch.setattr(verify, "_source_side", read_source)
     [table] = info.value.result.tables
     assert table.rechecked
     assert [(c.chunk_id, c.status) for c in table.chunks] == [(0, "ok"), (1, "changing"), (2, "ok")]
