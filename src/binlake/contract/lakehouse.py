@@ -413,11 +413,7 @@ class TableRef:
         """The newest commit as :meth:`commits` describes one: from the log's newest commit
         file where the session has a JVM, a Spark job less than ``history(1)``."""
         version = self.latest_version(spark)
-        found = _log_commits(spark, self, version, version)
-        if found:
-            return found[-1]
-        cols = ("version", "operation", "operationParameters", "userMetadata", "operationMetrics")
-        return self.delta(spark).history(1).select(*cols).first().asDict()
+        return self.commits(spark, version, version)[-1]
 
     def description(self, spark) -> str:
         """The table's comment (Delta's ``description``): from the log's cached metadata where
