@@ -482,6 +482,7 @@ class BarrierController(threading.Thread):
         self.stop_event = threading.Event()
         self.seen: list[str] = []
         self.error: BaseException | None = None
+        self.workers: list[threading.Thread] = []
         self.kill_after_lw, self.pgid, self.killed = kill_after_lw, pgid, False
 
     def run(self) -> None:
@@ -498,16 +499,32 @@ class BarrierController(threading.Thread):
                         self.killed = True
                         return
                     action = self.actions.get(name)
-                    if action is not None:
-                        action()
-                    (self.directory / f"{name}.go").touch()
+                    if action is None:
+                        (self.directory / f"{name}.go").touch()
+                    else:
+                        # On its own thread: an action that waits on a lock held by another
+                        # paused reader (a TRUNCATE waits for every open read of its table)
+                        # must not keep that reader from being released.
+                        worker = threading.Thread(target=self._act, args=(name, action), daemon=True)
+                        worker.start()
+                        self.workers.append(worker)
                 time.sleep(0.02)
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test
             self.error = exc
 
+    def _act(self, name: str, action) -> None:
+        try:
+            action()
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            self.error = exc
+        finally:
+            (self.directory / f"{name}.go").touch()
+
     def stop(self) -> None:
         self.stop_event.set()
         self.join(timeout=30)
+        for worker in self.workers:
+            worker.join(timeout=30)
         if self.error is not None:
             raise self.error
 
