@@ -7,6 +7,7 @@ from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from chispa import assert_df_equality
 
 from binlake.contract.types import Kind
+from binlake.silver import cascade
 from binlake.silver.run import run_silver
 
 
@@ -103,14 +104,19 @@ def test_cascade_ignores_child_rows_newer_than_the_parent_delete_and_replays(spa
     assert sorted(map(tuple, b.lh.silver("shop", "orders").read(spark).collect())) == before
 
 
-def test_parent_key_update_cascades_to_children(spark, b):
+@pytest.mark.parametrize("few_rows", [cascade.FEW_ROWS, 1], ids=["rounds compared on the driver", "in Spark"])
+def test_a_parent_key_updated_three_times_in_a_batch_moves_its_children_three_times(spark, b, monkeypatch, few_rows):
+    # Each round settles one more move (2 -> 20, then 20 -> 21, then 21 -> 22): a round
+    # compared as equal to the one before it too early leaves the children behind.
+    monkeypatch.setattr(cascade, "FEW_ROWS", few_rows)
     b.commit(
         b.update(CUSTOMERS, (1, 500, 0), {"id": 2, "name": "bob"}, {"id": 20, "name": "bob"}),
         b.update(CUSTOMERS, (1, 510, 0), {"id": 20, "name": "bob"}, {"id": 21, "name": "bob"}),
+        b.update(CUSTOMERS, (1, 520, 0), {"id": 21, "name": "bob"}, {"id": 22, "name": "bob"}),
     )
     run_silver(spark, b.config)
-    same(live(spark, b, "orders", ["id", "customer_id"]), spark, [(10, 1), (11, 21)], "id INT, customer_id INT")
-    same(live(spark, b, "customers", ["id"]), spark, [(1,), (21,)], "id INT")
+    same(live(spark, b, "orders", ["id", "customer_id"]), spark, [(10, 1), (11, 22)], "id INT, customer_id INT")
+    same(live(spark, b, "customers", ["id"]), spark, [(1,), (22,)], "id INT")
 
 
 # ---------------------------------------------------------------------------------------
