@@ -134,6 +134,17 @@ def derive(spark, tables: dict[str, CascadeTable]) -> dict[str, object]:
     if not any(tables[p].changes is not None for p in parents):
         return {}
     bases: dict[str, object] = {}
+    try:
+        return _settle(tables, links, bases)
+    finally:
+        for base in bases.values():
+            base.unpersist()
+
+
+def _settle(tables: dict[str, CascadeTable], links: list[Link], bases: dict[str, object]) -> dict[str, object]:
+    """Derive round after round until a round derives what the one before it did."""
+    from pyspark import StorageLevel
+
     derived: dict[str, object] = {}
     rounds: dict[str, _Round] = {}
     for round_no in range(1, MAX_ROUNDS + 1):
@@ -144,7 +155,10 @@ def derive(spark, tables: dict[str, CascadeTable]) -> dict[str, object]:
                 continue
             child = tables[link.child]
             if link.child not in bases:
-                bases[link.child] = child.base()
+                # Each round joins it twice per link: read it once, only the columns used.
+                bases[link.child] = (
+                    child.base().selectExpr(*_state_columns(child)).persist(StorageLevel.MEMORY_AND_DISK)
+                )
             state = _state_records(child, bases[link.child], derived.get(link.child))
             frames[link.child].append(_derive_link(link, child, events, state))
         nxt = {}
@@ -217,11 +231,15 @@ def _events(link: Link, logged, derived):
 
 def _state_records(child: CascadeTable, base, derived):
     """Every record of the child known to this derivation: columns, _cdc_seq, _cdc_deleted."""
-    cols = [quote_ident(c.name) for c in child.schema.columns] + ["_cdc_seq", "_cdc_deleted"]
+    cols = _state_columns(child)
     out = base.selectExpr(*cols).unionByName(child.records.selectExpr(*cols))
     if derived is not None:
         out = out.unionByName(derived_records(derived, child.schema).selectExpr(*cols))
     return out
+
+
+def _state_columns(child: CascadeTable) -> list[str]:
+    return [quote_ident(c.name) for c in child.schema.columns] + ["_cdc_seq", "_cdc_deleted"]
 
 
 def _derive_link(link: Link, child: CascadeTable, events, state):
