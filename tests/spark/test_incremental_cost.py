@@ -5,6 +5,7 @@ load is a bulk append; gold merges what changed in silver instead of rewriting t
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 import yaml
@@ -80,16 +81,41 @@ def test_tables_with_nothing_new_cost_silver_and_gold_no_spark_job(spark, tmp_pa
     assert costs["six"] == costs["one"], f"five idle tables added Spark jobs (silver, gold): {costs}"
 
 
-def test_a_run_with_nothing_new_commits_nothing(spark, tmp_path):
+def test_a_run_with_nothing_new_commits_nothing_and_runs_no_spark_job(spark, tmp_path):
     b = lakehouse(spark, tmp_path / "lh", 2)
     tables = [b.lh.silver_progress, b.lh.silver("shop", "t0"), b.lh.gold("shop", "t0"), b.lh.publish_log]
     before = [ref.latest_version(spark) for ref in tables]
 
-    silver = run_silver(spark, b.config)
-    gold = run_gold(spark, b.config)
+    results = []
+    assert jobs(spark, lambda: results.append(run_silver(spark, b.config))) == 0
+    assert jobs(spark, lambda: results.append(run_gold(spark, b.config))) == 0
+    silver, gold = results
 
     assert [ref.latest_version(spark) for ref in tables] == before
     assert silver.untouched == 2 and gold.status == "unchanged"
+
+
+def test_a_source_without_gtids_publishes_its_commit_times_without_reading_the_change_log(spark, tmp_path):
+    # The fixture's records carry commit times and no GTID, as a MySQL source with gtid_mode
+    # OFF: the facts silver learnt over the commits it read go on with each run's new ones.
+    b = lakehouse(spark, tmp_path / "lh", 1)
+    reads = []
+    real = type(b.lh.changelog).read
+
+    def counted(ref, spark_, *args, **kwargs):
+        if ref == b.lh.changelog:
+            reads.append(ref)
+        return real(ref, spark_, *args, **kwargs)
+
+    for i, when in enumerate((datetime(2026, 11, 2, 3, 4, 5), datetime(2026, 11, 2, 3, 4, 9))):
+        before, after = {"id": 1, "v": f"c{i - 1}", "n": 1}, {"id": 1, "v": f"c{i}", "n": 1}
+        b.commit(b.update(t(0), (2, 10 + i, 0), before, after)._replace(commit_ts=when))
+        run_silver(spark, b.config)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(type(b.lh.changelog), "read", counted)
+            gold = run_gold(spark, b.config)
+        assert (gold.gtid, str(gold.source_time)[:19]) == (None, str(when))
+    assert reads == [], "gold read the change log for facts silver had learnt"
 
 
 @pytest.mark.parametrize("form", ["typed", "map"])

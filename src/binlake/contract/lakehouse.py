@@ -426,8 +426,8 @@ class TableRef:
 
     def commits(self, spark, first: int, last: int | None = None) -> list[dict]:
         """The commits of versions ``first`` to ``last`` (default: the newest), oldest first:
-        ``version``, ``operation``, ``operationParameters``, ``userMetadata`` and
-        ``operationMetrics``. Read from the log's commit files by Delta's log object where the
+        ``version``, ``timestamp`` (ms), ``operation``, ``operationParameters``, ``userMetadata``
+        and ``operationMetrics``. Read from the log's commit files by Delta's log object where the
         session has a JVM (no Spark job), else from ``DESCRIBE HISTORY``."""
         found = _log_commits(spark, self, first, last)
         if found is not None:
@@ -439,10 +439,11 @@ class TableRef:
         rows = (
             self.delta(spark)
             .history(newest - first + 1)
-            .select("version", "operation", "operationParameters", "userMetadata", "operationMetrics")
+            .select("version", "timestamp", "operation", "operationParameters", "userMetadata", "operationMetrics")
             .collect()
         )
-        return sorted((r.asDict() for r in rows if first <= r["version"] <= last), key=lambda c: c["version"])
+        commits = [r.asDict() | {"timestamp": int(r["timestamp"].timestamp() * 1000)} for r in rows]
+        return sorted((c for c in commits if first <= c["version"] <= last), key=lambda c: c["version"])
 
     def properties(self, spark) -> dict[str, str]:
         """The table's properties (``SHOW TBLPROPERTIES``: the cached log's metadata, no job)."""
@@ -579,13 +580,39 @@ def position_fact_columns() -> list:
 
 
 def remember_position_facts(changelog: TableRef, p, gtid: str | None, source_time: str | None) -> None:
-    """Record ``(gtid, source_time)`` of the last change at or before ``p`` (a BinlogPosition)."""
+    """Record ``(gtid, source_time)`` of the last change at or before ``p`` (a BinlogPosition),
+    None where no change at or before ``p`` has one (a source without GTIDs)."""
     _POSITION_FACTS[(str(changelog), p.key())] = (gtid, source_time)
 
 
 def position_facts(changelog: TableRef, p) -> tuple[str | None, str | None] | None:
-    """What :func:`remember_position_facts` recorded for ``p``, or None."""
+    """What :func:`remember_position_facts` recorded for ``p``, or None if nothing was."""
     return _POSITION_FACTS.get((str(changelog), p.key()))
+
+
+# The same facts over every commit of the change log up to a version, as the aggregate's
+# ``g`` and ``t`` structs, so that a later read of the commits after it completes them: a
+# source without GTIDs (or a batch without any) then needs no read of the whole log.
+_FACTS_THROUGH: dict[str, tuple[int, int, Any, Any]] = {}
+
+
+def remember_facts_through(spark, changelog: TableRef, version: int, g, t) -> None:
+    """Record the newest ``g`` and ``t`` (:func:`position_fact_columns`) over the commits up
+    to ``version``."""
+    [commit] = changelog.commits(spark, version, version)
+    _FACTS_THROUGH[str(changelog)] = (version, commit["timestamp"], g, t)
+
+
+def facts_through(spark, changelog: TableRef, version: int) -> tuple[Any, Any] | None:
+    """What :func:`remember_facts_through` recorded for ``version``, or None. The commit's
+    time tells it from another commit written at that version since (a table recreated)."""
+    if version < 0:
+        return None, None
+    hit = _FACTS_THROUGH.get(str(changelog))
+    if hit is None or hit[0] != version:
+        return None
+    found = changelog.commits(spark, version, version)
+    return (hit[2], hit[3]) if len(found) == 1 and found[0]["timestamp"] == hit[1] else None
 
 
 def _log_snapshot(spark, path: str):
@@ -633,6 +660,7 @@ def _log_commits(spark, ref: TableRef, first: int, last: int | None) -> list[dic
                 out.append(
                     {
                         "version": version,
+                        "timestamp": int(action.timestamp().getTime()),
                         "operation": action.operation(),
                         "operationParameters": _scala_map(action.operationParameters()),
                         "userMetadata": metadata.get() if metadata.isDefined() else None,

@@ -50,6 +50,7 @@ from binlake.contract.lakehouse import (
     TableRef,
     position_fact_columns,
     position_facts,
+    remember_position_facts,
     storage_refusal,
 )
 from binlake.contract.position import BinlogPosition, describe_key
@@ -219,7 +220,7 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
     from pyspark.sql import functions as F
 
     known = position_facts(lh.changelog, p)
-    if known is not None and all(known):
+    if known is not None:
         return known
     if not lh.changelog.exists(spark):
         return None, None
@@ -235,6 +236,7 @@ def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | Non
         source_time = source_time or (r["t"]["ts"] if r["t"] else None)
         if gtid and source_time:
             break
+    remember_position_facts(lh.changelog, p, gtid, source_time)
     return gtid, source_time
 
 

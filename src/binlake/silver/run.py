@@ -44,7 +44,9 @@ from binlake.contract.lakehouse import (
     UPDATE,
     Lakehouse,
     ProgressRow,
+    facts_through,
     position_fact_columns,
+    remember_facts_through,
     remember_position_facts,
 )
 from binlake.contract.position import BinlogPosition
@@ -157,6 +159,28 @@ class NewBronze:
         return (db, table) in self.news or bool(self.chunks_of(db, table))
 
 
+def _learn_position_facts(spark, lh: Lakehouse, new: NewBronze, start: int, rows) -> None:
+    """Remember the GTID and commit time of the last change at or before the applied position,
+    from the new commits' aggregate: gold publishes them without reading the change log. They
+    are known when the new commits hold both, or when the facts up to the commit before them
+    are (this process read those): commits append in binlog order, so the newest wins."""
+
+    def newest(*structs):
+        found = [s for s in structs if s is not None]
+        return max(found, key=lambda s: (s["file_index"], s["pos"])) if found else None
+
+    g = newest(*(r["g"] for r in rows))
+    t = newest(*(r["t"] for r in rows))
+    before = facts_through(spark, lh.changelog, start - 1)
+    if before is not None:
+        g, t = newest(before[0], g), newest(before[1], t)
+    elif g is None or t is None:
+        return  # gold reads the change log for what is missing
+    remember_facts_through(spark, lh.changelog, new.changelog_end, g, t)
+    if new.applied is not None:
+        remember_position_facts(lh.changelog, new.applied, g["gtid"] if g else None, t["ts"] if t else None)
+
+
 def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[str, str]]) -> NewBronze:
     """The new commits of the change log and the manifest, summed up per table in one pass:
     a table with nothing new costs no Spark job after this."""
@@ -207,12 +231,7 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
         )
         top = max((r["hb"] for r in rows if r["hb"] is not None), default=None)
         new.applied = BinlogPosition.from_log(top["binlog_file"], top["file_index"], top["pos"]) if top else None
-        if new.applied is not None:
-            gtid = max((r["g"] for r in rows if r["g"] is not None), default=None)
-            when = max((r["t"] for r in rows if r["t"] is not None), default=None)
-            remember_position_facts(
-                lh.changelog, new.applied, gtid["gtid"] if gtid else None, when["ts"] if when else None
-            )
+        _learn_position_facts(spark, lh, new, min(starts.values()), rows)
         for r in rows:
             if r["db"] is None or (r["db"], r["table"]) not in starts:
                 continue
