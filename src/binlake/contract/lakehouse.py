@@ -598,9 +598,11 @@ _FACTS_THROUGH: dict[str, tuple[int, int, Any, Any]] = {}
 
 def remember_facts_through(spark, changelog: TableRef, version: int, g, t) -> None:
     """Record the newest ``g`` and ``t`` (:func:`position_fact_columns`) over the commits up
-    to ``version``."""
-    [commit] = changelog.commits(spark, version, version)
-    _FACTS_THROUGH[str(changelog)] = (version, commit["timestamp"], g, t)
+    to ``version``. Only where Delta's log object answers for the commit's time: asking
+    history instead would cost a query every run (Spark Connect)."""
+    found = _log_commits(spark, changelog, version, version)
+    if found and len(found) == 1:
+        _FACTS_THROUGH[str(changelog)] = (version, found[0]["timestamp"], g, t)
 
 
 def facts_through(spark, changelog: TableRef, version: int) -> tuple[Any, Any] | None:
@@ -611,8 +613,8 @@ def facts_through(spark, changelog: TableRef, version: int) -> tuple[Any, Any] |
     hit = _FACTS_THROUGH.get(str(changelog))
     if hit is None or hit[0] != version:
         return None
-    found = changelog.commits(spark, version, version)
-    return (hit[2], hit[3]) if len(found) == 1 and found[0]["timestamp"] == hit[1] else None
+    found = _log_commits(spark, changelog, version, version)
+    return (hit[2], hit[3]) if found and len(found) == 1 and found[0]["timestamp"] == hit[1] else None
 
 
 def _log_snapshot(spark, path: str):
