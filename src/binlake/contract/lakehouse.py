@@ -600,9 +600,9 @@ def remember_facts_through(spark, changelog: TableRef, version: int, g, t) -> No
     """Record the newest ``g`` and ``t`` (:func:`position_fact_columns`) over the commits up
     to ``version``. Only where Delta's log object answers for the commit's time: asking
     history instead would cost a query every run (Spark Connect)."""
-    found = _log_commits(spark, changelog, version, version)
-    if found and len(found) == 1:
-        _FACTS_THROUGH[str(changelog)] = (version, found[0]["timestamp"], g, t)
+    when = _commit_time(spark, changelog, version)
+    if when is not None:
+        _FACTS_THROUGH[str(changelog)] = (version, when, g, t)
 
 
 def facts_through(spark, changelog: TableRef, version: int) -> tuple[Any, Any] | None:
@@ -613,8 +613,14 @@ def facts_through(spark, changelog: TableRef, version: int) -> tuple[Any, Any] |
     hit = _FACTS_THROUGH.get(str(changelog))
     if hit is None or hit[0] != version:
         return None
-    found = _log_commits(spark, changelog, version, version)
-    return (hit[2], hit[3]) if found and len(found) == 1 and found[0]["timestamp"] == hit[1] else None
+    when = _commit_time(spark, changelog, version)
+    return (hit[2], hit[3]) if when is not None and when == hit[1] else None
+
+
+def _commit_time(spark, ref: TableRef, version: int) -> int | None:
+    """The commit time (ms) of ``version`` from Delta's log object, or None where it does not answer."""
+    found = _log_commits(spark, ref, version, version)
+    return found[0]["timestamp"] if found and len(found) == 1 else None
 
 
 def _log_snapshot(spark, path: str):
