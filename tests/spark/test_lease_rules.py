@@ -151,15 +151,24 @@ def test_commands_starting_at_once_on_a_new_lakehouse_create_the_leases_table_on
     assert sorted(r.layer for r in lake.leases.read(spark).collect()) == sorted(LAYERS)
 
 
+@pytest.mark.parametrize("left_behind", ["_delta_log/", "part-00000-killed.snappy.parquet"])
 def test_a_table_whose_first_commit_is_not_written_yet_does_not_exist_and_a_killed_creation_is_redone(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, left_behind
 ):
+    """A creation killed before its first commit leaves an empty log directory, or the data
+    files of its CREATE ... AS SELECT: neither is a table, and the next command creates it."""
     from binlake.contract import leases
 
     monkeypatch.setattr(leases, "INCOMPLETE_CREATE_SECONDS", 1)
     source = SourceConfig(host="h", port=3306, user="u", password=Secret("pw"), server_id=9, tables=("shop.*",))
     lake = Lakehouse(Config(source=source, lakehouse=LakehouseConfig(path=str(tmp_path / "new"))))
-    (tmp_path / "new" / "system" / "leases" / "_delta_log").mkdir(parents=True)
+    table_dir = tmp_path / "new" / "system" / "leases"
+    table_dir.mkdir(parents=True)
+    if left_behind.endswith("/"):
+        (table_dir / left_behind).mkdir()
+    else:
+        (table_dir / left_behind).write_bytes(b"PAR1 not committed")
     assert not lake.leases.exists(spark)
     ensure_leases_table(spark, lake, layout_version=3)
     assert lake.leases.exists(spark)
+    assert sorted(r.layer for r in lake.leases.read(spark).collect()) == sorted(LAYERS)

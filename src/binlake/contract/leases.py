@@ -115,19 +115,31 @@ def ensure_leases_table(spark, lh: Lakehouse, layout_version: int) -> None:
             f"AS SELECT layer, {nulls} FROM VALUES {rows} AS v(layer)"
         )
 
-    with_retry("create the leases table", create)
+    try:
+        with_retry("create the leases table", create)
+    except Exception as exc:
+        if ref.name or not _is_creation_under_way(exc):
+            raise
     if ref.name or ref.exists(spark):
         return
-    # Spark takes a path whose log directory exists as a table and creates nothing: another
-    # process made the directory and its first commit is on the way, or was killed before it.
+    # Another process's creation is under way at this path, or was killed before its first
+    # commit: Spark takes a path whose log directory exists as a table and creates nothing, and
+    # refuses a path holding the data files of a creation not yet committed.
     deadline = time.monotonic() + INCOMPLETE_CREATE_SECONDS
     while time.monotonic() < deadline:
         time.sleep(0.5)
         if ref.exists(spark):
             return
-    log.warning("%s: a creation killed before its first commit left an empty log: created again", ref)
-    shutil.rmtree(os.path.join(ref._local_path(), "_delta_log"), ignore_errors=True)
+    log.warning("%s: a creation killed before its first commit left files but no table: created again", ref)
+    # Nothing at the path was committed, so nothing there is a table's content.
+    shutil.rmtree(ref._local_path(), ignore_errors=True)
     with_retry("create the leases table", create)
+
+
+def _is_creation_under_way(exc: BaseException) -> bool:
+    """True for Delta's refusal to create a table at a path that holds files but no table:
+    another process's CREATE ... AS SELECT wrote its data files and has not committed yet."""
+    return "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION" in str(exc)
 
 
 class Leases:
