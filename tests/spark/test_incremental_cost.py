@@ -122,7 +122,8 @@ def test_a_source_without_gtids_publishes_its_commit_times_without_reading_the_c
 @pytest.mark.parametrize("form", ["typed", "map"])
 def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path, form, monkeypatch):
     """Typed snapshot rows are appended as they are (no value decoded); map-form ones, which
-    an earlier binlake wrote, are decoded on the way."""
+    an earlier binlake wrote, are decoded on the way. Typed chunks' files stay apart in silver
+    (not funneled into one file), so the load and gold's first read of it run in parallel."""
     from binlake.contract import types
 
     b = Bronze(spark, tmp_path / "lh")
@@ -146,6 +147,8 @@ def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path, form, m
         (0, 50, -1, "snapshot")
     ]
     assert len(rows) == 8 and not any(r["_cdc_deleted"] for r in rows)
+    if form == "typed":  # one file per chunk, as the snapshot wrote them
+        assert len(b.lh.silver("shop", "t0").read(spark).inputFiles()) == 2
 
 
 @pytest.mark.parametrize("why", ["a change-log record", "two attempts of one chunk"])

@@ -115,6 +115,11 @@ def bulk_load(spark, batch: TableBatch) -> Applied:
     batch.ref.save(
         rows.write.format("delta")
         .mode("append")
+        # Silver's optimized writes (kept for its MERGEs) would funnel the whole table through
+        # one task into one file here, which gold's first publish then also reads with one task.
+        # Off for this write: one file per input split of the snapshot's files, written and read
+        # in parallel.
+        .option("optimizeWrite", "false")
         .option("txnAppId", f"binlake.silver.bulk_load:{batch.name}")
         .option("txnVersion", str(max(int(c["_commit_version"]) for c in batch.chunks)))
         .option("userMetadata", tag)
