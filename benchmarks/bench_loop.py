@@ -12,7 +12,9 @@ the loop. Best of ``ROUNDS`` measured rounds after a warm-up round. Goal: 1.5 or
 
 ``idle_loop_s``: the same warm loop with nothing new (goal 0.5 s).
 
-Each round prints where the loop's time went: per stage, against the floor's per layer.
+Each round prints where the loop's time went: per stage against the floor's per layer, and
+per changed table each layer's seconds (silver's and gold's own per-table figures, as the
+metrics table records them) against that table's MERGE in the floor.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ def _config(ctx, db: str):
     return load_config(path)
 
 
-def _loop(spark, config) -> dict[str, float]:
+def _loop(spark, config, per_table: dict | None = None) -> dict[str, float]:
     """One round as run --continuous's stages run it, one after the other (a round's change
-    passes them in turn), each sized by what capture committed; seconds per stage."""
+    passes them in turn), each sized by what capture committed; seconds per stage. With
+    ``per_table``, also each table's seconds in silver and gold, as their results report them."""
     from binlake.bronze.capture import run_capture
     from binlake.gold.publish import run_gold
     from binlake.silver.run import run_silver
@@ -58,8 +61,11 @@ def _loop(spark, config) -> dict[str, float]:
     for name, step in (("silver", run_silver), ("gold", run_gold)):
         started = time.perf_counter()
         with small_plans(spark, captured.changes):
-            step(spark, config)
+            result = step(spark, config)
         steps[name] = time.perf_counter() - started
+        if per_table is not None:
+            tables = [t for g in (getattr(result, "groups", None) or [result]) for t in g.tables]
+            per_table[name] = {t.name.split(".", 1)[1]: t.seconds for t in tables if t.seconds}
     return steps
 
 
@@ -68,9 +74,11 @@ def _clone(spark, ref, path: str) -> str:
     return path
 
 
-def _merge(spark, path: str, source, key: list[str], columns: list[str]) -> None:
+def _merge(spark, path: str, source, key: list[str], columns: list[str]) -> float:
+    """The plainest MERGE of ``source`` into the table at ``path``; its seconds."""
     from delta.tables import DeltaTable
 
+    started = time.perf_counter()
     on = " AND ".join(f"t.`{k}` = s.`{k}`" for k in key)
     values = {f"`{c}`": f"s.`{c}`" for c in columns}
     (
@@ -82,10 +90,14 @@ def _merge(spark, path: str, source, key: list[str], columns: list[str]) -> None
         .whenNotMatchedInsert(condition="NOT s._cdc_deleted", values=values)
         .execute()
     )
+    return time.perf_counter() - started
 
 
-def _floor(spark, lh, db: str, tables: list[str], clones: dict, since: tuple[int, int]) -> dict[str, float]:
-    """The round's change sets MERGEd into the clones, silver then gold: seconds per layer."""
+def _floor(
+    spark, lh, db: str, tables: list[str], clones: dict, since: tuple[int, int], per_table: dict
+) -> dict[str, float]:
+    """The round's change sets MERGEd into the clones, silver then gold: seconds per layer,
+    and each table's MERGE seconds per layer into ``per_table``."""
     from pyspark.sql import functions as F
 
     after = F.struct(F.lit(since[0]).cast("bigint"), F.lit(since[1]).cast("bigint"), F.lit(2**31 - 1))
@@ -102,14 +114,13 @@ def _floor(spark, lh, db: str, tables: list[str], clones: dict, since: tuple[int
         started = time.perf_counter()
         # The plan settings binlake's round had (small_plans), so they favour neither side.
         with small_plans(spark, CHANGES), ThreadPoolExecutor(THREADS) as pool:
-            futures = []
+            futures = {}
             for t in tables:
                 source = sets[t]
                 cols = source.columns if layer == "silver" else gold_columns
                 key = ["id"]
-                futures.append(pool.submit(_merge, spark, clones[(layer, t)], source, key, [c for c in cols]))
-            for f in futures:
-                f.result()
+                futures[t] = pool.submit(_merge, spark, clones[(layer, t)], source, key, [c for c in cols])
+            per_table[layer] = {t: f.result() for t, f in futures.items()}
         layers[layer] = time.perf_counter() - started
     return layers
 
@@ -156,11 +167,12 @@ def run(ctx) -> list[dict]:
             for t in names
         }
         change(ctx.mariadb, db, names, rng, next_id)
-        steps = _loop(spark, config)
+        loop_tables, floor_tables = {}, {}
+        steps = _loop(spark, config, loop_tables)
         loop_s = sum(steps.values())
         changed = _changed_tables(spark, lh, db, names, since)
         assert len(changed) == CHANGED_TABLES, changed
-        floor = _floor(spark, lh, db, changed, clones, since)
+        floor = _floor(spark, lh, db, changed, clones, since, floor_tables)
         floor_s = sum(floor.values())
         label = "warm-up" if i == 0 else f"round {i}"
         print(
@@ -168,6 +180,14 @@ def run(ctx) -> list[dict]:
             f"floor {floor_s:.1f}s (silver {floor['silver']:.1f}s, gold {floor['gold']:.1f}s) = {loop_s / floor_s:.2f}",
             flush=True,
         )
+        for layer in ("silver", "gold"):
+            # Each changed table's own seconds, four tables at a time on both sides.
+            pairs = sorted(changed, key=lambda t: -loop_tables[layer].get(t, 0.0))
+            print(
+                f"     {layer} per table, loop/floor: "
+                + ", ".join(f"{t} {loop_tables[layer].get(t, 0.0):.1f}/{floor_tables[layer][t]:.1f}s" for t in pairs),
+                flush=True,
+            )
         if i:
             ratios.append((loop_s / floor_s, loop_s, floor_s))
     best = min(ratios)

@@ -98,6 +98,10 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
         f"{database}.orders": ("orders", 40, "ok"),
         f"{database}.people": ("people", 7, "ok"),
     }
+    # Silver and gold say what each table cost: a share of their step's time, never more.
+    for step in ("silver", "gold"):
+        shares = [r["seconds"] for r in run if r["step"] == step and r["table"]]
+        assert len(shares) == 2 and all(0 < s <= steps[step]["seconds"] for s in shares), (step, shares)
     # Nothing committed since: every layer is at the source's end.
     assert all(r["lag_bytes"] == 0 and r["lag_seconds"] == 0 for r in gold.values())
     assert cli.main(["--config", str(path), "status", "--check"]) == 0, "caught up: lag 0"

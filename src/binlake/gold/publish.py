@@ -91,6 +91,7 @@ from binlake.quality.checks import (
     unexpected_conditions,
     validation_json,
 )
+from binlake.timing import adding_seconds
 
 log = logging.getLogger("binlake.gold")
 
@@ -121,6 +122,9 @@ class TablePublish:
     history_version: int | None = None  # the silver history version to publish (history tables only)
     dropped: int = 0
     checks: Any = None  # quality.checks.TableChecks, or the recorded JSON when reused
+    # Wall time of this table's checks and writes (None when reused). Tables run TABLE_THREADS
+    # at a time, so the tables' seconds add up to more than the publish's.
+    seconds: float | None = None
 
     @property
     def name(self) -> str:
@@ -449,6 +453,11 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     """Read what the publish needs of one table and run its checks: the built-ins and the
     row-level expectations on the rows read, the table-level ones on the table as it will be
     published."""
+    with adding_seconds(w.publish):
+        _check_table(spark, lh, w)
+
+
+def _check_table(spark, lh: Lakehouse, w: _Work) -> None:
     from pyspark.sql import functions as F
 
     t, schema, plan = w.publish, w.schema, w.plan
@@ -604,6 +613,11 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
 
 def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     """Write one table's quarantine and gold; returns its warnings."""
+    with adding_seconds(w.publish):
+        return _write_table(spark, lh, w, publish_id)
+
+
+def _write_table(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     t, outcome = w.publish, w.outcome
     warnings = [
         f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"

@@ -326,6 +326,7 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
                 "changes_applied": t.merged,
                 "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
                 "lag_bytes": None if t.error else lag,
+                "seconds": round(t.seconds, 3),
                 "detail": _one_line(t.error) if t.error else None,
             }
     elif isinstance(outcome, GoldResult):
@@ -351,6 +352,7 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
                     "lag_seconds": secs,
                     "checks_failed": failed,
                     "checks_warned": warned,
+                    "seconds": None if t.seconds is None else round(t.seconds, 3),
                     "detail": f"{g.status}, {t.mode}",
                 }
     elif isinstance(outcome, MaintainResult):

@@ -57,6 +57,7 @@ from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
+from binlake.timing import adding_seconds
 
 log = logging.getLogger("binlake.silver")
 
@@ -86,6 +87,9 @@ class TableResult:
     recreated: bool = False
     bulk_loaded: bool = False
     history: int = 0  # history rows written or removed
+    # Wall time spent on this table (its read, decode and writes). Tables run TABLE_THREADS at
+    # a time, so the tables' seconds add up to more than the run's.
+    seconds: float = 0.0
 
 
 @dataclass
@@ -341,6 +345,10 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
 
     def prepare_one(db: str, table: str) -> TableBatch | None:
         res = results[f"{db}.{table}"]
+        with adding_seconds(res):
+            return _prepare_one(db, table, res)
+
+    def _prepare_one(db: str, table: str, res: TableResult) -> TableBatch | None:
         try:
             history = se.load_history(spark, lh, db, table, histories)
             if history and history[-1].schema.column_rules != rule_digest(config.source, db, table):
@@ -374,6 +382,10 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
 
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
+        with adding_seconds(results[batch.name]):
+            return _apply_one(batch, derived)
+
+    def _apply_one(batch: TableBatch, derived) -> ProgressRow:
         spec = specs.get(batch.name)
         emptied = new.news.get((batch.db, batch.table), TableNews()).emptied
         record = (
