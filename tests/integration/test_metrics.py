@@ -87,6 +87,7 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     config = load_config(path)
 
     assert cli.main(["--config", str(path), "run"]) == 0
+    printed = capsys.readouterr().out
     run = _last_run(spark, config, "run")
     steps = {r["step"]: r for r in run if r["table"] is None}
     assert set(steps) == {"snapshot", "capture", "silver", "gold"}
@@ -102,6 +103,9 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     for step in ("silver", "gold"):
         shares = [r["seconds"] for r in run if r["step"] == step and r["table"]]
         assert len(shares) == 2 and all(0 < s <= steps[step]["seconds"] for s in shares), (step, shares)
+    # ... and the run prints them on each table's line.
+    assert re.search(rf"{database}\.orders: 0 changes, 40 snapshot rows .* bulk-loaded \(\d+\.\d s\)", printed)
+    assert re.search(rf"{database}\.orders: 40 rows, gold version \d+ \(rebuilt, \d+\.\d s\)", printed)
     # Nothing committed since: every layer is at the source's end.
     assert all(r["lag_bytes"] == 0 and r["lag_seconds"] == 0 for r in gold.values())
     assert cli.main(["--config", str(path), "status", "--check"]) == 0, "caught up: lag 0"

@@ -195,7 +195,8 @@ class GoldResult:
                 continue
             extra = f", {t.dropped} rows quarantined" if t.dropped else ""
             how = {REBUILD: "rebuilt", INCREMENTAL: "changes merged", REUSE: "unchanged"}[t.mode]
-            lines.append(f"  {t.name}: {t.row_count} rows, gold version {t.gold_version} ({how}){extra}")
+            took = f", {t.seconds:.1f} s" if t.seconds is not None else ""
+            lines.append(f"  {t.name}: {t.row_count} rows, gold version {t.gold_version} ({how}{took}){extra}")
         lines += [f"  warning: {w}" for w in self.warnings]
         return "\n".join(lines)
 

@@ -135,7 +135,7 @@ class SilverResult:
             how = "bulk-loaded" if t.bulk_loaded else "merged"
             lines.append(
                 f"  {t.name}: {t.changes} changes, {t.snapshot_rows} snapshot rows in {t.chunks} chunks, "
-                f"{t.merged} rows {how}{extra}"
+                f"{t.merged} rows {how}{extra} ({t.seconds:.1f} s)"
             )
         return "\n".join(lines)
 
