@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
-@contextmanager
-def adding_seconds(result: Any) -> Iterator[None]:
-    """Add the block's wall time to ``result.seconds`` (None counts as 0), also when it raises:
-    a table's work may be timed in several blocks (silver: prepare, then apply)."""
+def timed(result: Any, work: Callable[..., T], *args: Any) -> T:
+    """``work(*args)``, its wall time added to ``result.seconds`` (None counts as 0), also when
+    it raises: a table's work may be timed in several calls (silver: prepare, then apply)."""
     started = time.perf_counter()
     try:
-        yield
+        return work(*args)
     finally:
         result.seconds = (result.seconds or 0.0) + time.perf_counter() - started

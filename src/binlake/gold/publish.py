@@ -91,7 +91,7 @@ from binlake.quality.checks import (
     unexpected_conditions,
     validation_json,
 )
-from binlake.timing import adding_seconds
+from binlake.timing import timed
 
 log = logging.getLogger("binlake.gold")
 
@@ -454,11 +454,6 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     """Read what the publish needs of one table and run its checks: the built-ins and the
     row-level expectations on the rows read, the table-level ones on the table as it will be
     published."""
-    with adding_seconds(w.publish):
-        _check_table(spark, lh, w)
-
-
-def _check_table(spark, lh: Lakehouse, w: _Work) -> None:
     from pyspark.sql import functions as F
 
     t, schema, plan = w.publish, w.schema, w.plan
@@ -614,11 +609,6 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
 
 def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     """Write one table's quarantine and gold; returns its warnings."""
-    with adding_seconds(w.publish):
-        return _write_table(spark, lh, w, publish_id)
-
-
-def _write_table(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     t, outcome = w.publish, w.outcome
     warnings = [
         f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
@@ -758,7 +748,7 @@ def _publish_group(
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
         with console.bar(f"gold checks ({group})", total=len(todo), unit="tables") as bar:
-            for future in [pool.submit(_check, spark, config, lh, w) for w in todo]:
+            for future in [pool.submit(timed, w.publish, _check, spark, config, lh, w) for w in todo]:
                 future.result()
                 bar.advance()
         checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
@@ -785,7 +775,11 @@ def _publish_group(
         # gold table a killed publish moved, and rebuilds over anyone else's write.
         spark.conf.set(_COMMIT_TAG, f"{WRITER_TAG} {publish_id}")
         try:
-            warnings = [line for lines in pool.map(lambda w: _write(spark, lh, w, publish_id), todo) for line in lines]
+            warnings = [
+                line
+                for lines in pool.map(lambda w: timed(w.publish, _write, spark, lh, w, publish_id), todo)
+                for line in lines
+            ]
             checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
             # A count check settles only once gold is written: a failure undoes the writes.
             blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]

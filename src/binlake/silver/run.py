@@ -57,7 +57,7 @@ from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
-from binlake.timing import adding_seconds
+from binlake.timing import timed
 
 log = logging.getLogger("binlake.silver")
 
@@ -345,10 +345,6 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
 
     def prepare_one(db: str, table: str) -> TableBatch | None:
         res = results[f"{db}.{table}"]
-        with adding_seconds(res):
-            return _prepare_one(db, table, res)
-
-    def _prepare_one(db: str, table: str, res: TableResult) -> TableBatch | None:
         try:
             history = se.load_history(spark, lh, db, table, histories)
             if history and history[-1].schema.column_rules != rule_digest(config.source, db, table):
@@ -382,10 +378,6 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
 
     def apply_one(batch: TableBatch, derived) -> ProgressRow:
-        with adding_seconds(results[batch.name]):
-            return _apply_one(batch, derived)
-
-    def _apply_one(batch: TableBatch, derived) -> ProgressRow:
         spec = specs.get(batch.name)
         emptied = new.news.get((batch.db, batch.table), TableNews()).emptied
         record = (
@@ -417,7 +409,7 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
             console.bar("silver", len(work), "tables") as bar,
             ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver") as pool,
         ):
-            prepared = [pool.submit(prepare_one, db, table) for db, table in work]
+            prepared = [pool.submit(timed, results[f"{db}.{table}"], prepare_one, db, table) for db, table in work]
             batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
             bar.advance(len(work) - len(batches))  # stopped tables
 
@@ -438,7 +430,9 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
                     for name, b in batches.items()
                 },
             )
-            futures = [pool.submit(apply_one, b, derived.get(name)) for name, b in batches.items()]
+            futures = [
+                pool.submit(timed, results[name], apply_one, b, derived.get(name)) for name, b in batches.items()
+            ]
             for _ in as_completed(futures):
                 bar.advance()
             rows = [f.result() for f in futures]  # re-raises an unexpected failure, after the others ended
