@@ -147,8 +147,12 @@ def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path, form, m
         (0, 50, -1, "snapshot")
     ]
     assert len(rows) == 8 and not any(r["_cdc_deleted"] for r in rows)
-    if form == "typed":  # one file per chunk, as the snapshot wrote them
-        assert len(b.lh.silver("shop", "t0").read(spark).inputFiles()) == 2
+    if form == "typed":
+        # How Spark packs the snapshot's small files into read tasks is its own affair; what
+        # binlake owns is that the load is not funneled through one task into one file.
+        snapshot = b.lh.snapshot_table("shop", "t0", "snap1").read(spark).inputFiles()
+        loaded = b.lh.silver("shop", "t0").read(spark).inputFiles()
+        assert 1 < len(loaded) <= len(snapshot), (loaded, snapshot)
 
 
 @pytest.mark.parametrize("why", ["a change-log record", "two attempts of one chunk"])
