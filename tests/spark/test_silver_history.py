@@ -10,6 +10,7 @@ from bronze_fixtures import T0, Bronze, col, table  # tests/spark/bronze_fixture
 
 from binlake.config import HistoryConfig, HistoryTable
 from binlake.contract.types import Kind
+from binlake.silver.history import refs
 from binlake.silver.run import run_silver
 
 # Every test runs silver two or three times with history tables (three more Delta tables per
@@ -236,6 +237,78 @@ def test_a_run_killed_before_or_after_the_history_write_converges_when_run_again
         (1, "paid", (1, 200, 0), None, True, False),
         (2, "new", (1, 200, 1), None, True, False),
     ]
+
+
+def history_tables(spark, b):
+    """Every row of the history, event and fact tables of orders, sorted, as tuples."""
+    return [sorted(tuple(r) for r in ref.read(spark).collect()) for ref in refs(b.lh, "shop", "orders")]
+
+
+def a_first_load(b: Bronze) -> None:
+    """A snapshot of three rows in two chunks, and nothing else: silver bulk-loads it."""
+    b.chunk(ORDERS, [{"id": 1, "status": "new"}, {"id": 2, "status": "paid"}], lw=(1, 50), end=[3], chunk_id=0)
+    b.chunk(ORDERS, [{"id": 3, "status": "new"}], lw=(1, 60), start=[3], chunk_id=1)
+    b.commit(heartbeat=(1, 70))
+
+
+def test_a_first_load_opens_one_version_per_row_in_appends_equal_to_the_merge_paths(spark, bronze, monkeypatch):
+    b = bronze
+    a_first_load(b)
+    before = b.checkpoint()
+    with monkeypatch.context() as m:
+        m.setattr("binlake.silver.merge.bulk_loadable", lambda batch: False)
+        assert not run_silver(spark, b.config).table("shop.orders").bulk_loaded
+    merged = history_tables(spark, b)
+    b.rollback(before)
+
+    result = run_silver(spark, b.config).table("shop.orders")
+
+    assert result.bulk_loaded and result.history == 3
+    assert history_tables(spark, b) == merged
+    assert versions(spark, b) == [
+        (1, "new", (1, 50, -1), None, True, False),
+        (2, "paid", (1, 50, -1), None, True, False),
+        (3, "new", (1, 60, -1), None, True, False),
+    ]
+    for ref in refs(b.lh, "shop", "orders"):
+        assert "MERGE" not in {r["operation"] for r in ref.delta(spark).history().collect()}, ref
+    # The next change goes on from the loaded history as from a merged one.
+    b.commit(b.update(ORDERS, (1, 80, 0), {"id": 1, "status": "new"}, {"id": 1, "status": "sent"}))
+    run_silver(spark, b.config)
+    assert versions(spark, b)[:2] == [
+        (1, "new", (1, 50, -1), (1, 80, 0), False, False),
+        (1, "sent", (1, 80, 0), None, True, False),
+    ]
+
+
+def test_a_first_load_killed_inside_its_history_appends_converges_when_run_again(spark, bronze, monkeypatch):
+    from binlake import faults
+
+    class Killed(Exception):
+        pass
+
+    def kill(name):
+        if name == "silver.before_history":
+            raise Killed(name)
+
+    b = bronze
+    a_first_load(b)
+    with monkeypatch.context() as m:
+        m.setattr(faults, "point", kill)
+        with pytest.raises(Killed):
+            run_silver(spark, b.config)
+    history, events, _ = refs(b.lh, "shop", "orders")
+    assert (events.read(spark).count(), history.read(spark).count()) == (3, 0), "killed between the appends"
+
+    result = run_silver(spark, b.config).table("shop.orders")
+
+    assert not result.bulk_loaded  # silver holds the rows: the MERGE path completes the rest
+    assert versions(spark, b) == [
+        (1, "new", (1, 50, -1), None, True, False),
+        (2, "paid", (1, 50, -1), None, True, False),
+        (3, "new", (1, 60, -1), None, True, False),
+    ]
+    assert events.read(spark).count() == 3
 
 
 def test_a_table_no_pattern_names_gets_no_history_tables(spark, plain):

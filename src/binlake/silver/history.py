@@ -30,7 +30,8 @@ silver's state, which depends on the order; here they are facts applied in the d
 
 Cost: a table no pattern names costs nothing. Otherwise a batch costs two MERGEs of its own
 size, a read of its keys' events, and one MERGE into the history; a batch with a TRUNCATE
-derives every key again, and one with completed chunks every key in their ranges.
+derives every key again, and one with completed chunks every key in their ranges. A first
+load that silver bulk-loads is three appends instead (:func:`load_first_history`).
 """
 
 from __future__ import annotations
@@ -204,18 +205,28 @@ def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts:
 
 
 def record_history(
-    spark, lh: Lakehouse, batch, records, floors: dict | None, spec: HistorySpec, emptied: tuple = ()
+    spark,
+    lh: Lakehouse,
+    batch,
+    records,
+    floors: dict | None,
+    spec: HistorySpec,
+    emptied: tuple = (),
+    first_load: bool = False,
 ) -> int:
     """Write what ``batch`` (a :class:`~binlake.silver.batch.TableBatch`) and its ``records``
     (the batch's and the derived ones, before dedup) add to the table's history; returns
     the number of history rows written or removed. ``emptied``: the batch's TRUNCATE-like
-    records with their commit times (:attr:`~binlake.silver.batch.TableNews.emptied`).
+    records with their commit times (:attr:`~binlake.silver.batch.TableNews.emptied`);
+    ``first_load``: silver bulk-loaded the batch (:func:`binlake.silver.merge.bulk_load`).
     Idempotent: run after silver's writes, and again by a re-run after a kill."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     schema = batch.schema
     history, events, facts = refs(lh, batch.db, batch.table)
+    if first_load and all(ref.latest_version(spark) == 0 for ref in (history, events, facts)):
+        return load_first_history(spark, batch, records, floors, (history, events, facts))
     # Facts only from a batch that brings them: the stored TRUNCATE is in every later batch.
     new_facts = _facts(spark, batch, floors, emptied) if batch.batch_truncate is not None or batch.chunks else None
     if new_facts is not None:
@@ -249,6 +260,53 @@ def record_history(
     finally:
         if keys is not None:
             keys.unpersist()
+
+
+def load_first_history(spark, batch, records, floors: dict | None, tables) -> int:
+    """The history of a table's first load, into empty history tables, as three appends.
+
+    Silver bulk-loads a batch only when every key is in exactly one chunk of one snapshot,
+    read once, and nothing else (:func:`binlake.silver.merge.bulk_loadable`): each key then
+    has one event, and the derivation would give it one open version from it, with no delete
+    implied by a fact (no key has a record older than the snapshot). So the facts, events and
+    versions are written as they are, without the three MERGEs and the derivation. Each
+    append is an idempotent write keyed like silver's load; a run killed between them finds
+    silver no longer empty and takes the MERGE path, which completes the rest."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    from binlake.silver.merge import append_once, first_load_version
+
+    history, events, facts = tables
+    schema, version = batch.schema, first_load_version(batch)
+    app = f"binlake.silver.history_load:{batch.name}"
+    columns = [F.col(quote_ident(c.name)) for c in schema.columns]
+    chunk_facts = _facts(spark, batch, floors, ())
+    if chunk_facts is not None:
+        append_once(spark, facts, chunk_facts, f"{app}:facts", version)
+    append_once(
+        spark,
+        events,
+        records.select(
+            *columns, "_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts", F.col("_prio").alias("_cdc_prio")
+        ),
+        f"{app}:events",
+        version,
+    )
+    faults.point("silver.before_history")
+    counted = Observation("binlake_history_load")
+    opened = records.select(
+        *columns,
+        F.col("_cdc_seq").alias("_cdc_valid_from"),
+        F.lit(None).cast(CDC_SEQ_TYPE).alias("_cdc_valid_to"),
+        F.col("_cdc_commit_ts").alias("_cdc_valid_from_ts"),
+        F.lit(None).cast("timestamp").alias("_cdc_valid_to_ts"),
+        F.lit(True).alias("_cdc_is_current"),
+        F.lit(False).alias("_cdc_ended_by_delete"),
+    ).observe(counted, F.count(F.lit(1)).alias("rows"))
+    if not append_once(spark, history, opened, f"{app}:versions", version):
+        return 0  # another run wrote it; the observation never fires for a skipped write
+    return int(counted.get.get("rows") or 0)
 
 
 def rederive(spark, lh: Lakehouse, db: str, table: str, schema: TableSchema, spec: HistorySpec, keys) -> int:

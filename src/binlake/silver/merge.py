@@ -47,12 +47,12 @@ def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> 
     """Apply the batch and the changes foreign-key actions derived for it (``derived``, or
     None): a bulk load when it can, else the MERGE and the tombstones of TRUNCATE and
     completed chunks. ``history``: for a table that keeps history, called last with the
-    records applied (the batch's and the derived ones); returns the history rows it wrote
-    (:func:`binlake.silver.history.record_history`)."""
+    records applied (the batch's and the derived ones), and ``first_load=True`` after a bulk
+    load; returns the history rows it wrote (:func:`binlake.silver.history.record_history`)."""
     if derived is None and bulk_loadable(batch):
         out = bulk_load(spark, batch)
         if history is not None:
-            out.history = history(batch.records)
+            out.history = history(batch.records, first_load=True)
         return out
     out = Applied()
     records = batch.records
@@ -95,8 +95,6 @@ def bulk_load(spark, batch: TableBatch) -> Applied:
     empty cannot both append: the append is a Delta idempotent write keyed by the table and
     its newest manifest version, so the later one is skipped (or conflicts, and its run
     fails and is repeated) instead of doubling every key."""
-    import uuid
-
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
@@ -110,22 +108,9 @@ def bulk_load(spark, batch: TableBatch) -> Applied:
     rows = batch.records.observe(
         counted, F.count(F.lit(1)).alias("rows"), F.sum("_zero_dates").alias("zero")
     ).selectExpr(*columns)
-    tag = f"binlake silver bulk load {uuid.uuid4().hex}"
-    since = batch.ref.latest_version(spark)
-    batch.ref.save(
-        rows.write.format("delta")
-        .mode("append")
-        # Silver's optimized writes (kept for its MERGEs) would funnel the whole table through
-        # one task into one file here, which gold's first publish then also reads with one task.
-        # Off for this write: one file per input split of the snapshot's files, written and read
-        # in parallel.
-        .option("optimizeWrite", "false")
-        .option("txnAppId", f"binlake.silver.bulk_load:{batch.name}")
-        .option("txnVersion", str(max(int(c["_commit_version"]) for c in batch.chunks)))
-        .option("userMetadata", tag)
-    )
+    written = append_once(spark, batch.ref, rows, f"binlake.silver.bulk_load:{batch.name}", first_load_version(batch))
     faults.point("silver.after_bulk_load")
-    if not _committed(spark, batch.ref, since, tag):
+    if not written:
         # Delta skipped the write: another run loaded this snapshot first. The observation
         # never fires for a write that did not run, so it must not be waited for.
         log.info("silver %s: the bulk load was already written by another run", batch.name)
@@ -134,6 +119,34 @@ def bulk_load(spark, batch: TableBatch) -> Applied:
     log.info("silver %s: bulk load of %s snapshot rows", batch.name, got.get("rows"))
     zero = int(got.get("zero") or 0) + batch.snapshot_zero_dates
     return Applied(merged=int(got.get("rows") or 0), zero_dates=zero, bulk_loaded=True)
+
+
+def first_load_version(batch: TableBatch) -> int:
+    """The idempotent-write version of a table's first load: its newest manifest version."""
+    return max(int(c["_commit_version"]) for c in batch.chunks)
+
+
+def append_once(spark, ref: TableRef, rows, app_id: str, version: int) -> bool:
+    """Append ``rows`` to ``ref`` as a Delta idempotent write (``app_id``, ``version``);
+    False when Delta skipped it because a run before this one wrote it.
+
+    Silver's optimized writes (kept for its MERGEs) would funnel a whole first load through
+    one task into one file, which gold's first publish then also reads with one task: off
+    here, so there is one file per input split of the snapshot's files, written and read in
+    parallel."""
+    import uuid
+
+    tag = f"binlake {app_id} {uuid.uuid4().hex}"
+    since = ref.latest_version(spark)
+    ref.save(
+        rows.write.format("delta")
+        .mode("append")
+        .option("optimizeWrite", "false")
+        .option("txnAppId", app_id)
+        .option("txnVersion", str(version))
+        .option("userMetadata", tag)
+    )
+    return _committed(spark, ref, since, tag)
 
 
 def _committed(spark, ref: TableRef, since: int, tag: str) -> bool:

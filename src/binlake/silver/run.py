@@ -383,7 +383,11 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
         record = (
             None
             if spec is None
-            else (lambda records: hist.record_history(spark, lh, batch, records, floors, spec, emptied))
+            else (
+                lambda records, first_load=False: hist.record_history(
+                    spark, lh, batch, records, floors, spec, emptied, first_load
+                )
+            )
         )
         done = apply(spark, batch, derived, floors, history=record)
         res = results[batch.name]
