@@ -506,9 +506,12 @@ def versions(events, schema: TableSchema, tracked: tuple[str, ...]):
     from pyspark.sql.window import Window
 
     key = [F.col(quote_ident(k)) for k in schema.key]
-    # One event per (key, seq): the one silver's dedup would keep.
-    tie = Window.partitionBy(*key, F.col("_cdc_seq")).orderBy(F.col("_cdc_prio").desc())
-    ev = events.withColumn("_rn", F.row_number().over(tie)).where("_rn = 1").drop("_rn")
+    # One event per (key, seq): the one silver's dedup would keep, the first in this order.
+    # Ordered within the key's own window, not one of (key, seq): every step below then runs
+    # on the one shuffle by key, instead of a shuffle by (key, seq) first.
+    tie = Window.partitionBy(*key).orderBy("_cdc_seq", F.col("_cdc_prio").desc())
+    repeated = F.coalesce(F.lag("_cdc_seq").over(tie) == F.col("_cdc_seq"), F.lit(False))
+    ev = events.withColumn("_repeated", repeated).where(~F.col("_repeated")).drop("_repeated")
     w = Window.partitionBy(*key).orderBy("_cdc_seq")
     value = F.struct(*[F.col(quote_ident(c)) for c in tracked])
     prev_deleted, prev_value = F.lag("_cdc_deleted").over(w), F.lag(value).over(w)
