@@ -272,13 +272,6 @@ def test_a_first_load_opens_one_version_per_row_in_appends_equal_to_the_merge_pa
     ]
     for ref in refs(b.lh, "shop", "orders"):
         assert "MERGE" not in {r["operation"] for r in ref.delta(spark).history().collect()}, ref
-    # The next change goes on from the loaded history as from a merged one.
-    b.commit(b.update(ORDERS, (1, 80, 0), {"id": 1, "status": "new"}, {"id": 1, "status": "sent"}))
-    run_silver(spark, b.config)
-    assert versions(spark, b)[:2] == [
-        (1, "new", (1, 50, -1), (1, 80, 0), False, False),
-        (1, "sent", (1, 80, 0), None, True, False),
-    ]
 
 
 def test_a_first_load_killed_inside_its_history_appends_converges_when_run_again(spark, bronze, monkeypatch):
