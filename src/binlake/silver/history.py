@@ -231,19 +231,7 @@ def record_history(
     new_facts = _facts(spark, batch, floors, emptied) if batch.batch_truncate is not None or batch.chunks else None
     if new_facts is not None:
         merge_facts(spark, facts, new_facts)
-    merge_events(
-        spark,
-        events,
-        schema,
-        records.select(
-            *[F.col(quote_ident(c.name)) for c in schema.columns],
-            "_cdc_seq",
-            "_cdc_op",
-            "_cdc_deleted",
-            "_cdc_commit_ts",
-            F.col("_prio").alias("_cdc_prio"),
-        ),
-    )
+    merge_events(spark, events, schema, _as_events(records, schema))
     keys = None  # a TRUNCATE ends every key's version
     if batch.batch_truncate is None:
         keys = _key_frame(records, schema)
@@ -284,15 +272,7 @@ def load_first_history(spark, batch, records, floors: dict | None, tables) -> in
     chunk_facts = _facts(spark, batch, floors, ())
     if chunk_facts is not None:
         append_once(spark, facts, chunk_facts, f"{app}:facts", version)
-    append_once(
-        spark,
-        events,
-        records.select(
-            *columns, "_cdc_seq", "_cdc_op", "_cdc_deleted", "_cdc_commit_ts", F.col("_prio").alias("_cdc_prio")
-        ),
-        f"{app}:events",
-        version,
-    )
+    append_once(spark, events, _as_events(records, schema), f"{app}:events", version)
     faults.point("silver.before_history")
     counted = Observation("binlake_history_load")
     opened = records.select(
@@ -307,6 +287,20 @@ def load_first_history(spark, batch, records, floors: dict | None, tables) -> in
     if not append_once(spark, history, opened, f"{app}:versions", version):
         return 0  # another run wrote it; the observation never fires for a skipped write
     return int(counted.get.get("rows") or 0)
+
+
+def _as_events(records, schema: TableSchema):
+    """Silver's records (:func:`binlake.silver.batch.batch_records`) as rows of the event store."""
+    from pyspark.sql import functions as F
+
+    return records.select(
+        *[F.col(quote_ident(c.name)) for c in schema.columns],
+        "_cdc_seq",
+        "_cdc_op",
+        "_cdc_deleted",
+        "_cdc_commit_ts",
+        F.col("_prio").alias("_cdc_prio"),
+    )
 
 
 def rederive(spark, lh: Lakehouse, db: str, table: str, schema: TableSchema, spec: HistorySpec, keys) -> int:
