@@ -183,6 +183,59 @@ def test_a_duplicate_primary_key_in_silver_fails_the_built_in_check(spark, lake_
     assert not lake.lh.gold("shop", "items").exists(spark)
 
 
+def test_a_null_in_a_not_null_column_fails_a_first_publish_and_leaves_gold_empty(spark, lake_with):
+    lake = lake_with([item(1, "pen", 2.5, 100), item(2, None, 3.0, 200)])
+
+    with pytest.raises(QualityCheckFailed, match=r"shop\.items not_null\(name\) \(fail\): 1 unexpected rows"):
+        run_gold(spark, lake.config)
+
+    # The check rode on gold's write, which the failure undid: no reader keeps the rows.
+    assert lake.gold("shop", "items").count() == 0
+    assert lake.gold("shop", "lines").count() == 0  # nor the group's other table
+    assert {r["status"] for r in lake.publish_log().collect()} == {"failed"}
+
+
+@pytest.mark.slow
+def test_a_null_in_a_not_null_column_stops_a_rebuild_before_it_writes(spark, lake_with):
+    lake = lake_with(ROWS[:1], {"shop.items": [{"column": "price", "between": [0, 100], "severity": "warn"}]})
+    run_gold(spark, lake.config)
+    good = lake.gold_version("shop", "items")
+    lake.silver("shop", "items", [item(2, None, 3.0, 500)])
+    lake.heartbeat(3, 990)
+    lake.progress("shop", "items", 3, 990, also=[("shop", "lines")])
+    plain = lake.with_checks({})  # a new rule set: the table is rebuilt
+
+    with pytest.raises(QualityCheckFailed, match=r"shop\.items not_null\(name\) \(fail\): 1 unexpected rows"):
+        run_gold(spark, plain.config)
+
+    # The last good gold is never replaced, not even for a moment.
+    assert lake.gold_version("shop", "items") == good
+
+
+def test_a_whole_table_write_carries_the_not_null_checks_so_their_query_reads_only_the_key(spark, base):
+    from pyspark.sql import functions as F
+
+    from binlake.quality.checks import observing, settle_observed
+
+    plan = table_plan(base.config, ITEMS)
+    day = datetime.date(2026, 1, 1)
+    rows = spark.createDataFrame(
+        [(1, "pen", 2.5, day), (2, None, 3.0, day), (3, None, 1.0, day)],
+        "id INT, name STRING, price DOUBLE, added DATE",
+    )
+    unreadable = rows.withColumn("name", F.expr("CAST(raise_error('name was read') AS STRING)"))
+
+    outcome = check_rows(unreadable, plan, table_level=True, observe_columns=True)
+
+    assert outcome.rows == 3 and not outcome.blocking  # the key alone was read
+    outcome = check_rows(rows, plan, table_level=True, observe_columns=True)
+    frame, observation = observing(rows, outcome, "test_not_null_on_the_write")
+    frame.write.format("noop").mode("overwrite").save()
+    settle_observed(outcome, observation.get)
+    assert [(r.name, r.unexpected_count) for r in outcome.blocking] == [("not_null(name)", 2)]
+    assert not outcome.observed
+
+
 def test_a_row_count_rule_checks_the_published_table_size(spark, lake_with):
     lake = lake_with(ROWS, {"shop.items": [{"row_count": [5, None], "severity": "fail"}]})
 

@@ -21,6 +21,8 @@ The checks (:mod:`binlake.quality.checks`) run in one Spark job per table over t
 read; counts come from Delta's commit metrics. A failed ``fail`` check publishes nothing
 and the last good gold versions stay; quarantined rows are written; the publish-log rows
 are appended LAST: the publish log is the commit point (:mod:`binlake.gold.publish_log`).
+A table's first publish has no good version to keep, so its NOT NULL checks are observed
+on its write instead (the query before it reads only the key), and a failure empties it.
 
 Example::
 
@@ -83,9 +85,11 @@ from binlake.quality.checks import (
     check_rows,
     check_table,
     keep_frame,
+    observing,
     quarantine_frame,
     recheck_table,
     rejected,
+    settle_observed,
     settle_row_count_equals_silver,
     table_plan,
     unexpected_conditions,
@@ -293,13 +297,16 @@ def _checks_json(rules_digest: str, results: Any) -> str:
 
 def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
     """After a failed write, put the group's already-written gold tables back at the versions
-    the last publish recorded, so readers of the latest versions never see half a publish
-    (readers through the publish log never do). Best effort: the location may still refuse."""
+    the last publish recorded, and empty the ones no publish names yet, so readers of the
+    latest versions do not keep half a publish (readers through the publish log never see
+    one). Best effort: the location may still refuse."""
     for ref, before in written:
-        if before is None:
-            continue  # no publish names this table yet: nothing to go back to
         try:
-            if ref.latest_version(spark) != before:
+            if before is None:
+                if ref.exists(spark):
+                    spark.sql(f"DELETE FROM {ref.sql}")
+                    log.warning("gold %s: emptied after the failed first publish", ref)
+            elif ref.latest_version(spark) != before:
                 spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
                 log.warning("gold %s: restored version %s after the failed publish", ref, before)
         except Exception as exc:  # noqa: BLE001 - the original write error is the one to report
@@ -462,7 +469,9 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
         t.mode = REBUILD
     if t.mode == REBUILD:
         w.frame = _gold_frame(silver.where(~F.col("_cdc_deleted")), schema)
-        w.outcome = check_rows(w.frame, plan, table_level=True)
+        # A first publish has no good version to keep: its NOT NULL checks ride on its write,
+        # which a failure empties again. A rebuild over a published table checks first.
+        w.outcome = check_rows(w.frame, plan, table_level=True, observe_columns=w.previous is None)
         if w.outcome.dropping and plan.expectations.table_level:
             # Table-level expectations judge the table as published: without the dropped rows.
             recheck_table(keep_frame(w.frame, w.outcome), plan, w.outcome)
@@ -610,17 +619,16 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
 def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     """Write one table's quarantine and gold; returns its warnings."""
     t, outcome = w.publish, w.outcome
-    warnings = [
-        f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
-        for r in outcome.warnings
-    ]
     if outcome.dropping:
         with _writing(lh.quarantine(t.db, t.table)):
             t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(w.frame, outcome), publish_id)
     gold = lh.gold(t.db, t.table)
     with _writing(gold):
         if t.mode == REBUILD:
-            t.gold_version, t.row_count = _write_gold(spark, gold, keep_frame(w.frame, outcome), w.schema.comment)
+            frame, observation = observing(keep_frame(w.frame, outcome), outcome, f"binlake gold {t.name} {publish_id}")
+            t.gold_version, t.row_count = _write_gold(spark, gold, frame, w.schema.comment)
+            if observation is not None:
+                settle_observed(outcome, observation.get)
         else:
             t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema, w.base_rows)
             faults.point("gold.after_incremental_merge")
@@ -630,7 +638,10 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
             _publish_history(spark, lh, t, w.schema)
     settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
     log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
-    return warnings
+    return [
+        f"{t.name} {r.name}: {r.unexpected_count if r.unexpected_count is not None else r.observed_value} unexpected"
+        for r in outcome.warnings
+    ]
 
 
 HISTORY_SOURCE_PROPERTY = "binlake.history_source_version"
@@ -781,7 +792,7 @@ def _publish_group(
                 for line in lines
             ]
             checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
-            # A count check settles only once gold is written: a failure undoes the writes.
+            # The row count and NOT NULL checks settle only once gold is written: a failure undoes the writes.
             blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
             if blocking:
                 _roll_back(spark, written)

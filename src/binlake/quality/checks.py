@@ -99,6 +99,9 @@ class TableChecks:
     validations: list = field(default_factory=list)
     # GE's unexpected condition of each droppable expectation, by name (a Spark Column).
     conditions: dict[str, Any] = field(default_factory=dict)
+    # Checks left to an observation of the write, by name: their aggregates (Spark Columns),
+    # settled by :func:`settle_observed` once the write has run.
+    observed: dict[str, Any] = field(default_factory=dict)
 
     @property
     def blocking(self) -> list[CheckResult]:
@@ -229,10 +232,15 @@ def _builtin_aggregates(builtins: Sequence[Check], key: Sequence[str]) -> dict[s
 # Checking
 
 
-def check_rows(df, plan: ChecksPlan, table_level: bool) -> TableChecks:
+def check_rows(df, plan: ChecksPlan, table_level: bool, observe_columns: bool = False) -> TableChecks:
     """Check ``df`` (the rows a publish reads) with the built-ins and the row-level
     expectations, and with the table-level ones too when ``table_level`` (``df`` is then the
-    whole table). One query; a second only for what failed."""
+    whole table). One query; a second only for what failed.
+
+    ``observe_columns`` (for a whole-table write of ``df``): when GE has nothing to check, the
+    NOT NULL checks of the non-key columns are left to the write (:attr:`TableChecks.observed`,
+    :func:`settle_observed`), so the query reads only the key: a table's write reads every
+    column anyway, and the key's uniqueness is a distinct count no observation can hold."""
     checks = plan.checks(None if table_level else True)
     outcome = TableChecks(plan.table, checks=checks)
     aggregates = _builtin_aggregates(plan.builtins, plan.key)
@@ -249,13 +257,15 @@ def check_rows(df, plan: ChecksPlan, table_level: bool) -> TableChecks:
             if failing_drops:
                 outcome.conditions = unexpected_conditions(df, [c.planned for c in failing_drops])
     else:
+        if observe_columns:
+            outcome.observed = {c.name: aggregates.pop(c.name) for c in plan.builtins if c.kind == "not_null"}
         row = df.agg(*[col.alias(name) for name, col in aggregates.items()]).first()
         values, ge_results = row.asDict(), {}
     outcome.rows = int(values["_rows"] or 0)
     for check in checks:
         if check.origin == "expectation":
             outcome.results.append(ge_results[check.name])
-        elif check.kind == ROW_COUNT_EQUALS_SILVER:
+        elif check.kind == ROW_COUNT_EQUALS_SILVER or check.name in outcome.observed:
             outcome.results.append(_result(check, True))  # settled once gold is written
         else:
             bad = int(values[check.name] or 0)
@@ -387,6 +397,27 @@ def settle_row_count_equals_silver(
             )
 
 
+def observing(df, outcome: TableChecks, name: str):
+    """``df`` with the checks left to its write (:attr:`TableChecks.observed`) as a Spark
+    observation, and the observation (None when there are none): the write computes them in
+    its own pass over the rows."""
+    if not outcome.observed:
+        return df, None
+    from pyspark.sql import Observation
+
+    observation = Observation(name)
+    return df.observe(observation, *[c.alias(n) for n, c in outcome.observed.items()]), observation
+
+
+def settle_observed(outcome: TableChecks, values: dict[str, Any]) -> None:
+    """Settle the checks the write observed, from the observation's ``values`` by check name."""
+    for i, check in enumerate(outcome.checks):
+        if check.name in outcome.observed:
+            bad = int(values.get(check.name) or 0)
+            outcome.results[i] = _result(check, bad == 0, unexpected_count=bad)
+    outcome.observed = {}
+
+
 def quarantine_frame(df, outcome: TableChecks):
     """The rows each failed drop check rejects, one row per (row, check), with the check's name."""
     from pyspark.sql import functions as F
@@ -422,9 +453,11 @@ __all__ = [
     "check_rows",
     "check_table",
     "keep_frame",
+    "observing",
     "quarantine_frame",
     "recheck_table",
     "rejected",
+    "settle_observed",
     "settle_row_count_equals_silver",
     "table_plan",
     "unexpected_conditions",
