@@ -583,7 +583,13 @@ def _write_snapshot_rows(
         server_id=source[1],
         stored=stored,
     )
-    typed = spark.read.format(FORMAT).options(**opts).load().selectExpr(*typed_columns(stored))
+    rows = spark.read.format(FORMAT).options(**opts).load()
+    if len(chunks) > config.snapshot.parallelism:
+        # One task per slot, each reading its share of the chunks in turn: at most
+        # `parallelism` reads against the source, a file per task instead of per chunk (a
+        # billion rows make a few thousand files, not tens of thousands), and fewer tasks.
+        rows = rows.coalesce(config.snapshot.parallelism)
+    typed = rows.selectExpr(*typed_columns(stored))
     df, observed = observe_markers(typed, attempt_id)
     try:
         ref.save(df.write.format("delta").mode("append"))
