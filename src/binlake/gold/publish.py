@@ -553,16 +553,16 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
 
 
 def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
-    """Overwrite one gold table; returns (new version, rows written)."""
+    """Overwrite one gold table; returns (new version, rows written: the overwrite's own metrics)."""
     ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
+    version, metrics = ref.last_commit(spark)
+    rows = metrics.get("numOutputRows")
+    if rows is None:  # metrics turned off in this session
+        rows = ref.read_version(spark, version).count()
     if table_comment and ref.description(spark) != table_comment:
         spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('comment' = {spark_string(table_comment)})")
-    version, metrics = ref.last_commit(spark)
-    if metrics.get("numOutputRows") is None:  # the last commit was the comment: count the overwrite's rows
-        rows = ref.read_version(spark, version).count()
-    else:
-        rows = int(metrics["numOutputRows"])
-    return version, rows
+        version = ref.latest_version(spark)
+    return version, int(rows)
 
 
 def _merge_gold(
