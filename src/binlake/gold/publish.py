@@ -311,9 +311,9 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
                 log.warning("gold %s: restored version %s after the failed publish", ref, before)
         except Exception as exc:  # noqa: BLE001 - the original write error is the one to report
             log.warning(
-                "gold %s: could not restore version %s (%s); the publish log still names it",
+                "gold %s: could not %s (%s); the publish log does not name what it holds now",
                 ref,
-                before,
+                "empty it" if before is None else f"restore version {before}",
                 (str(exc).strip().splitlines() or [""])[0][:200],
             )
 
