@@ -268,8 +268,7 @@ def check_rows(df, plan: ChecksPlan, table_level: bool, observe_columns: bool = 
         elif check.kind == ROW_COUNT_EQUALS_SILVER or check.name in outcome.observed:
             outcome.results.append(_result(check, True))  # settled once gold is written
         else:
-            bad = int(values[check.name] or 0)
-            outcome.results.append(_result(check, bad == 0, unexpected_count=bad))
+            outcome.results.append(_counted(check, values))
     outcome.held_back = _held_back(df, outcome)
     return outcome
 
@@ -340,6 +339,12 @@ def _raised(r) -> str | None:
             message = (i.get("exception_message") or "").strip().splitlines()
             return (message[0] if message else "GE raised an exception")[:300]
     return None
+
+
+def _counted(check: Check, values: dict[str, Any]) -> CheckResult:
+    """A built-in's result from its count of unexpected rows in ``values`` (by check name)."""
+    bad = int(values[check.name] or 0)
+    return _result(check, bad == 0, unexpected_count=bad)
 
 
 def _result(check: Check, success: bool, **kw) -> CheckResult:
@@ -413,8 +418,7 @@ def settle_observed(outcome: TableChecks, values: dict[str, Any]) -> None:
     """Settle the checks the write observed, from the observation's ``values`` by check name."""
     for i, check in enumerate(outcome.checks):
         if check.name in outcome.observed:
-            bad = int(values.get(check.name) or 0)
-            outcome.results[i] = _result(check, bad == 0, unexpected_count=bad)
+            outcome.results[i] = _counted(check, values)
     outcome.observed = {}
 
 
