@@ -6,7 +6,7 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: lint setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo test test-fast test-unit bench bench-large chaos chaos-short clean
+.PHONY: lint setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo gates-and-spark test test-fast test-unit bench bench-large chaos chaos-short clean
 
 PACKAGES := mariadb-package sysbench-package browser-package
 setup: venv $(PACKAGES) spark-jars
@@ -61,21 +61,22 @@ lint: venv
 	.venv/bin/mypy
 	.venv/bin/lint-imports
 
+# What both test targets need first: the gates and the Spark warm-up, side by side. Neither
+# needs the other, so they share the two cores instead of waiting in turn.
+gates-and-spark: venv
+	@$(MAKE) --no-print-directory -j2 --output-sync=target spark-jars lint
+
 # The whole suite, including the chaos short form (tests/integration/test_chaos_short.py).
 # Two workers, whole files each (one Spark and one MariaDB per worker): the suite keeps two
 # cores busy with two, and a third JVM on them only adds contention (docs/development.md).
-# The gates run beside the Spark warm-up: neither needs the other, and mypy's one core of
-# work fits in the gaps of the warm-up's JVM start (and of its class archive, on a fresh clone).
 PYTEST_WORKERS ?= 2
-test: venv $(PACKAGES)
-	@$(MAKE) --no-print-directory -j2 --output-sync=target spark-jars lint
+test: venv $(PACKAGES) gates-and-spark
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # The edit loop: the unit tests and the Spark tests that need no MariaDB and are not `slow`.
 # Membership is by marker: `integration` is tests/integration plus any test that asks for the
 # mariadb fixture (tests/conftest.py); `slow` marks the ones over about 15 s, left to `make test`.
-test-fast: venv
-	@$(MAKE) --no-print-directory -j2 --output-sync=target spark-jars lint
+test-fast: gates-and-spark
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not integration and not slow" --durations=10 $(PYTEST_ARGS)
 
 test-unit: venv
