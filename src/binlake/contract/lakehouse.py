@@ -623,6 +623,16 @@ def _commit_time(spark, ref: TableRef, version: int) -> int | None:
     return found[0]["timestamp"] if found and len(found) == 1 else None
 
 
+def _delta_log(spark, path: str):
+    """Delta's log object for the table at ``path`` (the JVM keeps one per table)."""
+    # The class by its full name, in one call: walking `_jvm.org.apache...` asks the JVM about
+    # each package name in turn, and each one that is not a class sends its class loader
+    # through every jar on the class path.
+    return getattr(spark.sparkContext._jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+        spark._jsparkSession, str(path)
+    )
+
+
 def _log_snapshot(spark, path: str):
     """The newest snapshot of the Delta table at ``path`` from Delta's own log object, which the
     JVM keeps between calls (a listing of the log, no Spark job); None where that object is
@@ -630,7 +640,7 @@ def _log_snapshot(spark, path: str):
     if is_connect(spark):
         return None
     try:
-        log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, str(path))
+        log = _delta_log(spark, path)
         return log.update(False, getattr(log, "update$default$2")(), getattr(log, "update$default$3")())
     except Exception:  # noqa: BLE001 - py4j errors of any kind mean: ask Spark SQL instead
         return None
@@ -650,9 +660,7 @@ def _log_commits(spark, ref: TableRef, first: int, last: int | None) -> list[dic
     if is_connect(spark) or not ref.path:
         return None
     try:
-        delta_log = spark.sparkContext._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-            spark._jsparkSession, str(ref.path)
-        )
+        delta_log = _delta_log(spark, ref.path)
         changes = delta_log.getChanges(int(first), False)
         out = []
         while changes.hasNext():
