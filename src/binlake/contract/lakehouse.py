@@ -218,8 +218,8 @@ TYPED_SNAPSHOT_META = (
 SNAPSHOT_VERSION_PROPERTY = "binlake.schema_version"
 """A typed snapshot table's property: the schema version its columns are."""
 # Typed snapshot tables: source column names as they are (column mapping), statistics only on
-# the chunk identity (silver and the marker read-back select by it), no partitions: a Spark
-# task writes one chunk, so files are per chunk attempt and near the chunk's size.
+# the chunk identity (silver and the marker read-back select by it), no partitions: each of a
+# wave's tasks (at most snapshot.parallelism) writes one file of the chunks it read.
 TYPED_SNAPSHOT_PROPERTIES = {
     "delta.columnMapping.mode": "name",
     "delta.dataSkippingStatsColumns": f"{SNAPSHOT_CHUNK_ID},{SNAPSHOT_ATTEMPT_ID}",
