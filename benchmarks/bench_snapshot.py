@@ -48,7 +48,7 @@ def load_sbtest(mariadb, db: str, rows: int) -> None:
     )
 
 
-def _warm_pages(mariadb, db: str, table: str) -> None:
+def warm_pages(mariadb, db: str, table: str) -> None:
     # A full clustered-index scan so both readers find the same pages in the buffer pool,
     # whichever runs first.
     with mariadb.root_connection(db) as conn, conn.cursor() as cur:
@@ -123,7 +123,7 @@ def binlake_snapshot(ctx, config, name: str) -> tuple[int, int, float]:
 
 def side_by_side(ctx, db: str, table: str, split_column: str, rows: int, tag: str) -> tuple[float, float]:
     """Time both readers on one table, best of REPEATS each, alternating; (binlake, JDBC) rows/s."""
-    _warm_pages(ctx.mariadb, db, table)
+    warm_pages(ctx.mariadb, db, table)
     config = binlake_config(ctx, db, table)
     ours, theirs = [], []
     for i in range(REPEATS):
@@ -144,20 +144,25 @@ def side_by_side(ctx, db: str, table: str, split_column: str, rows: int, tag: st
     return rows / min(ours), rows / min(theirs)
 
 
-def run(ctx) -> list[dict]:
+def warm_up(ctx):
+    """Both readers once on a small table, untimed; returns its binlake config. It also leaves
+    the bronze tables in place, as they are in steady state."""
     from binlake.bronze.tables import ensure_bronze_tables
     from binlake.contract.lakehouse import Lakehouse
 
-    sb_rows = 100_000 if ctx.quick else 1_000_000
-    scale = 0.01 if ctx.quick else 0.1
-
-    # Warm-up, untimed: both readers once on a small table. It also leaves the bronze
-    # tables in place, as they are in steady state.
     load_sbtest(ctx.mariadb, "bench_snap_warm", 20_000)
     warm = binlake_config(ctx, "bench_snap_warm", "sbtest")
     ensure_bronze_tables(ctx.spark, Lakehouse(warm))
     binlake_snapshot(ctx, warm, "bench_snap_warm.sbtest")
     jdbc_to_delta(ctx, "bench_snap_warm", "sbtest", "id", 2, str(ctx.workdir / "jdbc_warm"))
+    return warm
+
+
+def run(ctx) -> list[dict]:
+    sb_rows = 100_000 if ctx.quick else 1_000_000
+    scale = 0.01 if ctx.quick else 0.1
+
+    warm_up(ctx)
 
     load_sbtest(ctx.mariadb, "bench_snap", sb_rows)
     sb = side_by_side(ctx, "bench_snap", "sbtest", "id", sb_rows, "sbtest")

@@ -85,6 +85,14 @@ class _Probe:
         snapshot._write_snapshot_rows = write_rows
         TableRef.save = save
 
+    def snapshot(self, ctx, config, name: str, noop: bool) -> None:
+        """A whole ``run_snapshot`` of ``name``, its rows' write to the no-op sink if ``noop``."""
+        self.noop = noop
+        try:
+            bench.binlake_snapshot(ctx, config, name)
+        finally:
+            self.noop = False
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.snapshot_breakdown")
@@ -92,8 +100,6 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="100k sbtest rows and lineitem SF0.01")
     ns = ap.parse_args()
 
-    from binlake.bronze.tables import ensure_bronze_tables
-    from binlake.contract.lakehouse import Lakehouse
     from binlake.local.mariadb import LocalMariaDB
     from binlake.spark import get_spark
 
@@ -109,14 +115,8 @@ def main() -> None:
         mariadb = int(db.pid_file.read_text().strip())
         probe = _Probe()
 
-        bench.load_sbtest(db, "warm", 20_000)
-        warm = bench.binlake_config(ctx, "warm", "sbtest")
-        ensure_bronze_tables(spark, Lakehouse(warm))
-        for noop in (False, True):
-            probe.noop = noop
-            bench.binlake_snapshot(ctx, warm, "warm.sbtest")
-        probe.noop = False
-        bench.jdbc_to_delta(ctx, "warm", "sbtest", "id", 2, str(work / "jdbc_warm"))
+        warm = bench.warm_up(ctx)
+        probe.snapshot(ctx, warm, "bench_snap_warm.sbtest", noop=True)  # the no-op path warm too
 
         sbtest_rows = 100_000 if ns.quick else 1_000_000
         bench.load_sbtest(db, "breakdown", sbtest_rows)
@@ -131,17 +131,10 @@ def main() -> None:
 
 
 def _breakdown(ctx, probe: _Probe, jvm: int, mariadb: int, database, table, split, rows, rounds) -> None:
-    bench._warm_pages(ctx.mariadb, database, table)
+    bench.warm_pages(ctx.mariadb, database, table)
     config = bench.binlake_config(ctx, database, table)
     name = f"{database}.{table}"
     chunks = bench.binlake_snapshot(ctx, config, name)[1]
-
-    def snapshot(noop: bool):
-        probe.noop = noop
-        try:
-            bench.binlake_snapshot(ctx, config, name)
-        finally:
-            probe.noop = False
 
     variants = {
         "jdbc->delta": lambda i: bench.jdbc_to_delta(
@@ -150,8 +143,8 @@ def _breakdown(ctx, probe: _Probe, jvm: int, mariadb: int, database, table, spli
         "jdbc->noop": lambda i: (
             bench.jdbc_read(ctx, database, table, split, chunks).write.format("noop").mode("overwrite").save()
         ),
-        "run_snapshot rows->noop": lambda i: snapshot(True),
-        "run_snapshot": lambda i: snapshot(False),
+        "run_snapshot rows->noop": lambda i: probe.snapshot(ctx, config, name, noop=True),
+        "run_snapshot": lambda i: probe.snapshot(ctx, config, name, noop=False),
     }
     runs: dict[str, list[dict]] = {v: [] for v in variants}
     for i in range(rounds):
