@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # `binlake` commands through the environment) runs on the C1 compiler alone: the test JVMs share
 # two cores, and the optimizing compiler's work on ever new small queries does not pay back.
 # Measured on a pipeline run over four small tables: 17-24 s -> 12-16 s warm, 57-66 s -> 49-52 s
-# cold; three spark test files on three workers: 377-452 s with C2 in the sessions, 345 s without.
+# cold; three spark test files on three workers: 377-452 s with C2 in the sessions, 345 s without;
+# five on two workers, alternating: 424-434 s with C2, 419-438 s without.
 SMALL_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -38,6 +39,22 @@ TEST_JVM = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 os.environ[SPARK_CONF_ENV] = ";".join(
     f"{k}={v}" for k, v in {**SMALL_DATA_CONF, "spark.driver.extraJavaOptions": TEST_JVM}.items()
 )
+
+
+# `BINLAKE_TEST_COSTS=costs.csv make test`: each test's Spark jobs and session CPU (tests/spark_costs.py).
+TEST_COSTS = os.environ.get("BINLAKE_TEST_COSTS")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if not TEST_COSTS:
+        yield
+        return
+    from spark_costs import measure
+
+    done = measure(TEST_COSTS, item.nodeid)
+    yield
+    done()
 
 
 def pytest_collection_modifyitems(config, items):
