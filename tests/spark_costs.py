@@ -30,6 +30,15 @@ def session_costs() -> tuple[int, float | None] | None:
     return jobs, _cpu_seconds(_jvm_pid(sc))
 
 
+def jobs_run(step: Callable[[], object]) -> int:
+    """Spark jobs that ``step()`` started in this process's session."""
+    before = session_costs()
+    step()
+    after = session_costs()
+    assert after is not None, "jobs_run needs a Spark session"
+    return after[0] - (before[0] if before else 0)
+
+
 def _jvm_pid(sc) -> int:
     pid = getattr(sc, "_binlake_jvm_pid", None)
     if pid is None:  # one py4j call per session, not per test

@@ -10,6 +10,7 @@ from datetime import datetime
 import pytest
 import yaml
 from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
+from spark_costs import jobs_run  # tests/spark_costs.py
 
 from binlake.config import load_config_text
 from binlake.contract.types import Kind
@@ -52,14 +53,6 @@ def one(one_base) -> Bronze:
     one_base.rollback(checkpoint)
 
 
-def jobs(spark, step) -> int:
-    """Spark jobs that ``step()`` ran."""
-    tracker = spark.sparkContext.statusTracker()
-    before = set(tracker.getJobIdsForGroup())
-    step()
-    return len(set(tracker.getJobIdsForGroup()) - before)
-
-
 def versions(b: Bronze, spark, names) -> dict:
     return {n: b.lh.silver("shop", n).latest_version(spark) for n in names}
 
@@ -72,8 +65,8 @@ def test_tables_with_nothing_new_cost_silver_and_gold_no_spark_job(spark, tmp_pa
         b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}))
         idle_before = versions(b, spark, idle) if name == "three" else {}
         costs[name] = (
-            jobs(spark, lambda b=b: run_silver(spark, b.config)),
-            jobs(spark, lambda b=b: run_gold(spark, b.config)),
+            jobs_run(lambda b=b: run_silver(spark, b.config)),
+            jobs_run(lambda b=b: run_gold(spark, b.config)),
         )
         if name == "three":
             assert versions(b, spark, idle) == idle_before  # not written either
@@ -88,8 +81,8 @@ def test_a_run_with_nothing_new_commits_nothing_and_runs_no_spark_job(spark, tmp
     before = [ref.latest_version(spark) for ref in tables]
 
     results = []
-    assert jobs(spark, lambda: results.append(run_silver(spark, b.config))) == 0
-    assert jobs(spark, lambda: results.append(run_gold(spark, b.config))) == 0
+    assert jobs_run(lambda: results.append(run_silver(spark, b.config))) == 0
+    assert jobs_run(lambda: results.append(run_gold(spark, b.config))) == 0
     silver, gold = results
 
     assert [ref.latest_version(spark) for ref in tables] == before

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from delta_rollback import delta_versions  # tests/delta_rollback.py
+from spark_costs import jobs_run  # tests/spark_costs.py
 
 from binlake.contract.types import Kind
 from binlake.gold.publish import run_gold
@@ -26,10 +27,8 @@ GOLD_EXTRA_JOBS = 4
 
 
 def jobs_and_commits(spark, root, step) -> tuple[int, int]:
-    tracker = spark.sparkContext.statusTracker()
-    jobs_before, versions_before = set(tracker.getJobIdsForGroup()), delta_versions(root)
-    step()
-    jobs = len(set(tracker.getJobIdsForGroup()) - jobs_before)
+    versions_before = delta_versions(root)
+    jobs = jobs_run(step)
     commits = sum(v - versions_before.get(t, -1) for t, v in delta_versions(root).items())
     return jobs, commits
 
@@ -41,17 +40,16 @@ def bare_merge_jobs(spark, b: Bronze, tmp_path) -> int:
     copy = str(tmp_path / "copy")
     spark.sql(f"CREATE OR REPLACE TABLE delta.`{copy}` SHALLOW CLONE {b.lh.silver('shop', 't0').sql}")
     source = b.lh.silver("shop", "t0").read(spark).where("id < 5").localCheckpoint()
-    tracker = spark.sparkContext.statusTracker()
-    before = set(tracker.getJobIdsForGroup())
-    (
-        DeltaTable.forPath(spark, copy)
-        .alias("t")
-        .merge(source.alias("s"), "t.id = s.id")
-        .whenMatchedUpdateAll()
-        .whenNotMatchedInsertAll()
-        .execute()
+    return jobs_run(
+        lambda: (
+            DeltaTable.forPath(spark, copy)
+            .alias("t")
+            .merge(source.alias("s"), "t.id = s.id")
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
     )
-    return len(set(tracker.getJobIdsForGroup()) - before)
 
 
 @pytest.mark.slow
