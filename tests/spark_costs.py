@@ -9,7 +9,9 @@ session's start is the first Spark test's of each worker."""
 
 from __future__ import annotations
 
+import csv
 import fcntl
+import io
 import os
 import time
 from collections.abc import Callable
@@ -72,8 +74,12 @@ def measure(path: str | Path, test: str) -> Callable[[], None]:
 
 
 def _append(path: Path, row: list[str]) -> None:
-    line = ",".join(f'"{v}"' if "," in v else v for v in row) + "\n"
-    with open(path, "a") as f:
+    with open(path, "a", newline="") as f:
         fcntl.flock(f, fcntl.LOCK_EX)  # the workers append to one file: one header, whole lines
         f.seek(0, os.SEEK_END)
-        f.write((",".join(COLUMNS) + "\n" if f.tell() == 0 else "") + line)
+        lines = io.StringIO()
+        writer = csv.writer(lines, lineterminator="\n")  # test ids hold commas and quotes
+        if f.tell() == 0:
+            writer.writerow(COLUMNS)
+        writer.writerow(row)
+        f.write(lines.getvalue())
