@@ -23,22 +23,27 @@ COLUMNS = ("test", "seconds", "spark_jobs", "jvm_cpu_s")
 def session_costs() -> tuple[int, float | None] | None:
     """(jobs started so far, CPU seconds of the JVM) of this process's Spark session; None
     before one exists. Neither starts a Spark job."""
-    from pyspark import SparkContext
-
-    sc = SparkContext._active_spark_context
+    sc = _session()
     if sc is None:
         return None
-    jobs = int(sc._jsc.sc().dagScheduler().nextJobId())
-    return jobs, _cpu_seconds(_jvm_pid(sc))
+    return _jobs_started(sc), _cpu_seconds(_jvm_pid(sc))
 
 
 def jobs_run(step: Callable[[], object]) -> int:
-    """Spark jobs that ``step()`` started in this process's session."""
-    before = session_costs()
+    """Spark jobs that ``step()`` started in this process's session (which must exist)."""
+    before = _jobs_started(_session())
     step()
-    after = session_costs()
-    assert after is not None, "jobs_run needs a Spark session"
-    return after[0] - (before[0] if before else 0)
+    return _jobs_started(_session()) - before
+
+
+def _session():
+    from pyspark import SparkContext
+
+    return SparkContext._active_spark_context
+
+
+def _jobs_started(sc) -> int:
+    return int(sc._jsc.sc().dagScheduler().nextJobId())
 
 
 def _jvm_pid(sc) -> int:
