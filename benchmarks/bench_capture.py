@@ -41,7 +41,7 @@ def _bare_loop(config, db: str, start, end) -> tuple[int, float]:
         WriteRowsEvent,
     )
 
-    from binlake.source.binlog import open_stream
+    from binlake.source.binlog.files import open_stream
 
     began = time.monotonic()
     stream = open_stream(

@@ -17,7 +17,7 @@ from binlake.bronze.binlog_source import ReadRange, read_range, schema_from_tabl
 from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import qualified
 from binlake.contract.types import encode_value
-from binlake.source.binlog import open_stream
+from binlake.source.binlog.files import open_stream
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, master_status, query
 

@@ -72,7 +72,7 @@ def _committed_values(config, start: BinlogPosition, db: str) -> list[tuple[tupl
     from pymysqlreplication.event import XidEvent
     from pymysqlreplication.row_event import UpdateRowsEvent
 
-    from binlake.source.binlog import open_stream
+    from binlake.source.binlog.files import open_stream
 
     stream = open_stream(
         config.source, config.source.server_id + 77, start, only_events=[UpdateRowsEvent, XidEvent], only_schemas=[db]

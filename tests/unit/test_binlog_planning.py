@@ -10,7 +10,7 @@ from binlake.bronze.capture import plan_ranges
 from binlake.contract.ddl import ddl_effects
 from binlake.contract.position import BinlogPosition
 from binlake.errors import BinlogPurgedError
-from binlake.source.binlog import (
+from binlake.source.binlog.files import (
     BinlogFile,
     bytes_between,
     check_not_purged,

@@ -14,7 +14,7 @@ from binlake.errors import ConfigError, LagExceededError
 from binlake.ops.health_page import render_page
 from binlake.ops.metrics import MetricsRecorder, SourceHead, lag_seconds
 from binlake.ops.status import check_lag
-from binlake.source.binlog import BinlogFile
+from binlake.source.binlog.files import BinlogFile
 
 BASE = {
     "source": {"host": "h", "user": "u", "password": "p", "server_id": 5401, "tables": ["shop.*"]},

@@ -46,7 +46,7 @@ from binlake.contract.types import (
     TableSchema,
     encode_value,
 )
-from binlake.source.binlog import is_transaction_end, open_stream
+from binlake.source.binlog.files import is_transaction_end, open_stream
 
 SOURCE_NAME = "binlake_binlog"
 READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"

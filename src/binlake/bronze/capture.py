@@ -64,7 +64,7 @@ from binlake.errors import (
     SourceConnectionError,
 )
 from binlake.source import gtid as gtids
-from binlake.source.binlog import (
+from binlake.source.binlog.files import (
     BinlogFile,
     bytes_between,
     check_not_purged,

@@ -77,7 +77,7 @@ class SourceHead:
     at: datetime
 
     def lag_bytes(self, p: BinlogPosition | None) -> int | None:
-        from binlake.source.binlog import bytes_between
+        from binlake.source.binlog.files import bytes_between
 
         if p is None:
             return None
@@ -87,7 +87,7 @@ class SourceHead:
 
 def source_head(config: Config) -> SourceHead | None:
     """The source's binlog end now, or None (logged) when the source cannot be asked."""
-    from binlake.source.binlog import list_binlogs
+    from binlake.source.binlog.files import list_binlogs
     from binlake.source.mysql import connect, master_status
 
     try:
