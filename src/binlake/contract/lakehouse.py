@@ -58,7 +58,12 @@ CHANGELOG_SCHEMA = (
 )
 """bronze/changelog: one row per :class:`ChangeRow`; ``op`` is one of the ops below.
 Heartbeats (db and table NULL) mark the end of each capture batch: the transaction
-boundary up to which the log is complete, also when no captured table changed."""
+boundary up to which the log is complete, also when no captured table changed.
+
+A row image (``before``, ``after``) maps each column the binlog event carried to its
+canonical text (NULL for SQL NULL). Under ``binlog_row_image=FULL`` that is every column;
+a writer session with ``MINIMAL`` or ``NOBLOB`` logs fewer, and a column missing from the
+map was not logged, which is not the same as NULL."""
 
 # The change log's ops. Row changes:
 INSERT, UPDATE, DELETE = "insert", "update", "delete"
@@ -71,6 +76,10 @@ RENAMED_INTO_OP = "renamed_into"  # another table's rows now live under this nam
 DDL_OPS = (DDL_OP, TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
 EMPTYING_OPS = (TRUNCATE_OP, DROP_OP, RENAMED_INTO_OP)
 """Ops after which none of the table's older rows exist any more under its name."""
+# Row changes the binlog holds as SQL text, not rows (a writer session that set
+# binlog_format=STATEMENT or MIXED): ``ddl`` holds the statement. Their effect on the rows is
+# unknown, so silver cannot apply them; they are kept so that it can say so and which table.
+STATEMENT_OP = "statement"
 HEARTBEAT_OP = "heartbeat"  # the end of a capture batch
 
 
