@@ -35,19 +35,24 @@ def _load(mariadb, db: str, rows: int, files: int) -> None:
 
 
 def _bare_loop(config, db: str, start, end) -> tuple[int, float]:
+    from pymysqlreplication import BinLogStreamReader
     from pymysqlreplication.row_event import (
         DeleteRowsEvent,
         UpdateRowsEvent,
         WriteRowsEvent,
     )
 
-    from binlake.source.binlog.files import open_stream
+    from binlake.source.binlog.dump import stream_settings
 
     began = time.monotonic()
-    stream = open_stream(
-        config.source,
-        config.source.server_id + 200,
-        start,
+    stream = BinLogStreamReader(
+        connection_settings=stream_settings(config.source),
+        server_id=config.source.server_id + 200,
+        log_file=start.file,
+        log_pos=start.pos,
+        resume_stream=True,
+        blocking=False,
+        enable_logging=False,
         only_events=[WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
     )
     n = 0

@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, from the same mod
     from binlake.deploy.jobs import jobs_status
     from binlake.errors import (
         BinlakeError,
+        BinlogDecodeError,
         BinlogPurgedError,
         ComputeError,
         ConfigError,
@@ -107,6 +108,7 @@ _EXPORTS = {
     "SourceConnectionError": "binlake.errors",
     "PreflightError": "binlake.errors",
     "BinlogPurgedError": "binlake.errors",
+    "BinlogDecodeError": "binlake.errors",
     "SchemaChangeError": "binlake.errors",
     "SourceChangedError": "binlake.errors",
     "QualityCheckFailed": "binlake.errors",

@@ -3,6 +3,7 @@ what to fix. The CLI prints ``str(exc)`` as a single line and exits non-zero."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -68,6 +69,13 @@ class SourceChangedError(BinlakeError):
     switch, or a reset or restored binlog) and capture cannot find its place in it."""
 
     exit_code = 5
+
+
+class BinlogDecodeError(BinlakeError):
+    """The binlog holds an event or a value binlake cannot decode. Capture stops before it,
+    with nothing after it committed; the message names the event, where it starts and the fix."""
+
+    exit_code = 16
 
 
 class SchemaChangeError(BinlakeError):
@@ -171,3 +179,21 @@ class LeaseHeldError(LeaseError):
 class LeaseLostError(LeaseError):
     """This process lost its lease while it ran (it was not renewed in time, so another process
     took the layer): it stopped writing as soon as it could."""
+
+
+_RAISED_ON_WORKER = re.compile(r"binlake\.errors\.(?P<name>[A-Za-z]+): (?P<message>[^\n]*)")
+
+
+def raised_on_worker(exc: BaseException) -> BinlakeError | None:
+    """The binlake error a Spark task raised, from the exception the driver got for it.
+
+    Spark hands a Python task's exception to the driver as text (a traceback inside a JVM
+    exception); this finds binlake's error in it so that the driver stops with the same named
+    error instead of treating it as a transient failure. None when the task raised no binlake
+    error."""
+    found = _RAISED_ON_WORKER.findall(str(exc))
+    for name, message in reversed(found):
+        cls = globals().get(name)
+        if isinstance(cls, type) and issubclass(cls, BinlakeError) and cls.__init__ is BinlakeError.__init__:
+            return cls(message)
+    return None

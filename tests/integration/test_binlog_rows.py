@@ -1,9 +1,10 @@
-"""The fast row decoder (binlake.bronze.binlog_rows) gives exactly the library path's texts.
+"""binlake's row decoder (binlake.source.binlog.rows) gives exactly the reference's texts.
 
-Capture decodes row images straight from bytes to canonical texts for speed; the library path
-(python-mysql-replication values + encode_image) is the reference it must equal, value for
-value, on every type it handles. Random rows (seeded) plus edge values, inserted, updated and
-deleted; the last image of each surviving row must also equal what a SELECT reads.
+Capture decodes row images straight from bytes to canonical texts; python-mysql-replication,
+a decoder written separately, is the reference it must equal (its values encoded by
+tests/library_oracle.py), value for value, on every type. Random rows (seeded) plus edge
+values, inserted, updated and deleted; the last image of each surviving row must also equal
+what a SELECT reads.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from __future__ import annotations
 import random
 
 import pyarrow as pa
+from library_oracle import encode_image, library_stream
 
-from binlake.bronze.binlog_rows import compile_rows_decoder
-from binlake.bronze.binlog_source import ReadRange, read_range, schema_from_table_map
+from binlake.bronze.binlog_source import ReadRange, read_range
 from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import qualified
 from binlake.contract.types import encode_value
-from binlake.source.binlog.files import open_stream
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, master_status, query
 
@@ -176,12 +176,57 @@ def _value(rng: random.Random, name: str, sql_type: str) -> str:  # noqa: C901 (
     raise AssertionError(sql_type)
 
 
-def _read(config, start: BinlogPosition, end: BinlogPosition, fast: bool) -> pa.Table:
+def _read(config, start: BinlogPosition, end: BinlogPosition) -> list[tuple]:
+    """binlake's change-log rows of the range: (op, pos, row, before, after)."""
     rng = ReadRange(index=0, file=start.file, start_pos=start.pos, end_pos=end.pos, last=True)
-    return pa.Table.from_batches(list(read_range(config.source, rng, fast_rows=fast))).drop(["captured_at"])
+    table = pa.Table.from_batches(list(read_range(config.source, rng)))
+    out = []
+    for r in table.to_pylist():
+        if r["op"] in ("insert", "update", "delete"):
+            image = lambda m: None if m is None else dict(m)  # noqa: E731
+            out.append((r["op"], r["pos"], r["row"], image(r["before"]), image(r["after"])))
+    return out
 
 
-def test_fast_row_decoder_equals_the_library_path_on_every_type(mariadb, database, make_config):
+def _reference(config, schema, start: BinlogPosition, end: BinlogPosition) -> list[tuple]:
+    """The same rows as python-mysql-replication decodes them."""
+    from pymysqlreplication.constants import FIELD_TYPE
+    from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
+
+    cols = {c.name: c for c in schema.columns}
+    stream = library_stream(
+        config.source,
+        config.source.server_id,
+        start,
+        only_events=[TableMapEvent, WriteRowsEvent, UpdateRowsEvent, DeleteRowsEvent],
+    )
+    out = []
+    try:
+        for event in stream:
+            if event.packet.log_pos > end.pos or stream.log_file != start.file:
+                break
+            if isinstance(event, TableMapEvent):
+                pads = {
+                    c.name: c.max_length
+                    for c in event.columns
+                    if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
+                }
+                continue
+            for i, row in enumerate(event.rows):
+                if isinstance(event, WriteRowsEvent):
+                    item = ("insert", None, encode_image(cols, row["values"], row["none_sources"], pads))
+                elif isinstance(event, DeleteRowsEvent):
+                    item = ("delete", encode_image(cols, row["values"], row["none_sources"], pads), None)
+                else:
+                    before = encode_image(cols, row["before_values"], row["before_none_sources"], pads)
+                    item = ("update", before, encode_image(cols, row["after_values"], row["after_none_sources"], pads))
+                out.append((item[0], event.packet.log_pos, i, item[1], item[2]))
+    finally:
+        stream.close()
+    return out
+
+
+def test_row_decoder_equals_the_reference_on_every_type(mariadb, database, make_config):
     config = make_config([f"{database}.*"])
     cols = ", ".join(f"`{n}` {t}" for n, t in COLUMNS)
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, {cols})", "FLUSH BINARY LOGS")
@@ -206,39 +251,28 @@ def test_fast_row_decoder_equals_the_library_path_on_every_type(mariadb, databas
         cur.execute("DELETE FROM t WHERE id % 7 = 3")
     with connect(config.source) as conn:
         end = master_status(conn)
+        schema = table_schema(conn, config.source, database, "t")
     assert start.file == end.file
 
-    # The table must take the fast path, or this test compares the library with itself.
-    stream = open_stream(config.source, config.source.server_id, start)
-    try:
-        from pymysqlreplication.row_event import TableMapEvent
-
-        tmap = next(e for e in stream if isinstance(e, TableMapEvent) and e.table == "t")
-        assert compile_rows_decoder(tmap.columns, schema_from_table_map(tmap)) is not None
-    finally:
-        stream.close()
-
-    library = _read(config, start, end, fast=False)
-    fast = _read(config, start, end, fast=True)
-    assert library.num_rows == fast.num_rows > 400 + 40
-    for name in library.column_names:
-        lib_col, fast_col = library.column(name).to_pylist(), fast.column(name).to_pylist()
-        if lib_col != fast_col:
-            bad = next(i for i, (a, b) in enumerate(zip(lib_col, fast_col)) if a != b)
-            diff = lib_col[bad], fast_col[bad]
-            if name in ("before", "after"):
-                diff = {
-                    k: (v, dict(fast_col[bad])[k]) for k, v in dict(lib_col[bad]).items() if dict(fast_col[bad])[k] != v
-                }
-            raise AssertionError(f"column {name} differs at row {bad}: library vs fast {diff}")
+    reference = _reference(config, schema, start, end)
+    ours = _read(config, start, end)
+    assert len(reference) == len(ours) > 400 + 40
+    for theirs, mine in zip(reference, ours):
+        if theirs != mine:
+            diff = {
+                k: (v, (mine[3 if i == 3 else 4] or {}).get(k))
+                for i, image in ((3, theirs[3]), (4, theirs[4]))
+                for k, v in (image or {}).items()
+                if (mine[i] or {}).get(k) != v
+            }
+            raise AssertionError(f"{theirs[:3]} differs from the reference: {diff or (theirs, mine)}")
 
     # And the texts are the snapshot's: the last image of every surviving row equals a SELECT.
     latest = {}
-    for op, after in zip(fast.column("op").to_pylist(), fast.column("after").to_pylist()):
+    for op, _, _, _, after in ours:
         if op in ("insert", "update"):
-            latest[dict(after)["id"]] = dict(after)
+            latest[after["id"]] = after
     with connect(config.source) as conn:
-        schema = table_schema(conn, config.source, database, "t")
         selected = query(conn, f"SELECT * FROM {qualified(database, 't')} ORDER BY id")
     assert len(selected) == 400 - 57 + 1
     for row in selected:

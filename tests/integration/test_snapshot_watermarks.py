@@ -69,12 +69,11 @@ def _reads(config, db: str, schema, stop_at: float) -> list[tuple[BinlogPosition
 
 def _committed_values(config, start: BinlogPosition, db: str) -> list[tuple[tuple[int, int], int, int]]:
     """From the binlog: ((file index, end position of the transaction), id, v after it)."""
+    from library_oracle import library_stream
     from pymysqlreplication.event import XidEvent
     from pymysqlreplication.row_event import UpdateRowsEvent
 
-    from binlake.source.binlog.files import open_stream
-
-    stream = open_stream(
+    stream = library_stream(
         config.source, config.source.server_id + 77, start, only_events=[UpdateRowsEvent, XidEvent], only_schemas=[db]
     )
     out, pending = [], []

@@ -139,6 +139,6 @@ def test_no_forecast_where_the_server_never_expires_binlogs():
     ],
 )
 def test_negative_fractional_time_from_the_binlog_is_corrected(decoded, stored):
-    from binlake.bronze.binlog_source import fix_negative_time
+    from library_oracle import fix_negative_time
 
     assert fix_negative_time(decoded) == stored

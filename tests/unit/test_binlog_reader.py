@@ -4,13 +4,8 @@ become change-log rows, what a partition reports, and how each TABLE_MAP is plan
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
-from pymysqlreplication.constants import BINLOG
-from pymysqlreplication.constants import FIELD_TYPE as T
-from pymysqlreplication.event import HeartbeatLogEvent, XidEvent
-from pymysqlreplication.row_event import PartialUpdateRowsEvent, UpdateRowsEvent, WriteRowsEvent
 
 from binlake.bronze.binlog_source import (
     BinlogEndedEarly,
@@ -22,6 +17,10 @@ from binlake.bronze.binlog_source import (
 )
 from binlake.config import ColumnRule, Secret, SourceConfig
 from binlake.contract.columns import stored_schema
+from binlake.errors import BinlogDecodeError
+from binlake.source.binlog import table_map as T
+from binlake.source.binlog.events import Event, Passive, Rows, TableMapEvent, Xid
+from binlake.source.binlog.table_map import ColumnDef, TableMap
 
 FILE = "mysql-bin.000007"
 
@@ -94,10 +93,13 @@ def test_a_dump_read_to_the_files_end_puts_the_heartbeat_where_the_stream_stoppe
 
 
 def test_an_event_gets_the_handler_of_its_class_or_of_its_nearest_handled_base_class():
-    handlers = EventHandlers({WriteRowsEvent: "insert", UpdateRowsEvent: "update", XidEvent: "commit"})
-    assert handlers[WriteRowsEvent] == "insert" and handlers[XidEvent] == "commit"
-    assert handlers[PartialUpdateRowsEvent] == "update", "MySQL's partial JSON update is an update"
-    assert handlers[HeartbeatLogEvent] is None, "an event of no handled kind is skipped"
+    class SpecialRows(Rows):
+        pass
+
+    handlers = EventHandlers({Rows: "rows", Xid: "commit", Passive: "passive"})
+    assert handlers[Rows] == "rows" and handlers[Xid] == "commit"
+    assert handlers[SpecialRows] == "rows"
+    assert handlers[Event] is None, "an event of no handled kind changes nothing"
 
 
 # ---------------------------------------------------------------------------------------
@@ -105,7 +107,7 @@ def test_an_event_gets_the_handler_of_its_class_or_of_its_nearest_handled_base_c
 
 
 @pytest.mark.parametrize(
-    "text", ["BEGIN", "COMMIT", " commit ", "XA START 'x'", "XA END 'x'", "SAVEPOINT s1", "savepoint s2"]
+    "text", ["BEGIN", "COMMIT", " commit ", "ROLLBACK", "XA START 'x'", "XA END 'x'", "SAVEPOINT s1", "savepoint s2"]
 )
 def test_transaction_control_statements_make_no_change_log_rows(text):
     assert captured_ddl(source(), text, "shop") == []
@@ -142,11 +144,12 @@ def test_stats_count_records_per_op_and_row_changes_per_table():
         "ops": {"insert": 4, "update": 2, "truncate": 1},
         "tables": {"shop.orders": 5, "shop.items": 1},
         "last_ts": 3_000,
+        "ignored": {},
     }
 
 
 def test_stats_of_a_range_without_changes():
-    assert json.loads(RangeStats().counts_json()) == {"ops": {}, "tables": {}, "last_ts": None}
+    assert json.loads(RangeStats().counts_json()) == {"ops": {}, "tables": {}, "last_ts": None, "ignored": {}}
     assert RangeStats().gtid_position() is None
 
 
@@ -161,32 +164,24 @@ def test_the_gtid_position_holds_the_last_gtid_of_each_domain():
 # Planning a TABLE_MAP
 
 
-def column(name, type_, **metadata):
-    """A TABLE_MAP column as python-mysql-replication gives it (binlog_row_metadata=FULL)."""
-    fields = {"unsigned": False, "character_set_name": None, "collation_name": None, "max_length": 0}
-    return SimpleNamespace(name=name, type=type_, **{**fields, **metadata})
+def column(name, type_, index=0, **metadata) -> ColumnDef:
+    """A TABLE_MAP column (binlog_row_metadata=FULL)."""
+    return ColumnDef(index, type_, name=name, **metadata)
 
 
-ID = column("id", T.LONG)
-EMAIL = column("email", T.VARCHAR, character_set_name="utf8mb4", max_length=400)
-CODE = column("code", T.STRING, character_set_name="binary", collation_name="binary", max_length=4)
-DOC = column("doc", T.JSON)
+ID = column("id", T.LONG, nullable=False)
+EMAIL = column("email", T.VARCHAR, collation=45, max_length=400)
+CODE = column("code", T.STRING, collation=63, max_length=4)
+DOC = column("doc", T.JSON, length_size=4)
 
 
-def table_map(table="orders", *columns, db="shop", table_id=70):
-    columns = columns or (ID, EMAIL, CODE)
-    return SimpleNamespace(
-        schema=db,
-        table=table,
-        table_id=table_id,
-        columns=list(columns),
-        null_bitmask=bytes([0b11111110]),  # every column but the key may be NULL
-        optional_metadata=SimpleNamespace(simple_primary_key_list=[0], primary_keys_with_prefix={}),
-    )
-
-
-def rows_event(event_type=BINLOG.WRITE_ROWS_EVENT_V2, present=b"\x07", present_after=None):
-    return SimpleNamespace(event_type=event_type, columns_present_bitmap=present, columns_present_bitmap2=present_after)
+def table_map(table="orders", *columns, db="shop", table_id=70, names=True) -> TableMapEvent:
+    columns = [ColumnDef(**{**vars(c), "index": i}) for i, c in enumerate(columns or (ID, EMAIL, CODE))]
+    if not names:
+        for c in columns:
+            c.name = None
+    tm = TableMap(table_id, db, table, columns, primary_key=(0,) if names else (), has_names=names)
+    return TableMapEvent(19, 0, 1, 100, 0, table_map=tm, table_id=table_id, schema=db, table=table)
 
 
 def test_a_table_map_of_a_table_not_captured_is_not_planned():
@@ -199,36 +194,30 @@ def test_rows_carry_the_version_of_the_schema_binlake_stores():
     plan = TablePlanner(cfg).plan(table_map())
     assert plan.name == "shop.orders"
     assert [c.name for c in plan.schema.columns] == ["id", "email", "code"] and plan.schema.key == ("id",)
+    assert [c.kind.value for c in plan.schema.columns] == ["int", "string", "binary"]
     assert plan.stored == stored_schema(cfg, plan.schema)
     assert plan.version == plan.stored.version()
-    assert sorted(plan.columns_by_name) == ["code", "email", "id"]
 
 
-def test_binary_n_columns_are_padded_back_to_their_length():
-    assert TablePlanner(source()).plan(table_map()).pads == {"code": 4}
-
-
-def test_a_table_whose_columns_the_fast_decoder_reads_is_decoded_fast():
+def test_every_image_layout_of_a_table_decodes_the_columns_it_holds():
     plan = TablePlanner(source()).plan(table_map())
-    assert plan.decoder.names == ["id", "email", "code"]
-    assert plan.decodes_fast(rows_event(), update=False)
+    assert plan.decoder.layout(0b111).names == ["id", "email", "code"]
+    assert plan.decoder.layout(0b101).names == ["id", "code"], "a MINIMAL or NOBLOB image lacks a column"
+    assert plan.decoder.layout(0xFF).names == ["id", "email", "code"], "bits beyond the columns mean nothing"
 
 
-def test_a_table_with_a_column_the_fast_decoder_lacks_is_decoded_by_the_library():
-    plan = TablePlanner(source()).plan(table_map("docs", ID, DOC))
-    assert plan.decoder is None and not plan.decodes_fast(rows_event(present=b"\x03"), update=False)
-    slow = TablePlanner(source(), fast_rows=False).plan(table_map())
-    assert slow.decoder is None and not slow.decodes_fast(rows_event(), update=False)
+def test_a_table_map_without_column_names_makes_the_tables_rows_unreadable_not_nulls():
+    plan = TablePlanner(source()).plan(table_map(names=False))
+    assert plan.decoder is None and plan.version is None
+    assert "binlog_row_metadata=MINIMAL" in plan.unreadable and "re-snapshot" in plan.unreadable
 
 
-def test_only_plain_rows_events_with_full_images_are_decoded_fast():
-    plan = TablePlanner(source()).plan(table_map())
-    assert not plan.decodes_fast(rows_event(present=b"\x05"), update=False), "a MINIMAL image lacks a column"
-    full_update = rows_event(BINLOG.UPDATE_ROWS_EVENT_V2, present_after=b"\x07")
-    assert plan.decodes_fast(full_update, update=True)
-    assert not plan.decodes_fast(rows_event(BINLOG.UPDATE_ROWS_EVENT_V2, present_after=b"\x03"), update=True)
-    partial_json = rows_event(BINLOG.PARTIAL_UPDATE_ROWS_EVENT, present_after=b"\x07")
-    assert not plan.decodes_fast(partial_json, update=True)
+def test_a_captured_table_whose_table_map_binlake_cannot_read_stops_capture():
+    broken = TableMapEvent(19, 0, 1, 100, 0, table_id=9, schema="shop", table="t", error="column 1 has type 20")
+    with pytest.raises(BinlogDecodeError, match=r"shop.t is captured, but column 1 has type 20"):
+        TablePlanner(source()).plan(broken)
+    uncaptured = TableMapEvent(19, 0, 1, 100, 0, table_id=9, schema="crm", table="t", error="column 1 has type 20")
+    assert TablePlanner(source()).plan(uncaptured) is None, "a table binlake does not capture never stops it"
 
 
 def test_the_column_rule_drops_and_masks_in_the_plan():
@@ -238,13 +227,14 @@ def test_the_column_rule_drops_and_masks_in_the_plan():
     assert [c.name for c in plan.stored.columns] == ["id", "code"]
     assert plan.version != TablePlanner(source()).plan(table_map()).version
     assert plan.decoder.names == ["id", "email", "code"], "the decoder reads the source's layout"
-    assert plan.masker.names == ["id", "code"], "the fast path's texts lose the dropped column"
-    assert TablePlanner(source()).plan(table_map()).masker is None
+    names, texts = plan.masked(plan.decoder.layout(0b111), ["1", "a@b", "Y29kZQ=="], 1)
+    assert names == ["id", "code"], "the texts lose the dropped column"
+    assert texts[0] == "1" and texts[1] != "Y29kZQ==" and len(texts[1]) == 64, "the masked column is hashed"
 
 
 def test_the_column_rule_is_applied_once_per_table_and_source_schema():
     planner = TablePlanner(source())
     first, again = planner.plan(table_map(table_id=70)), planner.plan(table_map(table_id=71))
     assert again.stored is first.stored, "a TABLE_MAP per transaction must not redo the rule"
-    altered = planner.plan(table_map("orders", ID, EMAIL, CODE, column("note", T.VARCHAR, max_length=40)))
+    altered = planner.plan(table_map("orders", ID, EMAIL, CODE, column("note", T.VARCHAR, collation=45, max_length=40)))
     assert altered.version != first.version

@@ -27,26 +27,27 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pymysqlreplication.constants import BINLOG, FIELD_TYPE
-from pymysqlreplication.event import GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent
-from pymysqlreplication.row_event import DeleteRowsEvent, TableMapEvent, UpdateRowsEvent, WriteRowsEvent
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from binlake.bronze.binlog_rows import RowsDecoder, compile_rows_decoder
 from binlake.config import BINLOG_READERS, ColumnRule, SourceConfig
-from binlake.contract.columns import FlatMasker, apply_to_image, stored_schema
-from binlake.contract.ddl import ddl_effects
-from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP
+from binlake.contract.columns import FlatMasker, stored_schema
+from binlake.contract.ddl import ddl_effects, statement_targets
+from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP, INSERT, STATEMENT_OP, UPDATE
 from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition, file_index, log_index
-from binlake.contract.types import (
-    ZERO_DATE,
-    ZERO_DATETIME,
-    Column,
-    Kind,
-    TableSchema,
-    encode_value,
+from binlake.contract.types import Column, Kind, TableSchema, UnsupportedTypeError
+from binlake.errors import BinlogDecodeError
+from binlake.source.binlog import table_map as tm
+from binlake.source.binlog.boundaries import Boundaries
+from binlake.source.binlog.events import Gtid, Passive, Query, Rows, TableMapEvent, TransactionPayload
+from binlake.source.binlog.rows import (
+    Layout,
+    PartialJsonWithoutBefore,
+    RowsDecoder,
+    UnsupportedColumn,
+    compile_rows_decoder,
 )
-from binlake.source.binlog.files import is_transaction_end, open_stream
+from binlake.source.binlog.stream import archive_stream, server_stream
+from binlake.source.binlog.table_map import ColumnDef, TableMap
 
 SOURCE_NAME = "binlake_binlog"
 READ_SCHEMA = CHANGELOG_SCHEMA + ", schema_json STRING"
@@ -71,6 +72,7 @@ class ReadRange:
     last: bool
     max_rows: int | None = None  # the last partition may stop early, at a transaction boundary
     epoch: int = 0  # the source epoch the file belongs to (binlake.contract.position)
+    archive: str | None = None  # read the file from this binlog archive, not from the server
 
     def is_empty(self) -> bool:
         return self.end_pos is not None and self.start_pos >= self.end_pos
@@ -103,251 +105,174 @@ class ReadRange:
 # TABLE_MAP metadata -> binlake types
 
 
-def column_from_binlog(col: Any, nullable: bool = True) -> Column:  # noqa: C901 (one branch per MySQL column type)
-    """A :class:`Column` from python-mysql-replication's TABLE_MAP column (FULL row metadata).
+def column_from_binlog(col: ColumnDef) -> Column:  # noqa: C901 (one branch per MySQL column type)
+    """A :class:`Column` from a TABLE_MAP column (FULL row metadata: it needs the name).
 
     Gives the same :meth:`Column.signature` as ``column_from_information_schema`` for the
     same column: the Spark type depends only on kind, integer width, signedness and
     DECIMAL precision/scale, all of which the metadata carries.
     """
-    from pymysqlreplication.constants import FIELD_TYPE as T
-
     t = col.type
-    name = col.name
-    common = dict(name=name, nullable=nullable, mysql_type=_TYPE_NAMES.get(t, str(t)))
-    ints = {T.TINY: 8, T.SHORT: 16, T.INT24: 24, T.LONG: 32, T.LONGLONG: 64}
-    if t in ints:
-        return Column(kind=Kind.UINT if col.unsigned else Kind.INT, bits=ints[t], **common)
-    if t in (T.NEWDECIMAL, T.DECIMAL):
-        return Column(
-            kind=Kind.DECIMAL,
-            precision=int(getattr(col, "precision", 10)),
-            scale=int(getattr(col, "decimals", 0)),
-            **common,
-        )
-    if t == T.FLOAT:
+    if col.name is None:
+        raise UnsupportedTypeError(f"column {col.index} has no name (binlog_row_metadata=MINIMAL)")
+    common: dict[str, Any] = dict(name=col.name, nullable=col.nullable, mysql_type=col.type_name)
+    if t in _INT_BITS:
+        return Column(kind=Kind.UINT if col.unsigned else Kind.INT, bits=_INT_BITS[t], **common)
+    if t == tm.NEWDECIMAL:
+        return Column(kind=Kind.DECIMAL, precision=col.precision, scale=col.decimals, **common)
+    if t == tm.FLOAT:
         return Column(kind=Kind.FLOAT, **common)
-    if t == T.DOUBLE:
+    if t == tm.DOUBLE:
         return Column(kind=Kind.DOUBLE, **common)
-    if t in (T.DATE, T.NEWDATE):
+    if t in (tm.DATE, tm.NEWDATE):
         return Column(kind=Kind.DATE, **common)
-    if t in (T.DATETIME, T.DATETIME2):
-        return Column(kind=Kind.DATETIME, fsp=int(getattr(col, "fsp", 0) or 0), **common)
-    if t in (T.TIMESTAMP, T.TIMESTAMP2):
-        return Column(kind=Kind.TIMESTAMP, fsp=int(getattr(col, "fsp", 0) or 0), **common)
-    if t in (T.TIME, T.TIME2):
-        return Column(kind=Kind.TIME, fsp=int(getattr(col, "fsp", 0) or 0), **common)
-    if t == T.YEAR:
+    if t in (tm.DATETIME, tm.DATETIME2):
+        return Column(kind=Kind.DATETIME, fsp=col.fsp, **common)
+    if t in (tm.TIMESTAMP, tm.TIMESTAMP2):
+        return Column(kind=Kind.TIMESTAMP, fsp=col.fsp, **common)
+    if t in (tm.TIME, tm.TIME2):
+        return Column(kind=Kind.TIME, fsp=col.fsp, **common)
+    if t == tm.YEAR:
         return Column(kind=Kind.YEAR, **common)
-    if t == T.ENUM:
-        return Column(kind=Kind.ENUM, labels=tuple((col.enum_values or [""])[1:]), **common)
-    if t == T.SET:
-        return Column(kind=Kind.SET, labels=tuple(col.set_values or ()), **common)
-    if t == T.JSON:
+    if t == tm.ENUM:
+        return Column(kind=Kind.ENUM, labels=col.labels or (), **common)
+    if t == tm.SET:
+        return Column(kind=Kind.SET, labels=col.labels or (), **common)
+    if t == tm.JSON:
         return Column(kind=Kind.JSON, **common)
-    if t == T.BIT:
-        return Column(kind=Kind.BIT, bits=int(getattr(col, "bits", 1)), **common)
-    if t == T.GEOMETRY:
+    if t == tm.BIT:
+        return Column(kind=Kind.BIT, bits=col.bits, **common)
+    if t in (tm.GEOMETRY, tm.VECTOR):
+        # GEOMETRY as stored (SRID + WKB); VECTOR(n) as its n little-endian float32s.
         return Column(kind=Kind.BINARY, **common)
-    if t in (T.VARCHAR, T.VAR_STRING, T.STRING, T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB):
-        binary = getattr(col, "collation_name", None) == "binary" or (
-            t in (T.TINY_BLOB, T.MEDIUM_BLOB, T.LONG_BLOB, T.BLOB) and getattr(col, "collation_name", None) is None
-        )
-        return Column(kind=Kind.BINARY if binary else Kind.STRING, **common)
-    from binlake.contract.types import UnsupportedTypeError
-
-    raise UnsupportedTypeError(f"column {name!r} has binlog type {t}, which binlake does not map")
+    if t in (tm.VARCHAR, tm.VAR_STRING, tm.STRING, tm.BLOB):
+        return Column(kind=Kind.BINARY if col.binary else Kind.STRING, **common)
+    raise UnsupportedTypeError(f"column {col.name!r} has binlog type {col.type_name}, which binlake does not map")
 
 
-def _type_names() -> dict[int, str]:
-    from pymysqlreplication.constants import FIELD_TYPE as T
-
-    return {v: k.lower() for k, v in vars(T).items() if k.isupper() and isinstance(v, int)}
+_INT_BITS = {tm.TINY: 8, tm.SHORT: 16, tm.INT24: 24, tm.LONG: 32, tm.LONGLONG: 64}
 
 
-_TYPE_NAMES = _type_names()
-
-
-def schema_from_table_map(event: Any) -> TableSchema:
+def schema_from_table_map(table: TableMap) -> TableSchema:
     """The table schema a TABLE_MAP event describes (names need binlog_row_metadata=FULL)."""
-    mask = bytes(event.null_bitmask) if event.null_bitmask else b""
-    cols = []
-    for i, c in enumerate(event.columns):
-        nullable = bool(mask[i // 8] & (1 << (i % 8))) if i // 8 < len(mask) else True
-        cols.append(column_from_binlog(c, nullable=nullable))
-    meta = event.optional_metadata
-    key_idx = list(meta.simple_primary_key_list or []) or list((meta.primary_keys_with_prefix or {}).keys())
-    key = tuple(cols[i].name for i in key_idx)
-    return TableSchema(database=event.schema, table=event.table, columns=tuple(cols), key=key)
-
-
-# ---------------------------------------------------------------------------------------
-# Row images
-
-
-_ZERO_BY_SOURCE = {"out of date range", "out of datetime range", "out of datetime2 range"}
-
-
-def encode_image(
-    schema: TableSchema, cols: dict[str, Column], values: dict, none_sources: dict, pads: dict[str, int] | None = None
-) -> dict[str, str | None]:
-    """Canonical texts of one binlog row image, equal to the snapshot's for the same values.
-
-    ``pads``: BINARY(n) columns and their n. The binlog drops their trailing zero bytes,
-    which a SELECT returns.
-    """
-    out: dict[str, str | None] = {}
-    for name, value in values.items():
-        col = cols.get(name)
-        if col is None:
-            out[name] = None if value is None else str(value)
-            continue
-        if pads and name in pads and value is not None:
-            raw = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
-            value = raw.ljust(pads[name], b"\0")
-        if value is None:
-            why = none_sources.get(name)
-            if why in _ZERO_BY_SOURCE:
-                # The decoder gives None for zero/invalid dates; the snapshot sees '0000-00-00'.
-                out[name] = ZERO_DATE if col.kind is Kind.DATE else ZERO_DATETIME
-            elif why == "empty set":
-                out[name] = ""
-            else:
-                out[name] = None
-            continue
-        if col.kind is Kind.TIMESTAMP and isinstance(value, dt.datetime) and value == _EPOCH:
-            # TIMESTAMP cannot hold the epoch itself; 0 is how the binlog stores the zero value.
-            out[name] = ZERO_DATETIME
-            continue
-        if col.kind is Kind.TIME and isinstance(value, dt.timedelta) and value < dt.timedelta(0):
-            value = fix_negative_time(value)
-        if col.kind is Kind.YEAR and value == 1900:
-            # The binlog stores YEAR as an offset from 1900; 0 is the zero year 0000, not 1900.
-            out[name] = "0"
-            continue
-        out[name] = encode_value(col, value)
-    return out
-
-
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def fix_negative_time(value: dt.timedelta) -> dt.timedelta:
-    """Undo python-mysql-replication's decoding of negative TIME(fsp) with a fraction.
-
-    It returns -(W + 1 - f) for the stored -(W + f) (W whole seconds, f the fraction), as
-    probed against MariaDB 10.11 for fsp 1..6; whole-second values come back right.
-    """
-    magnitude = -(value.days * 86_400_000_000 + value.seconds * 1_000_000 + value.microseconds)
-    whole, frac = divmod(magnitude, 1_000_000)
-    if frac == 0:
-        return value
-    return -dt.timedelta(microseconds=whole * 1_000_000 + (1_000_000 - frac))
+    cols = tuple(column_from_binlog(c) for c in table.columns)
+    key = tuple(cols[i].name for i in table.primary_key)
+    return TableSchema(database=table.schema, table=table.table, columns=cols, key=key)
 
 
 # ---------------------------------------------------------------------------------------
 # Planning a TABLE_MAP: how the ROWS events after it are decoded
 
 
-# The ROWS events the fast decoder reads (MySQL's PARTIAL_UPDATE_ROWS_EVENT is not one).
-PLAIN_ROWS_EVENTS = frozenset(
-    {
-        BINLOG.WRITE_ROWS_EVENT_V1,
-        BINLOG.WRITE_ROWS_EVENT_V2,
-        BINLOG.UPDATE_ROWS_EVENT_V1,
-        BINLOG.UPDATE_ROWS_EVENT_V2,
-        BINLOG.DELETE_ROWS_EVENT_V1,
-        BINLOG.DELETE_ROWS_EVENT_V2,
-    }
-)
-
-
 @dataclass(frozen=True)
 class TablePlan:
     """How the ROWS events after one TABLE_MAP become change-log rows. Everything that does not
-    depend on the event is decided here, once per TABLE_MAP; the ROWS handler only picks the
-    decode path per event."""
+    depend on the event is decided here, once per TABLE_MAP; the ROWS handler only lays out
+    each event's images (which columns they hold)."""
 
-    schema: TableSchema  # the table as the TABLE_MAP describes it
-    name: str  # ``db.table``
-    stored: TableSchema  # the table as binlake stores it: its column rule applied
-    version: str  # the stored schema's version, on every row
-    columns_by_name: dict[str, Column]  # ``schema``'s columns, for encode_image
-    pads: dict[str, int]  # BINARY(n) columns and their n (see encode_image)
-    decoder: RowsDecoder | None  # event bytes to canonical texts; None: the library decodes
+    database: str
+    table: str
+    schema: TableSchema | None  # the table as the TABLE_MAP describes it; None when unreadable
+    stored: TableSchema | None  # the table as binlake stores it: its column rule applied
+    version: str | None  # the stored schema's version, on every row
+    decoder: RowsDecoder | None  # event bytes to canonical texts
     rule: ColumnRule | None
-    masker: FlatMasker | None  # ``rule`` for the decoder's flat texts
+    salt: str = ""
+    # Why the table's rows cannot be decoded into named columns (no names in the TABLE_MAP):
+    # each ROWS event then becomes one record saying so, for silver to stop the table.
+    unreadable: str | None = None
+    maskers: dict = field(default_factory=dict, compare=False)
 
-    def decodes_fast(self, event: Any, update: bool) -> bool:
-        """True when the decoder reads the event: a plain ROWS event whose images hold every column."""
-        decoder = self.decoder
-        return (
-            decoder is not None
-            and event.event_type in PLAIN_ROWS_EVENTS
-            and decoder.full_image(event.columns_present_bitmap)
-            and (not update or decoder.full_image(event.columns_present_bitmap2))
-        )
+    @property
+    def name(self) -> str:
+        return f"{self.database}.{self.table}"
+
+    def masked(self, layout: Layout, values: list | None, n: int) -> tuple[list[str], list | None]:
+        """An image layout's names and its ``n`` rows of texts with the column rule applied."""
+        if self.rule is None:
+            return layout.names, values
+        masker = self.maskers.get(id(layout))
+        if masker is None:
+            masker = self.maskers[id(layout)] = FlatMasker(self.rule, self.salt, layout.names)
+        return masker.names, masker.apply(values, n) if values is not None else None
 
 
 class TablePlanner:
     """The :class:`TablePlan` of each TABLE_MAP event of one range."""
 
-    def __init__(self, source: SourceConfig, fast_rows: bool = True):
+    def __init__(self, source: SourceConfig):
         self.source = source
-        self.fast_rows = fast_rows  # False: the library decodes every row (tests compare both)
         self.salt = source.salt_for_any()
         # A TABLE_MAP comes with every transaction: the column rule is applied once per
         # table and source schema, not per transaction.
         self._stored: dict[tuple, tuple[ColumnRule | None, TableSchema, str]] = {}
+        self._decoders: dict[tuple, RowsDecoder] = {}
 
-    def plan(self, event: Any) -> TablePlan | None:
+    def plan(self, event: TableMapEvent) -> TablePlan | None:
         """The plan for a TABLE_MAP event, None when its table is not captured."""
         if not self.source.captures(event.schema, event.table):
             return None
-        schema = schema_from_table_map(event)
+        table = event.table_map
+        if table is None:
+            raise BinlogDecodeError(f"{event.schema}.{event.table} is captured, but {event.error}")
+        if not table.has_names:
+            return TablePlan(
+                table.schema,
+                table.table,
+                None,
+                None,
+                None,
+                None,
+                None,
+                unreadable="its ROWS events carry no column names (binlog_row_metadata=MINIMAL): "
+                "SET GLOBAL binlog_row_metadata=FULL, then re-snapshot the table",
+            )
+        schema = schema_from_table_map(table)
         shape = (schema.database, schema.table, schema.columns, schema.key)
         if shape not in self._stored:
             stored = stored_schema(self.source, schema, strict=False)
             self._stored[shape] = (self.source.column_rule(schema.database, schema.table), stored, stored.version())
         rule, stored, version = self._stored[shape]
+        layout = (shape, tuple((c.type, c.collation, c.max_length, c.length_size) for c in table.columns))
+        decoder = self._decoders.get(layout)
+        if decoder is None or decoder.table.table_id != table.table_id:
+            try:
+                decoder = self._decoders[layout] = compile_rows_decoder(table, schema)
+            except UnsupportedColumn as exc:
+                raise BinlogDecodeError(f"{schema.name}: {exc}; exclude the table (source.exclude)") from exc
         # Decoded with the source's own column types, then masked: the snapshot does the
         # same, so both paths store the same text for the same value.
-        decoder = compile_rows_decoder(event.columns, schema) if self.fast_rows else None
         return TablePlan(
-            schema=schema,
-            name=schema.name,
-            stored=stored,
-            version=version,
-            columns_by_name={c.name: c for c in schema.columns},
-            pads={
-                c.name: c.max_length
-                for c in event.columns
-                if c.type == FIELD_TYPE.STRING and getattr(c, "collation_name", None) == "binary"
-            },
-            decoder=decoder,
-            rule=rule,
-            masker=FlatMasker(rule, self.salt, decoder.names) if rule is not None and decoder is not None else None,
+            schema.database, schema.table, schema, stored, version, decoder, rule, self.salt if rule else ""
         )
 
 
 # ---------------------------------------------------------------------------------------
-# DDL
+# Statements: DDL, and DML logged as statements
 
 # Statements a QUERY event carries that change no table.
-_TRANSACTION_CONTROL = ("BEGIN", "COMMIT")
-_TRANSACTION_CONTROL_PREFIXES = ("XA ", "SAVEPOINT")
+_TRANSACTION_CONTROL = ("BEGIN", "COMMIT", "ROLLBACK")
+_TRANSACTION_CONTROL_PREFIXES = ("XA ", "SAVEPOINT", "ROLLBACK TO")
 
 
 def captured_ddl(source: SourceConfig, text: str, default_db: str | None) -> list[tuple[int, str, str | None, str]]:
     """``(row, db, table, op)`` for each captured table the statement of a QUERY event
     changes; ``row`` is the table's index in the statement (captured or not), so a DDL row's
     sequence does not depend on the capture filter. ``table`` is None for a statement that
-    names no table (CREATE DATABASE ...), kept when its database may hold captured tables."""
+    names no table (CREATE DATABASE ...), kept when its database may hold captured tables.
+
+    A DML statement (a writer session's ``binlog_format=STATEMENT`` or MIXED) gives
+    ``op='statement'`` for the tables it writes: their changes are not in the binlog as rows."""
     upper = text.strip().upper()
     if upper in _TRANSACTION_CONTROL or upper.startswith(_TRANSACTION_CONTROL_PREFIXES):
         return []
+    targets = statement_targets(text, default_db or None)
+    if targets is not None:
+        effects = [(db, table, STATEMENT_OP) for db, table in targets]
+    else:
+        effects = ddl_effects(text, default_db or None)
     out = []
-    for row, (db, table, op) in enumerate(ddl_effects(text, default_db or None)):
+    for row, (db, table, op) in enumerate(effects):
         if source.captures(db, table) if (db and table) else _db_captured(source, db):
             out.append((row, db, table, op))
     return out
@@ -372,6 +297,8 @@ class RangeStats:
     # MariaDB: the last GTID of each replication domain in the range, so the driver can
     # carry the GTID state from one batch's end to the next without asking the server.
     last_gtids: dict[str, str] = field(default_factory=dict)
+    # Events of types binlake does not know that the server marked ignorable, by type name.
+    ignored: dict[str, int] = field(default_factory=dict)
 
     def add_rows(self, op: str, table: str, n: int, commit_ts: int) -> None:
         self.ops[op] = self.ops.get(op, 0) + n
@@ -387,7 +314,7 @@ class RangeStats:
         self.last_gtids[gtid.split("-", 1)[0]] = gtid
 
     def counts_json(self) -> str:
-        return json.dumps({"ops": self.ops, "tables": self.tables, "last_ts": self.last_ts})
+        return json.dumps({"ops": self.ops, "tables": self.tables, "last_ts": self.last_ts, "ignored": self.ignored})
 
     def gtid_position(self) -> str | None:
         """The last GTID of each domain, comma-joined in domain order; None when there was none."""
@@ -543,8 +470,9 @@ class _ChangeColumns:
         self.after.add(after)
         self.n += 1
 
-    def add_event(self, db, table, op, pos, n, names, before, after, commit_ts, gtid, server_id, schema_version):
-        """The ``n`` rows of one ROWS event; ``before``/``after``: flat texts (see _Images.add_flat) or None."""
+    def add_event(self, db, table, op, pos, first_row, n, images, commit_ts, gtid, server_id, schema_version):  # noqa: PLR0913
+        """The ``n`` rows of one ROWS event, numbered from ``first_row``; ``images``: the
+        before and the after image, each ``(names, flat texts)`` (see _Images.add_flat) or None."""
         c = self.cols
         for name, value in (
             ("db", db),
@@ -559,9 +487,12 @@ class _ChangeColumns:
             ("schema_json", None),
         ):
             c[name].extend([value] * n)
-        c["row"].extend(range(n))
-        self.before.add_flat(names, before, n)
-        self.after.add_flat(names, after, n)
+        c["row"].extend(range(first_row, first_row + n))
+        for target, image in zip((self.before, self.after), images):
+            if image is None:
+                target.add_flat([], None, n)
+            else:
+                target.add_flat(image[0], image[1], n)
         self.n += n
 
     def batch(self):
@@ -594,8 +525,8 @@ class _ChangeColumns:
 
 class EventHandlers(dict):
     """Event handlers by event class. A class without an entry of its own gets the handler of
-    its nearest base class that has one (MySQL's PartialUpdateRowsEvent is an UpdateRowsEvent),
-    as an ``isinstance`` test would, or None; each class is looked up once."""
+    its nearest base class that has one, as an ``isinstance`` test would, or None; each class
+    is looked up once."""
 
     def __missing__(self, cls: type):
         handler = self[cls] = next((self[base] for base in cls.__mro__[1:] if base in self), None)
@@ -606,62 +537,65 @@ class _RangeReader:
     """Reads one :class:`ReadRange` into change-log rows: one handler per kind of event.
 
     A handler gets the event and its end position, adds rows to ``out`` and counts them in
-    ``stats``; it returns True when the event ends a transaction, the only place a read may
-    stop before its planned end. Events of other kinds only move the stream on.
+    ``stats``. Whether an event ends a transaction, the only place a read may stop before its
+    planned end, is for :class:`~binlake.source.binlog.boundaries.Boundaries` to say. Events
+    of other kinds only move the stream on.
     """
 
-    def __init__(self, source: SourceConfig, rng: ReadRange, fast_rows: bool):
+    def __init__(self, source: SourceConfig, rng: ReadRange):
         self.source = source
         self.rng = rng
-        self.planner = TablePlanner(source, fast_rows)
+        self.planner = TablePlanner(source)
         self.out = _ChangeColumns(
             rng.file, log_index(rng.epoch, file_index(rng.file)), dt.datetime.now(dt.timezone.utc)
         )
         self.stats = RangeStats()
+        self.boundaries = Boundaries()
         self.plans: dict[int, TablePlan | None] = {}  # by the table id TABLE_MAP events assign
         self.reported: set[tuple[str, str, str]] = set()  # (db, table, version) sent to the driver
         self.gtid: str | None = None  # of the transaction being read
+        self.next_row = 0  # the row index the next ROWS event's rows start at (see on_payload)
         self.handlers = EventHandlers(
             {
-                GtidEvent: self.on_gtid,
-                MariadbGtidEvent: self.on_mariadb_gtid,
+                Gtid: self.on_gtid,
                 TableMapEvent: self.on_table_map,
-                WriteRowsEvent: functools.partial(self.on_rows, "insert"),
-                UpdateRowsEvent: functools.partial(self.on_rows, "update"),
-                DeleteRowsEvent: functools.partial(self.on_rows, "delete"),
-                QueryEvent: self.on_query,
-                XidEvent: self.on_xid,
+                Rows: self.on_rows,
+                Query: self.on_query,
+                TransactionPayload: self.on_payload,
+                Passive: self.on_passive,
             }
         )
 
     def batches(self) -> Iterator:
         """The range's record batches; the last one holds the heartbeat and the stats."""
-        rng, out, stats, handlers = self.rng, self.out, self.stats, self.handlers
+        rng, out, stats = self.rng, self.out, self.stats
         if rng.is_empty():
             yield self.finish(rng.end_pos)
             return
-        stream = open_stream(
-            self.source,
-            self.source.server_id + 1 + rng.index,
-            BinlogPosition(rng.file, rng.start_pos),
-            # Every event, also the ones the library does not implement: the end check must see
-            # the last event before the end (often a MariaDB Binlog_checkpoint, written late).
-            filter_non_implemented_events=False,
-        )
+        start = BinlogPosition(rng.file, rng.start_pos)
+        if rng.archive:
+            stream = archive_stream(rng.archive, start)
+        else:
+            stream = server_stream(self.source, self.source.server_id + 1 + rng.index, start)
         stop_pos: int | None = None
         try:
             for event in stream:
-                if stream.log_file != rng.file:
+                if stream.file != rng.file:
                     # Rotated into the next file: this file is complete (its ROTATE or STOP event
                     # was its last), so the planned end, never beyond the file's size, is reached.
                     stop_pos = rng.end_pos
                     break
-                pos = event.packet.log_pos
-                handle = handlers[type(event)]
-                if handle is not None and handle(event, pos) and rng.stops_early(stats.rows, pos):
+                pos = event.log_pos
+                if not pos:
+                    continue  # artificial: the dump's first ROTATE and FORMAT_DESCRIPTION
+                self.next_row = 0
+                handle = self.handlers[type(event)]
+                if handle is not None:
+                    handle(event, pos)
+                if self.boundaries.ends(event) and rng.stops_early(stats.rows, pos):
                     stop_pos = pos
                     break
-                if rng.reached_end(stream.log_file, stream.log_pos):
+                if rng.reached_end(stream.file, stream.pos):
                     stop_pos = rng.end_pos
                     break
                 if out.n >= BATCH_ROWS:
@@ -669,7 +603,7 @@ class _RangeReader:
         finally:
             stream.close()
         if stop_pos is None:
-            stop_pos = rng.end_of_dump(stream.log_file, stream.log_pos)
+            stop_pos = rng.end_of_dump(stream.file, stream.pos)
         yield self.finish(stop_pos)
 
     def finish(self, heartbeat_pos: int | None):
@@ -682,46 +616,60 @@ class _RangeReader:
 
     # One handler per kind of event.
 
-    def on_gtid(self, event: Any, pos: int) -> bool:
+    def on_gtid(self, event: Gtid, pos: int) -> None:
         self.gtid = event.gtid
-        return False
+        if event.mariadb and event.gtid:
+            self.stats.add_mariadb_gtid(event.gtid)
 
-    def on_mariadb_gtid(self, event: Any, pos: int) -> bool:
-        self.gtid = event.gtid
-        self.stats.add_mariadb_gtid(event.gtid)
-        return False
-
-    def on_table_map(self, event: Any, pos: int) -> bool:
+    def on_table_map(self, event: TableMapEvent, pos: int) -> None:
         plan = self.plans[event.table_id] = self.planner.plan(event)
-        if plan is not None and (plan.schema.database, plan.schema.table, plan.version) not in self.reported:
-            self.reported.add((plan.schema.database, plan.schema.table, plan.version))
+        if plan is None or plan.stored is None or plan.version is None:
+            return
+        if (plan.database, plan.table, plan.version) not in self.reported:
+            self.reported.add((plan.database, plan.table, plan.version))
             self.out.add(
-                plan.schema.database,
-                plan.schema.table,
+                plan.database,
+                plan.table,
                 "schema",
                 pos,
                 0,
                 schema_version=plan.version,
                 schema_json=plan.stored.to_json(),
             )
-        return False
 
-    def on_rows(self, op: str, event: Any, pos: int) -> bool:
-        plan = self.plans.get(event.table_id)
+    def on_rows(self, event: Rows, pos: int) -> None:
+        if event.table_id not in self.plans:
+            raise BinlogDecodeError(
+                f"{event.name} at {self.rng.file}:{pos} refers to table id {event.table_id}, "
+                "whose TABLE_MAP did not come before it in the binlog"
+            )
+        plan = self.plans[event.table_id]
         if plan is None:
-            return False
+            return
         commit_ts = event.timestamp * 1_000_000
-        if plan.decodes_fast(event, op == "update"):
-            n = self._add_decoded_rows(plan, op, event, pos, commit_ts)
-        else:
-            n = self._add_library_rows(plan, op, event, pos, commit_ts)
-        self.stats.add_rows(op, plan.name, n, commit_ts)
-        return False
+        first_row = self.next_row
+        if plan.unreadable is not None:
+            self._add_unapplied(plan, event.name, plan.unreadable, pos, commit_ts, event.server_id)
+            return
+        try:
+            n = self._add_decoded_rows(plan, event, pos, first_row, commit_ts)
+        except PartialJsonWithoutBefore as exc:
+            reason = (
+                f"its before image lacks {', '.join(exc.columns)}, which its JSON diff applies to "
+                "(binlog_row_value_options=PARTIAL_JSON with binlog_row_image=MINIMAL): "
+                "SET GLOBAL binlog_row_value_options='', then re-snapshot the table"
+            )
+            self._add_unapplied(plan, event.name, reason, pos, commit_ts, event.server_id)
+            return
+        except (ValueError, IndexError, UnicodeDecodeError) as exc:
+            raise BinlogDecodeError(
+                f"binlake cannot decode the rows of {event.name} at {self.rng.file}:{pos} ({plan.name}): {exc}"
+            ) from exc
+        self.next_row = first_row + n
+        self.stats.add_rows(event.kind, plan.name, n, commit_ts)
 
-    def on_query(self, event: Any, pos: int) -> bool:
-        text = event.query.decode("utf-8", "replace") if isinstance(event.query, bytes) else str(event.query)
-        default_db = event.schema.decode("utf-8", "replace") if isinstance(event.schema, bytes) else event.schema
-        for row, db, table, op in captured_ddl(self.source, text, default_db):
+    def on_query(self, event: Query, pos: int) -> None:
+        for row, db, table, op in captured_ddl(self.source, event.text, event.schema):
             self.out.add(
                 db,
                 table,
@@ -730,95 +678,87 @@ class _RangeReader:
                 row,
                 commit_ts=event.timestamp * 1_000_000,
                 gtid=self.gtid,
-                server_id=event.packet.server_id,
-                ddl=text,
+                server_id=event.server_id,
+                ddl=event.text,
             )
             self.stats.add_ddl(op)
-        if is_transaction_end(event):  # a COMMIT, or DDL, which commits implicitly
-            self.gtid = None
-            return True
-        return False
 
-    def on_xid(self, event: Any, pos: int) -> bool:
-        """The commit of a transaction."""
-        self.gtid = None
-        return True
+    def on_payload(self, event: TransactionPayload, pos: int) -> None:
+        """A compressed transaction: its events in order, all at the payload's end position;
+        their rows are numbered on from one ROWS event to the next, so ``_cdc_seq`` stays
+        unique. A transaction payload is never cut: it ends with its own XID."""
+        self.next_row = 0
+        for inner in event.events:
+            handle = self.handlers[type(inner)]
+            if handle is not None and handle is not self.on_payload:
+                handle(inner, pos)
 
-    # The two ways of decoding a ROWS event; each adds all of its rows.
+    def on_passive(self, event: Passive, pos: int) -> None:
+        if event.unknown:
+            self.stats.ignored[event.name] = self.stats.ignored.get(event.name, 0) + 1
 
-    def _add_decoded_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
-        """The fast path: the event's row bytes straight to canonical texts."""
-        update = op == "update"
-        packet = event.packet
+    # Rows.
+
+    def _add_decoded_rows(self, plan: TablePlan, event: Rows, pos: int, first_row: int, commit_ts: int) -> int:
+        """The event's row bytes straight to canonical texts, the column rule applied."""
+        decoder = plan.decoder
+        assert decoder is not None and plan.version is not None
+        kind = event.kind
         first: list = []
-        second: list = []
-        n = plan.decoder.decode(
-            packet.read(event.event_size - packet.read_bytes), [first, second] if update else [first]
-        )
-        before, after = (first, second) if update else (None, first) if op == "insert" else (first, None)
-        names = plan.decoder.names
-        masker = plan.masker
-        if masker is not None:
-            names = masker.names
-            before = masker.apply(before, n) if before is not None else None
-            after = masker.apply(after, n) if after is not None else None
-        schema = plan.schema
+        if kind == UPDATE:
+            second: list = []
+            before, after = decoder.layout(event.present), decoder.layout(event.present_after or 0)
+            if event.partial_json:
+                n = decoder.decode_partial_update(event.body, before, after, [first, second])
+            else:
+                n = decoder.decode(event.body, [before, after], [first, second])
+            images = (plan.masked(before, first, n), plan.masked(after, second, n))
+        else:
+            layout = decoder.layout(event.present)
+            n = decoder.decode(event.body, [layout], [first])
+            image = plan.masked(layout, first, n)
+            images = (None, image) if kind == INSERT else (image, None)
         self.out.add_event(
-            schema.database,
-            schema.table,
-            op,
+            plan.database,
+            plan.table,
+            kind,
             pos,
+            first_row,
             n,
-            names,
-            before,
-            after,
+            images,
             commit_ts,
             self.gtid,
-            packet.server_id,
+            event.server_id,
             plan.version,
         )
         return n
 
-    def _add_library_rows(self, plan: TablePlan, op: str, event: Any, pos: int, commit_ts: int) -> int:
-        """python-mysql-replication decodes each row; encode_image makes the texts."""
-        schema, cols, pads, rule, salt = plan.schema, plan.columns_by_name, plan.pads, plan.rule, self.planner.salt
-        out, gtid, sid, version = self.out, self.gtid, event.packet.server_id, plan.version
-        n = 0
-        for i, row in enumerate(event.rows):
-            if op == "insert":
-                before, after = None, encode_image(schema, cols, row["values"], row["none_sources"], pads)
-            elif op == "delete":
-                before, after = encode_image(schema, cols, row["values"], row["none_sources"], pads), None
-            else:
-                before = encode_image(schema, cols, row["before_values"], row["before_none_sources"], pads)
-                after = encode_image(schema, cols, row["after_values"], row["after_none_sources"], pads)
-            out.add(
-                schema.database,
-                schema.table,
-                op,
-                pos,
-                i,
-                before=apply_to_image(rule, salt, before),
-                after=apply_to_image(rule, salt, after),
-                commit_ts=commit_ts,
-                gtid=gtid,
-                server_id=sid,
-                schema_version=version,
-            )
-            n += 1
-        return n
+    def _add_unapplied(self, plan: TablePlan, event_name: str, reason: str, pos: int, commit_ts: int, sid: int):
+        """One record saying that the table changed here in a way bronze cannot hold as rows."""
+        self.out.add(
+            plan.database,
+            plan.table,
+            STATEMENT_OP,
+            pos,
+            self.next_row,
+            commit_ts=commit_ts,
+            gtid=self.gtid,
+            server_id=sid,
+            ddl=f"{event_name}: {reason}",
+        )
+        self.next_row += 1
+        self.stats.add_ddl(STATEMENT_OP)
 
 
-def read_range(source: SourceConfig, rng: ReadRange, fast_rows: bool = True) -> Iterator:
+def read_range(source: SourceConfig, rng: ReadRange) -> Iterator:
     """Decode one file range into Arrow record batches of change-log rows (see the module doc).
 
     Every partition ends with one ``op='stats'`` side row whose ``ddl`` holds, as JSON, its row
-    counts per op (``ops``) and per ``db.table`` (``tables``) and the commit time of its newest
-    row change (``last_ts``, microseconds), so the driver needs no aggregation job.
-    ``fast_rows=False`` decodes every row through python-mysql-replication (tests compare both
-    paths).
+    counts per op (``ops``) and per ``db.table`` (``tables``), the commit time of its newest
+    row change (``last_ts``, microseconds) and the ignorable events it did not know
+    (``ignored``), so the driver needs no aggregation job.
     """
-    yield from _RangeReader(source, rng, fast_rows).batches()
+    yield from _RangeReader(source, rng).batches()
 
 
 class _Partition(InputPartition):

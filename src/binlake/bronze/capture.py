@@ -62,6 +62,7 @@ from binlake.errors import (
     BinlogPurgedError,
     SourceChangedError,
     SourceConnectionError,
+    raised_on_worker,
 )
 from binlake.source import gtid as gtids
 from binlake.source.binlog.files import (
@@ -581,11 +582,18 @@ def _read_and_commit(
     try:
         # One pass builds the cache and returns the few side rows: schema versions, each
         # partition's counts per op and last GTIDs, and the heartbeat. No aggregation, no shuffle.
-        side = (
-            df.where(F.col("op").isin(HEARTBEAT_OP, *SIDE_OPS))
-            .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json", "gtid")
-            .collect()
-        )
+        try:
+            side = (
+                df.where(F.col("op").isin(HEARTBEAT_OP, *SIDE_OPS))
+                .select("op", "binlog_file", "file_index", "pos", "ddl", "schema_json", "gtid")
+                .collect()
+            )
+        except Exception as exc:
+            # A reader's own error (an event it cannot decode) stops capture as itself:
+            # reading the range again would meet the same event.
+            if (raised := raised_on_worker(exc)) is not None:
+                raise raised from exc
+            raise
         counts: dict[str, int] = {}
         gtid = state.gtid
         for r in sorted((r for r in side if r["op"] == "stats"), key=lambda r: (r["file_index"], r["pos"])):
@@ -596,6 +604,11 @@ def _read_and_commit(
                 result.table_changes[name] = result.table_changes.get(name, 0) + n
             if stats["last_ts"] is not None:
                 result.last_commit_ts = max(result.last_commit_ts or 0, stats["last_ts"])
+            for name, n in stats.get("ignored", {}).items():
+                result.warnings.append(
+                    f"capture passed over {n} {name} event(s) in {r['binlog_file']}: binlake does not know the type "
+                    "and the server marked it ignorable"
+                )
             gtid = gtids.advance(gtid, r["gtid"])
         beats = [r for r in side if r["op"] == HEARTBEAT_OP]
         if len(beats) != 1:

@@ -1,6 +1,7 @@
-"""What a DDL statement's text says, as far as binlake needs it: which tables it changes and
-how (capture records it in bronze's ``op``), and which columns it renames (silver moves the
-old images' values to the new name).
+"""What a statement's text says, as far as binlake needs it: which tables a DDL statement
+changes and how (capture records it in bronze's ``op``), which columns it renames (silver
+moves the old images' values to the new name), and which tables a statement-format DML
+statement writes (its rows are not in the binlog).
 
 One identifier grammar serves both: a backquoted name (with ```` `` ```` inside) or a bare one.
 """
@@ -94,3 +95,60 @@ def column_renames(ddl: str | None) -> list[tuple[str, str]]:
         if unquote_ident(a) != unquote_ident(b)
     ]
     return out
+
+
+# Statement-format DML: the statements that write rows. A session with binlog_format=STATEMENT
+# (or MIXED, for statements it deems safe) logs them as text instead of row events.
+_DML = re.compile(r"^(?:INSERT|REPLACE|UPDATE|DELETE|LOAD\s+(?:DATA|XML))\b", re.IGNORECASE)
+_INSERT_TARGET = re.compile(
+    r"^(?:INSERT|REPLACE)(?:\s+(?:LOW_PRIORITY|DELAYED|HIGH_PRIORITY|IGNORE))*(?:\s+INTO)?"
+    rf"\s+(?P<name>{_QUALIFIED})",
+    re.IGNORECASE,
+)
+_LOAD_TARGET = re.compile(rf"\bINTO\s+TABLE\s+(?P<name>{_QUALIFIED})", re.IGNORECASE)
+_SINGLE_DELETE = re.compile(
+    rf"^DELETE(?:\s+(?:LOW_PRIORITY|QUICK|IGNORE))*\s+FROM\s+(?P<name>{_QUALIFIED})"
+    r"\s*(?:$|;|\b(?:WHERE|ORDER|LIMIT|PARTITION|RETURNING)\b)",
+    re.IGNORECASE,
+)
+_SINGLE_UPDATE = re.compile(
+    rf"^UPDATE(?:\s+(?:LOW_PRIORITY|IGNORE))*\s+(?P<name>{_QUALIFIED})(?:\s+(?:AS\s+)?{_NAME})?\s+SET\b",
+    re.IGNORECASE,
+)
+_CREATE_SELECT = re.compile(r"\bSELECT\b", re.IGNORECASE)
+
+
+def statement_targets(query: str, default_db: str | None) -> list[tuple[str | None, str | None]] | None:
+    """The tables a statement-format DML statement writes, as ``(db, table)``; ``table`` is
+    None when the text does not say exactly (multi-table UPDATE or DELETE, a CTE): then any
+    table of ``db`` may have changed. None when the statement is not DML.
+
+    ``CREATE TABLE ... SELECT`` counts too: logged as a statement it carries the new table's
+    rows as a query, not as row events.
+    """
+    text = _COMMENT.sub("", query, count=1).strip()
+    if _DML.match(text):
+        for pattern in (_INSERT_TARGET, _SINGLE_UPDATE, _SINGLE_DELETE):
+            if m := pattern.match(text):
+                return [_qualified(m.group("name"), default_db)]
+        if text[:4].upper() == "LOAD" and (m := _LOAD_TARGET.search(text)):
+            return [_qualified(m.group("name"), default_db)]
+        return _any_database(text, default_db)
+    if re.match(r"^WITH\b", text, re.IGNORECASE) and re.search(r"\b(?:UPDATE|DELETE)\b", text, re.IGNORECASE):
+        return _any_database(text, default_db)
+    m = _DDL_TABLE.match(text)
+    if m and text[: m.start("name")].upper().startswith("CREATE") and _CREATE_SELECT.search(text, m.end()):
+        if m.group("temporary"):
+            return []
+        return [_qualified(m.group("name"), default_db)]
+    return None
+
+
+_QUALIFIER = re.compile(rf"({_NAME})\s*\.\s*{_NAME}")
+
+
+def _any_database(text: str, default_db: str | None) -> list[tuple[str | None, str | None]]:
+    """Every database the statement may write in: the default one and any name that
+    qualifies another (a table's database, or an alias, which names no database)."""
+    dbs = dict.fromkeys([default_db, *(unquote_ident(q) for q in _QUALIFIER.findall(text))])
+    return [(db, None) for db in dbs]

@@ -109,7 +109,7 @@ def position_after(
         RotateEvent,
     )
 
-    from binlake.source.binlog.files import stream_settings
+    from binlake.source.binlog.dump import stream_settings
 
     here = binlog_position(conn)
     if not covers(here, position):

@@ -1,8 +1,8 @@
 """The source's binlog files: listing, purge detection, timestamp startup, purge forecasting.
 
 Everything here talks to the server through ordinary SQL (``SHOW BINARY LOGS``,
-``SHOW GLOBAL VARIABLES``) or a short non-blocking binlog dump through
-python-mysql-replication. Nothing keeps a dump connection open after it returns.
+``SHOW GLOBAL VARIABLES``) or a short non-blocking binlog dump. Nothing keeps a dump
+connection open after it returns.
 """
 
 from __future__ import annotations
@@ -10,14 +10,16 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import pymysql
 
 from binlake.config import SourceConfig
 from binlake.contract.position import BinlogPosition, file_index
 from binlake.errors import BinlogPurgedError
-from binlake.source.mysql import binary_logs, connection_kwargs, server_variables
+from binlake.source.binlog.boundaries import Boundaries
+from binlake.source.binlog.events import Gtid, Query
+from binlake.source.binlog.stream import server_stream
+from binlake.source.mysql import binary_logs, server_variables
 
 # The first event of every binlog file starts here (after the 4-byte magic number).
 FILE_START = 4
@@ -73,41 +75,17 @@ def check_not_purged(files: list[BinlogFile], resume: BinlogPosition, tables: li
         raise BinlogPurgedError(resume.file, oldest.name, tables)
 
 
-def stream_settings(source: SourceConfig) -> dict[str, Any]:
-    """pymysql settings for python-mysql-replication (it opens its own connections)."""
-    kwargs = connection_kwargs(source)
-    kwargs.pop("database", None)
-    return kwargs
-
-
-def open_stream(source: SourceConfig, server_id: int, start: BinlogPosition, **extra: Any):
-    """A non-blocking binlog dump from ``start``; the caller closes it."""
-    from pymysqlreplication import BinLogStreamReader
-
-    return BinLogStreamReader(
-        connection_settings=stream_settings(source),
-        server_id=server_id,
-        log_file=start.file,
-        log_pos=start.pos,
-        resume_stream=True,
-        blocking=False,
-        # Its INFO dump of every constructor argument is noise in binlake's logs.
-        enable_logging=False,
-        **extra,
-    )
-
-
 def first_event_time(source: SourceConfig, server_id: int, file: str) -> dt.datetime | None:
     """The UTC time of the first real event in ``file`` (its FORMAT_DESCRIPTION event).
 
-    The fake ROTATE the server sends first has timestamp 0 and is skipped.
+    The artificial ROTATE the server sends first has timestamp 0 and is skipped.
     """
-    stream = open_stream(source, server_id, BinlogPosition(file, FILE_START))
+    stream = server_stream(source, server_id, BinlogPosition(file, FILE_START))
     try:
         for event in stream:
             if event.timestamp:
                 return dt.datetime.fromtimestamp(event.timestamp, dt.timezone.utc)
-            if stream.log_file != file:
+            if stream.file != file:
                 return None
         return None
     finally:
@@ -143,48 +121,24 @@ def position_for_timestamp(
 
 
 def _scan_for_timestamp(source: SourceConfig, server_id: int, file: BinlogFile, when: dt.datetime) -> BinlogPosition:
-    from pymysqlreplication.event import (
-        GtidEvent,
-        MariadbGtidEvent,
-        QueryEvent,
-        XidEvent,
-    )
-
     target = when.timestamp()
     boundary = file.start
-    stream = open_stream(source, server_id, file.start, only_events=[GtidEvent, MariadbGtidEvent, QueryEvent, XidEvent])
+    boundaries = Boundaries()
+    stream = server_stream(source, server_id, file.start)
     try:
         for event in stream:
-            if stream.log_file != file.name:
+            if stream.file != file.name:
                 break
-            starts_transaction = isinstance(event, (GtidEvent, MariadbGtidEvent)) or (
-                isinstance(event, QueryEvent) and _query_text(event) == "BEGIN"
-            )
-            if starts_transaction and event.timestamp >= target:
+            if not event.log_pos:
+                continue
+            starts_transaction = isinstance(event, Gtid) or (isinstance(event, Query) and event.text.strip() == "BEGIN")
+            if starts_transaction and not boundaries.open and event.timestamp >= target:
                 return boundary
-            if is_transaction_end(event):
-                boundary = BinlogPosition(file.name, event.packet.log_pos)
+            if boundaries.ends(event):
+                boundary = BinlogPosition(file.name, event.log_pos)
         return boundary
     finally:
         stream.close()
-
-
-def _query_text(event) -> str:
-    q = event.query
-    return (q.decode("utf-8", "replace") if isinstance(q, bytes) else str(q)).strip()
-
-
-def is_transaction_end(event) -> bool:
-    """True when the binlog is at a transaction boundary right after ``event``."""
-    from pymysqlreplication.event import QueryEvent, XidEvent
-
-    if isinstance(event, XidEvent):
-        return True
-    if isinstance(event, QueryEvent):
-        text = _query_text(event).upper()
-        # DDL commits implicitly; BEGIN opens a transaction; XA statements stay inside one.
-        return text != "BEGIN" and not text.startswith("XA ")
-    return False
 
 
 def expire_seconds(conn: pymysql.connections.Connection) -> int | None:
