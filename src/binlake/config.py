@@ -398,6 +398,7 @@ class PurgePolicy(str, enum.Enum):
 
     FAIL = "fail"
     RESNAPSHOT = "resnapshot"
+    ARCHIVE = "archive"  # read the purged files from capture.archive, then go on on the server
 
 
 @declared("capture")
@@ -411,7 +412,13 @@ class CaptureConfig:
     )
     start_timestamp: Text | None = Field(None, description="For startup: timestamp, ISO-8601 with a zone")
     on_purge: Annotated[PurgePolicy, BeforeValidator(lower)] = Field(
-        PurgePolicy.FAIL, description="When the resume binlog is purged: fail, or resnapshot"
+        PurgePolicy.FAIL,
+        description="When the resume binlog is purged: fail, resnapshot, or archive (read it from capture.archive)",
+    )
+    archive: Text | None = Field(
+        None,
+        description="A directory of binlog files kept by mysqlbinlog --read-from-remote-server --raw "
+        "--stop-never (or downloaded from the cloud provider); relative to the config file; a volume on Databricks",
     )
     purge_warning_files: Annotated[Whole, Hint(bad="must be >= 0, got {input}")] = Field(
         2, ge=0, description="Warn when the resume file is this close (in files) to the oldest one"
@@ -428,6 +435,11 @@ class CaptureConfig:
                     'capture.startup is "position" but capture.start_position is missing or not FILE:POS: '
                     'set it like "mysql-bin.000003:4"'
                 )
+        if self.on_purge is PurgePolicy.ARCHIVE and not self.archive:
+            raise ConfigError(
+                "capture.on_purge is archive but capture.archive is not set: set it to the directory your "
+                "archive keeper (mysqlbinlog --read-from-remote-server --raw --stop-never) writes"
+            )
         if self.startup is StartupMode.TIMESTAMP:
             if not self.start_timestamp:
                 raise ConfigError(
@@ -876,6 +888,14 @@ class Config:
                         "drops: remove the expectation or keep the column"
                     )
         return self
+
+    @property
+    def archive_dir(self) -> str | None:
+        """capture.archive as an absolute path (relative ones resolve next to the config file)."""
+        if self.capture.archive is None:
+            return None
+        p = Path(self.capture.archive)
+        return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
 
     @property
     def lakehouse_root(self) -> str | None:

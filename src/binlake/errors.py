@@ -52,15 +52,23 @@ class BinlogPurgedError(BinlakeError):
 
     exit_code = 5
 
-    def __init__(self, missing_file: str, oldest_file: str, tables: list[str]):
+    def __init__(self, missing_file: str, oldest_file: str, tables: list[str], missing: list[str] | None = None):
         self.missing_file = missing_file
         self.oldest_file = oldest_file
         self.tables = list(tables)
         table_args = " ".join(f"--table {t}" for t in self.tables) or "(all captured tables)"
+        if missing:
+            # capture.on_purge: archive, and the archive does not close the gap either.
+            super().__init__(
+                f"binlog {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} needed to resume capture from "
+                f"{missing_file} is neither on the server (oldest: {oldest_file}) nor in capture.archive; "
+                f"copy it into the archive, or recover with: binlake snapshot --reset-capture {table_args}"
+            )
+            return
         super().__init__(
             f"binlog {missing_file} needed to resume capture has been purged (oldest on server: {oldest_file}); "
             f"recover with: binlake snapshot --reset-capture {table_args} "
-            "(or set capture.on_purge: resnapshot to do this automatically)"
+            "(or set capture.on_purge: archive or resnapshot to do this automatically)"
         )
 
 

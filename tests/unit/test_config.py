@@ -238,7 +238,12 @@ def test_chunk_keys_need_db_table_and_columns():
             {"startup": "timestamp", "start_timestamp": "2026-11-01T00:00:00"},
             "capture.start_timestamp '2026-11-01T00:00:00' has no time zone: add Z or +HH:MM",
         ),
-        ({"on_purge": "ignore"}, "capture.on_purge is 'ignore': use one of fail, resnapshot"),
+        ({"on_purge": "ignore"}, "capture.on_purge is 'ignore': use one of fail, resnapshot, archive"),
+        (
+            {"on_purge": "archive"},
+            "capture.on_purge is archive but capture.archive is not set: set it to the directory your "
+            "archive keeper (mysqlbinlog --read-from-remote-server --raw --stop-never) writes",
+        ),
         ({"max_batch_rows": 0}, "capture.max_batch_rows must be >= 1, got 0"),
     ],
     ids=[
@@ -249,6 +254,7 @@ def test_chunk_keys_need_db_table_and_columns():
         "timestamp-format",
         "timestamp-zone",
         "on-purge",
+        "on-purge-archive-without-archive",
         "batch",
     ],
 )

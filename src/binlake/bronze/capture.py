@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from pyspark.errors import AnalysisException
 
@@ -65,6 +65,7 @@ from binlake.errors import (
     raised_on_worker,
 )
 from binlake.source import gtid as gtids
+from binlake.source.binlog.archive import archive_server_id, is_event_boundary
 from binlake.source.binlog.files import (
     BinlogFile,
     bytes_between,
@@ -72,9 +73,11 @@ from binlake.source.binlog.files import (
     expire_seconds,
     first_event_time,
     list_binlogs,
+    missing_between,
     position_for_timestamp,
     purge_warning,
     wait_for_server,
+    with_archive,
 )
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect, is_mariadb, master_status, server_id
@@ -150,7 +153,7 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     result = CaptureResult()
     state = capture_state(spark, lh)
     with connect(config.source) as conn:
-        files = list_binlogs(conn)
+        files = _binlog_files(config, conn)
         if state is None:
             start = _startup_position(spark, config, lh, conn, files)
             log.info("no capture state yet: starting (%s) at %s", config.capture.startup.value, start)
@@ -172,7 +175,7 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
             time.sleep(POLL_SECONDS)
             try:
                 with connect(config.source) as conn:
-                    state = _follow_source(spark, config, lh, conn, list_binlogs(conn), state, result)
+                    state = _follow_source(spark, config, lh, conn, _binlog_files(config, conn), state, result)
                     target = master_status(conn).in_epoch(state.position.epoch)
             except SourceConnectionError:
                 # A restarting source is waited for; --continuous is meant to outlive it.
@@ -250,7 +253,7 @@ def capture_status(spark, config: Config) -> dict:
     lh = Lakehouse(config)
     resume = capture_position(spark, lh)
     with connect(config.source) as conn:
-        files = list_binlogs(conn)
+        files = _binlog_files(config, conn)
         server = master_status(conn).in_epoch(resume.epoch if resume else 0)
         expiry = expire_seconds(conn)
     out: dict = {
@@ -328,15 +331,45 @@ def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
     return min(candidates)
 
 
+def _check_archive(config: Config, files: list[BinlogFile], state: CaptureState, tables: list[str]) -> None:
+    """With files from the archive to read: the binlog has no gap from capture's position on,
+    and the archive's files were written by the server capture reads."""
+    gaps = missing_between(files, state.position)
+    if gaps:
+        raise BinlogPurgedError(state.position.file, files[0].name if files else "(none)", tables, missing=gaps)
+    archived = next((f for f in files if f.index == state.position.file_index and f.archive), None)
+    if archived is None or state.server_id is None:
+        return
+    writer = archive_server_id(archived.archive or "", archived.name)
+    if writer != state.server_id:
+        raise SourceChangedError(
+            f"the archive's {archived.name} ({archived.archive}) was written by server {writer}, but capture reads "
+            f"server {state.server_id}: point capture.archive at this server's binlog archive"
+        )
+
+
 def _captured_table_names(config: Config, conn) -> list[str]:
     return [f"{db}.{t}" for db, t in captured_tables(conn, config.source)]
+
+
+def _binlog_files(config: Config, conn) -> list[BinlogFile]:
+    """The binlog capture can read: the server's files and, with ``capture.on_purge:
+    archive``, before them the archive's files the server has purged."""
+    files = list_binlogs(conn)
+    if config.capture.on_purge is PurgePolicy.ARCHIVE and config.archive_dir is not None:
+        files = with_archive(files, config.archive_dir)
+    return files
 
 
 def _ensure_not_purged(
     spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
 ) -> CaptureState:
+    tables = _captured_table_names(config, conn)
+    if config.capture.on_purge is PurgePolicy.ARCHIVE:
+        _check_archive(config, files, state, tables)
+        return state
     try:
-        check_not_purged(files, state.position, _captured_table_names(config, conn))
+        check_not_purged(files, state.position, tables)
         return state
     except BinlogPurgedError as exc:
         if config.capture.on_purge is not PurgePolicy.RESNAPSHOT:
@@ -381,6 +414,12 @@ def _position_problem(conn, files, state: CaptureState) -> str | None:
             "the binlog was reset or restored"
         )
     if pos.pos == here.size:
+        return None
+    if here.archive is not None:
+        # Purged from the server: the archived file itself says whether the position is an
+        # event boundary (the server's SHOW BINLOG EVENTS no longer can).
+        if not is_event_boundary(here.archive, here.name, pos.pos):
+            return f"capture's position {pos} is not an event boundary of {here.name} in the archive {here.archive}"
         return None
     try:
         boundary, gtid = gtids.event_gtid_at(conn, pos)
@@ -457,7 +496,8 @@ def _switch(
 def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
     try:
         with connect(config.source) as conn:
-            return purge_warning(list_binlogs(conn), resume, config.capture.purge_warning_files, expire_seconds(conn))
+            files = _binlog_files(config, conn)
+            return purge_warning(files, resume, config.capture.purge_warning_files, expire_seconds(conn))
     except BinlakeError:
         return None
 
@@ -484,12 +524,21 @@ def plan_ranges(
         e = end.pos if f.index == end.file_index else f.size
         if s >= e:
             continue
-        ranges.append(ReadRange(index=len(ranges), file=f.name, start_pos=s, end_pos=e, last=False, epoch=start.epoch))
+        ranges.append(
+            ReadRange(
+                index=len(ranges),
+                file=f.name,
+                start_pos=s,
+                end_pos=e,
+                last=False,
+                epoch=start.epoch,
+                archive=f.archive,
+            )
+        )
         if len(ranges) == max_files:
             break
     if ranges:
-        last = ranges[-1]
-        ranges[-1] = ReadRange(last.index, last.file, last.start_pos, last.end_pos, True, max_rows, start.epoch)
+        ranges[-1] = replace(ranges[-1], last=True, max_rows=max_rows)
     return ranges
 
 
@@ -513,7 +562,7 @@ def _capture_until(
             resume = state.position
             try:
                 with connect(config.source) as conn:
-                    files = list_binlogs(conn)
+                    files = _binlog_files(config, conn)
                     if server_id(conn) != state.server_id:
                         # Switched while capturing (a failover behind the same address).
                         state = _follow_source(spark, config, lh, conn, files, state, result)
@@ -647,8 +696,6 @@ def _snapshot_newly_matched(
 ) -> None:
     """Snapshot the tables the filter matches now and did not at capture's last commit,
     unless a snapshot taken since capture's position already covers them."""
-    from dataclasses import replace
-
     if state.table_filter is None or state.table_filter == table_filter(config):
         return
     try:

@@ -50,6 +50,34 @@ def list_archive(directory: str, base: str | None = None) -> list[ArchivedFile]:
     return sorted(out, key=lambda f: f.index)
 
 
+def archive_server_id(directory: str, name: str) -> int:
+    """The server id of the server that wrote an archived file (its FORMAT_DESCRIPTION's)."""
+    path = os.path.join(directory, name)
+    with open(path, "rb") as fh:
+        head = fh.read(4 + HEADER_SIZE)
+    if head[:4] != MAGIC or len(head) < 4 + HEADER_SIZE:
+        raise ArchiveError(f"{path} is not a binlog file (no binlog magic number)")
+    return HEADER.unpack_from(head, 4)[2]
+
+
+def is_event_boundary(directory: str, name: str, pos: int) -> bool:
+    """True when an event of the archived file starts at ``pos`` (or the file ends there):
+    the event sizes in the headers are followed from the first event, one header read each."""
+    path = os.path.join(directory, name)
+    off = 4
+    with open(path, "rb") as fh:
+        while off < pos:
+            fh.seek(off)
+            head = fh.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE:
+                return False
+            size = HEADER.unpack_from(head)[3]
+            if size < HEADER_SIZE:
+                return False
+            off += size
+    return off == pos
+
+
 class ArchiveFiles:
     """``(file, event bytes)`` from ``start`` through the archive's files in order: the
     starting file's FORMAT_DESCRIPTION first (decoding needs it), then every event from the

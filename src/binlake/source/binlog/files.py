@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pymysql
 
 from binlake.config import SourceConfig
-from binlake.contract.position import BinlogPosition, file_index
+from binlake.contract.position import BinlogPosition, file_index, file_name
 from binlake.errors import BinlogPurgedError
 from binlake.source.binlog.boundaries import Boundaries
 from binlake.source.binlog.events import Gtid, Query
@@ -27,8 +27,12 @@ FILE_START = 4
 
 @dataclass(frozen=True)
 class BinlogFile:
+    """A binlog file; ``archive`` is the binlog archive it is read from when the server no
+    longer has it (None: on the server)."""
+
     name: str
     size: int
+    archive: str | None = None
 
     @property
     def index(self) -> int:
@@ -47,6 +51,28 @@ def list_binlogs(conn: pymysql.connections.Connection) -> list[BinlogFile]:
     """Every binlog file still on the server, oldest first."""
     files = [BinlogFile(name, size) for name, size in binary_logs(conn)]
     return sorted(files, key=lambda f: f.index)
+
+
+def with_archive(files: list[BinlogFile], archive: str) -> list[BinlogFile]:
+    """``files`` (the server's), preceded by the archive's files of the same series that are
+    older than the server's oldest: the binlog as far back as the archive goes."""
+    from binlake.source.binlog.archive import list_archive
+
+    base = files[0].name.rpartition(".")[0] if files else None
+    oldest = files[0].index if files else None
+    kept = [
+        BinlogFile(f.name, f.size, archive) for f in list_archive(archive, base) if oldest is None or f.index < oldest
+    ]
+    return kept + files
+
+
+def missing_between(files: list[BinlogFile], start: BinlogPosition) -> list[str]:
+    """The files from ``start``'s on that ``files`` lacks (a gap between an archive and the
+    server, or inside the archive)."""
+    if not files:
+        return [start.file]
+    have = {f.index for f in files}
+    return [file_name(start.file, i) for i in range(start.file_index, files[-1].index + 1) if i not in have]
 
 
 def bytes_between(files: list[BinlogFile], start: BinlogPosition, end: BinlogPosition) -> int:
