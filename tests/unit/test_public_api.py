@@ -42,3 +42,14 @@ def test_type_checkers_see_the_same_names_from_the_same_modules():
     guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
     seen = {a.name: n.module for n in guarded.body if isinstance(n, ast.ImportFrom) for a in n.names}
     assert seen == binlake._EXPORTS
+
+
+def test_the_wheel_brings_what_mysql_8_needs_wherever_it_is_installed():
+    """caching_sha2_password without TLS needs cryptography; compressed transactions need zstd.
+    The bundle's job tasks install the wheel with its dependencies, so these must be the wheel's."""
+    from importlib.metadata import requires
+
+    needs = requires("binlake") or []
+    runtime = [r for r in needs if "extra ==" not in r]
+    assert any(r.startswith("pymysql[rsa]") for r in runtime), runtime
+    assert any(r.startswith("zstandard") for r in runtime), runtime

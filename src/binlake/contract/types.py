@@ -65,6 +65,8 @@ class UnsupportedTypeError(ValueError):
 _INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}
 _STRING_TYPES = {"char", "varchar", "tinytext", "text", "mediumtext", "longtext"}
 _BINARY_TYPES = {
+    # MySQL 9's VECTOR(n): its n little-endian float32s, as stored (what SELECT returns).
+    "vector",
     "binary",
     "varbinary",
     "tinyblob",

@@ -121,6 +121,8 @@ def check_source(source: SourceConfig, table_check: TableCheck | None = None) ->
         report.user = _account(version["u"])
         variables = _variables(conn)
         _check_binlog(report, variables, version["v"], mariadb)
+        check_server_options(report, variables, mariadb)
+        _check_login(report, conn, source)
         grants = _Grants.parse(r for row in query(conn, "SHOW GRANTS") for r in row.values())
         tables = catalog.matching_tables(conn, source)
         report.tables = [f"{db}.{t}" for db, t in tables]
@@ -128,7 +130,7 @@ def check_source(source: SourceConfig, table_check: TableCheck | None = None) ->
             report.add("names", Status.FAIL, clash)
         _check_privileges(report, grants, source, tables)
         _check_server_id(report, conn, source, int(version["sid"]), mariadb)
-        _check_tables(report, conn, source, tables, grants, table_check)
+        _check_tables(report, conn, source, tables, grants, table_check, foreign_keys_logged(variables, mariadb))
         _check_expiry(report, conn, variables)
     finally:
         conn.close()
@@ -147,6 +149,12 @@ def _variables(conn) -> dict[str, str]:
         "binlog_row_metadata",
         "binlog_expire_logs_seconds",
         "expire_logs_days",
+        # MySQL: how row images and transactions are written, and who applies FK actions.
+        "binlog_row_value_options",
+        "binlog_transaction_compression",
+        "innodb_native_foreign_keys",
+        # MariaDB: compressed binlog events.
+        "log_bin_compress",
     )
     rows = query(conn, "SHOW GLOBAL VARIABLES WHERE Variable_name IN %s", (names,))
     return {r["Variable_name"].lower(): str(r["Value"]) for r in rows}
@@ -207,6 +215,81 @@ def _check_binlog(report: PreflightReport, v: dict[str, str], version: str, mari
             f"binlog_row_metadata is {metadata.upper()}, binlake needs FULL (without it binlog rows carry "
             "no column names and would be decoded as UNKNOWN_COL0, UNKNOWN_COL1, ...): "
             "run SET GLOBAL binlog_row_metadata = 'FULL' and put binlog_row_metadata=FULL in my.cnf",
+        )
+
+
+def check_server_options(report: PreflightReport, v: dict[str, str], mariadb: bool) -> None:
+    """The settings that change how rows are written, beyond format, image and metadata."""
+    report.add(
+        "session overrides",
+        Status.INFO,
+        "a session may set its own binlog_format and binlog_row_image, overriding the globals above; "
+        "capture keeps what it cannot apply exactly (statement-format DML, rows without columns) as a change "
+        "that stops its table in silver until re-snapshotted: grant writers no "
+        + (
+            "SUPER or BINLOG_ADMIN (MariaDB's privileges for SET SESSION binlog_format)"
+            if mariadb
+            else "SYSTEM_VARIABLES_ADMIN, SESSION_VARIABLES_ADMIN or SUPER (MySQL's privileges for SET SESSION "
+            "binlog_format and binlog_row_image)"
+        ),
+    )
+    options = v.get("binlog_row_value_options")
+    if options is not None:
+        report.add(
+            "binlog_row_value_options",
+            Status.OK if "PARTIAL_JSON" not in options.upper() else Status.INFO,
+            "PARTIAL_JSON: updates of JSON columns are logged as diffs, which capture applies to the full "
+            "before image (binlog_row_image=FULL)"
+            if "PARTIAL_JSON" in options.upper()
+            else "'' (JSON columns are logged whole)",
+        )
+    compression = v.get("binlog_transaction_compression")
+    if compression is not None:
+        on = compression.upper() in ("ON", "1")
+        report.add(
+            "binlog_transaction_compression",
+            Status.OK,
+            "ON: each transaction is one zstd TRANSACTION_PAYLOAD_EVENT, which capture decompresses" if on else "OFF",
+        )
+    if v.get("log_bin_compress", "OFF").upper() in ("ON", "1"):
+        report.add(
+            "log_bin_compress",
+            Status.FAIL,
+            "log_bin_compress is ON: MariaDB writes compressed QUERY and ROWS events, which binlake does not "
+            "decode: run SET GLOBAL log_bin_compress = OFF and put log_bin_compress=OFF in my.cnf",
+        )
+
+
+def foreign_keys_logged(v: dict[str, str], mariadb: bool) -> bool:
+    """True when the server logs the rows foreign-key actions change (MySQL 9.6+ handles
+    InnoDB foreign keys in the SQL layer unless innodb_native_foreign_keys is ON)."""
+    native = v.get("innodb_native_foreign_keys")
+    return not mariadb and native is not None and native.upper() in ("OFF", "0", "FALSE")
+
+
+_AUTH_PLUGIN = re.compile(r"IDENTIFIED\s+(?:WITH|VIA)\s+'?`?(?P<plugin>[\w]+)", re.IGNORECASE)
+
+
+def _check_login(report: PreflightReport, conn, source: SourceConfig) -> None:
+    """The CDC user's authentication plugin: MySQL 8's default, caching_sha2_password, needs TLS
+    or the server's RSA key, which the cryptography package (a binlake dependency) handles."""
+    try:
+        text = " ".join(str(v) for row in query(conn, "SHOW CREATE USER CURRENT_USER()") for v in row.values())
+    except pymysql.err.MySQLError:
+        return  # an old server without SHOW CREATE USER: the login itself worked
+    m = _AUTH_PLUGIN.search(text)
+    plugin = m.group("plugin").lower() if m else "mysql_native_password"
+    if plugin in ("caching_sha2_password", "sha256_password"):
+        how = "over TLS" if source.tls.enabled else "with the server's RSA public key (the cryptography package)"
+        report.add("authentication", Status.OK, f"{plugin}: binlake logs in {how}")
+    elif plugin in ("mysql_native_password", "ed25519", "client_ed25519", "unix_socket"):
+        report.add("authentication", Status.OK, plugin)
+    else:
+        report.add(
+            "authentication",
+            Status.WARN,
+            f"the CDC user authenticates with {plugin}, which binlake's driver (pymysql) may not speak on every "
+            "host: use caching_sha2_password or mysql_native_password",
         )
 
 
@@ -474,6 +557,7 @@ def _check_tables(
     tables: list[tuple[str, str]],
     grants: _Grants,
     table_check: TableCheck | None = None,
+    foreign_keys_logged: bool = False,
 ) -> None:
     if not tables:
         excl = f" minus exclude {json.dumps(list(source.exclude))}" if source.exclude else ""
@@ -510,7 +594,7 @@ def _check_tables(
         report.add("keys", Status.OK, f"all {len(tables)} table(s) have a primary key or a configured chunk key")
     if typed == len(tables):
         report.add("types", Status.OK, f"every column type of the {len(tables)} table(s) is supported")
-    _check_foreign_keys(report, conn, tables, captured)
+    _check_foreign_keys(report, conn, tables, captured, foreign_keys_logged)
 
 
 def _check_column_rule(report: PreflightReport, conn, source: SourceConfig, db: str, table: str) -> None:
@@ -660,9 +744,19 @@ def _check_types(report: PreflightReport, conn, db: str, table: str) -> bool:
     return not bad
 
 
-def _check_foreign_keys(report: PreflightReport, conn, tables: list[tuple[str, str]], captured: set[str]) -> None:
+def _check_foreign_keys(
+    report: PreflightReport, conn, tables: list[tuple[str, str]], captured: set[str], logged: bool = False
+) -> None:
     # InnoDB applies ON DELETE/UPDATE actions inside the storage engine: the rows it changes
     # are not in the binlog. Silver re-applies CASCADE and SET NULL, which needs the parent.
+    # MySQL 9.6+ applies them in the SQL layer by default and logs the child rows (before the
+    # parent's event); silver's own actions then repeat what the log already says.
+    mode = (
+        "the server logs the rows it changes by {actions} (MySQL's SQL-layer foreign keys, "
+        "innodb_native_foreign_keys=OFF); silver applies them too, to the same rows and values"
+        if logged
+        else "the server does not log the rows it changes by {actions}, so silver applies them itself"
+    )
     for db, table in tables:
         for fk in catalog.foreign_keys(conn, db, table):
             child = f"{db}.{table}"
@@ -683,8 +777,7 @@ def _check_foreign_keys(report: PreflightReport, conn, tables: list[tuple[str, s
                 report.add(
                     "foreign keys",
                     Status.INFO,
-                    f"{link}, {rules}: the server does not log the rows it changes by "
-                    f"{' / '.join(sorted(actions))}, so silver applies them itself",
+                    f"{link}, {rules}: " + mode.format(actions=" / ".join(sorted(actions))),
                 )
             else:
                 report.add(
