@@ -68,6 +68,19 @@ def test_a_dropped_column_is_never_selected_and_a_probe_reads_the_column_names()
     assert plan.probe == "SELECT * FROM `shop`.`orders` LIMIT 0"
 
 
+def test_invisible_columns_are_named_because_star_leaves_them_out():
+    from dataclasses import replace
+
+    hidden = replace(SCHEMA, columns=(*SCHEMA.columns, Column("my_row_id", Kind.UINT, bits=64, visible=False)))
+    plan = plan_chunk_read(chunk(), hidden, None, "")
+    assert "`shop`.`orders`.*, `shop`.`orders`.`my_row_id` FROM" in plan.select
+    plan.check_columns(COLUMNS + ["my_row_id"])  # what the SELECT returns: *, then the named ones
+    rule = ColumnRule("shop.orders", exclude=("email",))
+    probed = plan_chunk_read(chunk(), hidden, rule, "")
+    assert "`my_row_id` FROM" in probed.select
+    probed.check_columns(COLUMNS), "the probe's * shows the visible columns only"
+
+
 # ---------------------------------------------------------------------------------------
 # Drift
 

@@ -375,8 +375,11 @@ class ChunkRead:
     def check_columns(self, present: Sequence[str]) -> None:
         """Raise :class:`SchemaChangeError` unless the table has exactly the planned columns:
         rows decoded with the planned schema would be silently wrong. The driver re-plans the
-        table when its schema version moved."""
-        if set(present) != {c.name for c in self.schema.columns}:
+        table when its schema version moved. ``present`` comes from ``*``, which leaves
+        invisible columns out: the planned ones are named in the SELECT itself, and one that
+        no longer exists fails it."""
+        invisible = {c.name for c in self.schema.columns if not c.visible}
+        if set(present) | invisible != {c.name for c in self.schema.columns}:
             raise SchemaChangeError(
                 f"{self.name} changed during the snapshot (columns now {sorted(present)}): "
                 "re-run binlake snapshot, which re-plans it with the new schema"
@@ -423,7 +426,9 @@ def plan_chunk_read(p: ChunkPartition, schema: TableSchema, rule: ColumnRule | N
     extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
     table_sql = qualified(p.db, p.table)
     if len(kept) == len(schema.columns):
-        select, probe = f"SELECT {extra}{table_sql}.* FROM {table_sql} WHERE {where}", None
+        # ``*`` leaves invisible columns out (MySQL 8.0.23+, MariaDB 10.3+): they are named after it.
+        hidden = "".join(f", {table_sql}.{quote_ident(c.name)}" for c in kept if not c.visible)
+        select, probe = f"SELECT {extra}{table_sql}.*{hidden} FROM {table_sql} WHERE {where}", None
     else:
         # A dropped column is never selected: its values must not reach this process. The
         # column list is checked by a ``LIMIT 0`` probe of ``*`` (names only, no rows) in

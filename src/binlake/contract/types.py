@@ -98,6 +98,9 @@ class Column:
     nullable: bool = True
     comment: str = ""
     mysql_type: str = ""  # COLUMN_TYPE as the server reports it, for messages and docs
+    # INVISIBLE (MySQL 8.0.23+, MariaDB 10.3+): left out of SELECT *, so a snapshot names it.
+    # Not part of the column's identity: the binlog of MariaDB does not say.
+    visible: bool = field(default=True, compare=False)
 
     @property
     def spark_type(self) -> str:
@@ -139,11 +142,14 @@ def column_from_information_schema(  # noqa: C901 (one branch per MySQL column t
     datetime_precision: int | None = None,
     nullable: bool = True,
     comment: str = "",
+    visible: bool = True,
 ) -> Column:
     """Build a :class:`Column` from one ``information_schema.COLUMNS`` row."""
     dtype = data_type.lower()
     ctype = column_type.lower()
-    common: dict[str, Any] = dict(name=name, nullable=nullable, comment=comment or "", mysql_type=column_type)
+    common: dict[str, Any] = dict(
+        name=name, nullable=nullable, comment=comment or "", mysql_type=column_type, visible=visible
+    )
     if dtype in _INT_BITS:
         kind = Kind.UINT if "unsigned" in ctype else Kind.INT
         return Column(kind=kind, bits=_INT_BITS[dtype], **common)
@@ -381,6 +387,7 @@ class TableSchema:
                         "nullable": c.nullable,
                         "comment": c.comment,
                         "mysql_type": c.mysql_type,
+                        **({} if c.visible else {"visible": False}),
                     }
                     for c in self.columns
                 ],
@@ -406,6 +413,7 @@ class TableSchema:
                 nullable=c["nullable"],
                 comment=c["comment"],
                 mysql_type=c["mysql_type"],
+                visible=c.get("visible", True),
             )
             for c in d["columns"]
         )

@@ -131,7 +131,7 @@ def table_schema(conn: pymysql.connections.Connection, source: SourceConfig, dat
     cols = query(
         conn,
         "SELECT COLUMN_NAME, DATA_TYPE, COLUMN_TYPE, NUMERIC_PRECISION, NUMERIC_SCALE, DATETIME_PRECISION, "
-        "IS_NULLABLE, COLUMN_COMMENT FROM information_schema.COLUMNS "
+        "IS_NULLABLE, COLUMN_COMMENT, EXTRA FROM information_schema.COLUMNS "
         "WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (database, table),
     )
@@ -145,6 +145,8 @@ def table_schema(conn: pymysql.connections.Connection, source: SourceConfig, dat
             datetime_precision=c["DATETIME_PRECISION"],
             nullable=c["IS_NULLABLE"] == "YES",
             comment=c["COLUMN_COMMENT"],
+            # MySQL: "INVISIBLE", MySQL's generated invisible primary key "auto_increment INVISIBLE"
+            visible="INVISIBLE" not in str(c["EXTRA"] or "").upper(),
         )
         for c in cols
     )
