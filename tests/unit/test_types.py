@@ -70,6 +70,7 @@ MAPPING = [
     ("varbinary", "varbinary(10)", None, None, "BINARY"),
     ("blob", "blob", None, None, "BINARY"),
     ("geometry", "geometry", None, None, "BINARY"),
+    ("vector", "vector(3)", None, None, "BINARY"),  # MySQL 9: float32s, little-endian, as stored
     ("point", "point", None, None, "BINARY"),
     ("bit", "bit(1)", 1, None, "BIGINT"),
     ("bit", "bit(64)", 64, None, "BIGINT"),
@@ -82,7 +83,7 @@ def test_every_mysql_type_maps_to_the_documented_spark_type(data_type, column_ty
     assert col.spark_type == spark_type
 
 
-@pytest.mark.parametrize("data_type", ["uuid", "inet6", "inet4", "vector", "xml"])
+@pytest.mark.parametrize("data_type", ["uuid", "inet6", "inet4", "xml"])
 def test_an_unmapped_type_raises_with_the_fix(data_type):
     with pytest.raises(UnsupportedTypeError) as info:
         column_from_information_schema("c", data_type, data_type)
