@@ -50,6 +50,61 @@ def test_insert_update_delete_are_one_record_each_with_distinct_row_indexes(spar
     assert result.changes == 5
 
 
+def _session(mariadb, database, *statements):
+    """Run ``statements`` in one root session (so that its SET SESSION holds for the others)."""
+    with mariadb.root_connection(database) as conn, conn.cursor() as cur:
+        for sql in statements:
+            cur.execute(sql)
+
+
+def test_row_images_hold_exactly_the_columns_a_session_logged(spark, mariadb, database, make_config):
+    """A session may override binlog_row_image. MariaDB's manual: MINIMAL logs the key in the
+    before image and the changed columns in the after image; NOBLOB leaves BLOB/TEXT columns
+    out unless they changed. A column not logged is missing from the image, never NULL."""
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v INT, w INT, doc TEXT)")
+    mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1, 10, 100, 'big'), (2, 20, 200, 'text')")
+    config = _latest(make_config, database)
+    run_capture(spark, config)
+    _session(
+        mariadb,
+        database,
+        "SET SESSION binlog_row_image = 'MINIMAL'",
+        "UPDATE t SET v = 11 WHERE id = 1",
+        "DELETE FROM t WHERE id = 2",
+        "SET SESSION binlog_row_image = 'NOBLOB'",
+        "UPDATE t SET w = 101 WHERE id = 1",
+    )
+    run_capture(spark, config)
+    rows = _changes(spark, config, database)
+    assert [(r.op, r.before, r.after) for r in rows] == [
+        ("update", {"id": "1"}, {"v": "11"}),
+        ("delete", {"id": "2"}, None),
+        ("update", {"id": "1", "v": "11", "w": "100"}, {"id": "1", "v": "11", "w": "101"}),
+    ]
+
+
+def test_statement_format_dml_of_a_session_is_recorded_per_table_not_dropped(spark, mariadb, database, make_config):
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY, v INT)", f"CREATE TABLE `{database}`.u (id INT)")
+    config = _latest(make_config, database)
+    run_capture(spark, config)
+    _session(
+        mariadb,
+        database,
+        "SET SESSION binlog_format = 'STATEMENT'",
+        "INSERT INTO t VALUES (1, 1)",
+        "UPDATE t SET v = 2 WHERE id = 1",
+        f"DELETE FROM `{database}`.t WHERE id = 1",
+    )
+    result = run_capture(spark, config)
+    rows = Lakehouse(config).changelog.read(spark).where(f"db = '{database}'").orderBy("file_index", "pos").collect()
+    assert [(r.op, r.table, r.ddl) for r in rows] == [
+        ("statement", "t", "INSERT INTO t VALUES (1, 1)"),
+        ("statement", "t", "UPDATE t SET v = 2 WHERE id = 1"),
+        ("statement", "t", f"DELETE FROM `{database}`.t WHERE id = 1"),
+    ]
+    assert result.changes == 0 and result.statements == 3
+
+
 def test_until_now_stops_at_the_position_reported_at_start_and_resumes_there(spark, mariadb, database, make_config):
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
     config = _latest(make_config, database)

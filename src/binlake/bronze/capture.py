@@ -51,6 +51,7 @@ from binlake.contract.lakehouse import (
     DDL_OPS,
     HEARTBEAT_OP,
     RENAMED_INTO_OP,
+    STATEMENT_OP,
     Lakehouse,
     heartbeat_row,
     storage_error,
@@ -101,6 +102,9 @@ class CaptureResult:
     batches: int = 0
     changes: int = 0
     ddl: int = 0
+    # Changes of captured tables the binlog holds as statements or without column names:
+    # silver stops those tables until they are re-snapshotted.
+    statements: int = 0
     schemas_recorded: int = 0
     seconds: float = 0.0
     warnings: list[str] = field(default_factory=list)
@@ -120,6 +124,11 @@ class CaptureResult:
             f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE/DROP/RENAME, "
             f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)"
         )
+        if self.statements:
+            text += (
+                f"; {self.statements} change(s) logged as SQL statements or without column names, which silver "
+                "cannot apply: binlake silver names the tables to re-snapshot"
+            )
         if self.resnapshot_tables:
             text += f"; binlog was purged: capture reset and re-snapshotted {', '.join(self.resnapshot_tables)}"
         for switch in self.source_switches:
@@ -815,6 +824,7 @@ def _commit(
     result.batches += 1
     result.changes += sum(n for op, n in counts.items() if op in DATA_OPS)
     result.ddl += sum(n for op, n in counts.items() if op in DDL_OPS)
+    result.statements += counts.get(STATEMENT_OP, 0)
     return end
 
 
