@@ -39,6 +39,7 @@ from binlake.errors import BinlogDecodeError
 from binlake.source.binlog import table_map as tm
 from binlake.source.binlog.boundaries import Boundaries
 from binlake.source.binlog.events import Gtid, Passive, Query, Rows, TableMapEvent, TransactionPayload
+from binlake.source.binlog.jsonb import UnsupportedJsonDiff
 from binlake.source.binlog.rows import (
     Layout,
     PartialJsonWithoutBefore,
@@ -660,6 +661,9 @@ class _RangeReader:
                 "SET GLOBAL binlog_row_value_options='', then re-snapshot the table"
             )
             self._add_unapplied(plan, event.name, reason, pos, commit_ts, event.server_id)
+            return
+        except UnsupportedJsonDiff as exc:
+            self._add_unapplied(plan, event.name, str(exc), pos, commit_ts, event.server_id)
             return
         except (ValueError, IndexError, UnicodeDecodeError) as exc:
             raise BinlogDecodeError(

@@ -67,10 +67,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from binlake.errors import BinlakeError
 
-
-class JsonDecodeError(BinlakeError, ValueError):
+class JsonDecodeError(ValueError):
     """A value is not valid MySQL binary JSON, a diff list or its path is malformed, or a before
     value given as text is not JSON: ``offset`` is the byte of the value where reading failed
     (None for a path or text), the message says what was wrong there. MySQL never writes such
@@ -82,19 +80,18 @@ class JsonDecodeError(BinlakeError, ValueError):
         super().__init__(f"malformed MySQL JSON value{where}: {message}")
 
 
-class UnsupportedJsonDiff(BinlakeError):
+class UnsupportedJsonDiff(ValueError):
     """A partial JSON update that cannot be applied exactly to the before image's document.
-    The source is the one to change (it decides what it logs), so this is a source set-up
-    failure like preflight's."""
-
-    exit_code = 4
+    Capture keeps such a change as one its table's silver must stop on (the source is the one
+    to change: it decides what it logs)."""
 
     def __init__(self, diff: JsonDiff, reason: str):
         self.diff = diff
+        self.reason = reason
         super().__init__(
             f"cannot apply the partial JSON update {diff.operation.name} {diff.path}: {reason}; "
             "have the source log whole JSON documents: SET PERSIST binlog_row_value_options = '' "
-            "(binlog_row_value_options= in my.cnf), then recover with: binlake snapshot --reset-capture"
+            "(binlog_row_value_options= in my.cnf), then re-snapshot the table"
         )
 
 
