@@ -262,3 +262,17 @@ def test_an_unknown_event_marked_ignorable_is_passed_over_and_counted(tmp_path):
     stats = next(r for r in rows if r["op"] == "stats")
     assert '"ignored": {"event type 99": 1}' in stats["ddl"]
     assert len([r for r in rows if r["op"] in DATA_OPS]) == 3
+
+
+def test_a_rows_query_event_whose_text_is_not_utf8_changes_nothing():
+    """ROWS_QUERY (binlog_rows_query_log_events=ON) carries the statement's text in the
+    client's character set; capture needs only the rows after it."""
+    from binlake.source.binlog.events import ROWS_QUERY, Passive
+
+    text = b"\x01" + "UPDATE t SET v = 'é'".encode("latin-1")  # a length byte, then latin-1
+    body = bytes(19) + text
+    raw = bytearray(body + bytes(4))
+    struct.pack_into("<IBIIIH", raw, 0, 1700000000, ROWS_QUERY, 1, len(raw), 500, 0x80)
+    struct.pack_into("<I", raw, len(raw) - 4, zlib.crc32(raw[:-4]))
+    parser = EventParser(checksum=True)
+    assert isinstance(parser.parse(bytes(raw)), Passive)
