@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, from the same mod
     from binlake.deploy.jobs import jobs_status
     from binlake.errors import (
         BinlakeError,
+        BinlogArchiveError,
         BinlogDecodeError,
         BinlogPurgedError,
         ComputeError,
@@ -109,6 +110,7 @@ _EXPORTS = {
     "PreflightError": "binlake.errors",
     "BinlogPurgedError": "binlake.errors",
     "BinlogDecodeError": "binlake.errors",
+    "BinlogArchiveError": "binlake.errors",
     "SchemaChangeError": "binlake.errors",
     "SourceChangedError": "binlake.errors",
     "QualityCheckFailed": "binlake.errors",

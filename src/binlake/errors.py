@@ -86,6 +86,82 @@ class BinlogDecodeError(BinlakeError):
     exit_code = 16
 
 
+class BinlogArchiveError(BinlogDecodeError):
+    """A file of the binlog archive (``capture.archive``) cannot be read: not a binlog file, cut
+    short before its end, or missing a position capture needs; the message names the file."""
+
+
+class BinlogReadError(ValueError):
+    """What the binlog parser could not read, before anyone knows where it is: the reader of a
+    range turns it into :class:`BinlogDecodeError` with the position, or, when only one table's
+    change is lost (see the subclasses), into a change that stops that table in silver."""
+
+
+class TruncatedEventError(BinlogReadError):
+    """An event's bytes end before one of its fields does, or fail their checksum."""
+
+
+class UnsupportedEventError(BinlogReadError):
+    """An event binlake does not decode; ``reason`` says what to do about it."""
+
+    def __init__(self, event_name: str, reason: str):
+        self.event_name = event_name
+        self.reason = reason
+        super().__init__(f"{event_name}: {reason}")
+
+
+class TableMapError(BinlogReadError):
+    """A TABLE_MAP binlake cannot read (malformed, or a column type it does not know);
+    ``schema`` and ``table`` name its table when the event got that far."""
+
+    def __init__(self, message: str, table_id: int | None = None, schema: str | None = None, table: str | None = None):
+        super().__init__(message)
+        self.table_id = table_id
+        self.schema = schema
+        self.table = table
+
+
+class UnsupportedColumnError(BinlogReadError):
+    """A column whose binlog values binlake cannot decode (its type, and why)."""
+
+
+class JsonDecodeError(BinlogReadError):
+    """A value is not valid MySQL binary JSON, a diff list or its path is malformed, or a before
+    value given as text is not JSON: ``offset`` is the byte of the value where reading failed
+    (None for a path or text), the message says what was wrong there. MySQL never writes such
+    a value, so this is a corrupt event or a bug to report, not a setting to change."""
+
+    def __init__(self, message: str, offset: int | None = None):
+        self.offset = offset
+        where = f" at byte {offset}" if offset is not None else ""
+        super().__init__(f"malformed MySQL JSON value{where}: {message}")
+
+
+class UnsupportedJsonDiffError(BinlogReadError):
+    """A partial JSON update that cannot be applied exactly to the before image's document.
+    Capture keeps such a change as one its table's silver must stop on (the source is the one
+    to change: it decides what it logs)."""
+
+    def __init__(self, operation: str, path: str, reason: str):
+        self.operation = operation
+        self.path = path
+        self.reason = reason
+        super().__init__(
+            f"cannot apply the partial JSON update {operation} {path}: {reason}; "
+            "have the source log whole JSON documents: SET PERSIST binlog_row_value_options = '' "
+            "(binlog_row_value_options= in my.cnf), then re-snapshot the table"
+        )
+
+
+class PartialJsonWithoutBeforeError(BinlogReadError):
+    """A partial JSON update whose before image lacks the JSON column, so the diff has
+    nothing to apply to (``binlog_row_value_options=PARTIAL_JSON`` with a MINIMAL image)."""
+
+    def __init__(self, columns: list[str]):
+        self.columns = columns
+        super().__init__(f"partial JSON update of {', '.join(columns)} without the before value")
+
+
 class SchemaChangeError(BinlakeError):
     """A DDL change that silver cannot apply in place; the table needs a re-snapshot."""
 

@@ -20,11 +20,10 @@ from typing import Any
 import pytest
 from jsonb_binlog import DATA, JSON, PARTIAL_UPDATE_ROWS, UPDATE_ROWS, WRITE_ROWS, row_changes, statements
 
+from binlake.errors import JsonDecodeError, UnsupportedJsonDiffError
 from binlake.source.binlog.jsonb import (
-    JsonDecodeError,
     JsonDiff,
     JsonDiffOperation,
-    UnsupportedJsonDiff,
     apply_json_diffs,
     json_text,
     parse_json_diffs,
@@ -665,7 +664,7 @@ def test_a_diff_mysqls_replica_would_reject_is_refused_naming_the_fix(before, sp
     """MySQL's own replica refuses these (apply_json_diffs: REJECTED); the source never logs
     them for a document it had. Refuse, saying which change and what to set on the server
     (capture keeps the change as one its table stops on)."""
-    with pytest.raises(UnsupportedJsonDiff, match=reason) as failure:
+    with pytest.raises(UnsupportedJsonDiffError, match=reason) as failure:
         apply(before, spec)
     message = str(failure.value)
     assert spec[1] in message and "binlog_row_value_options = ''" in message and "re-snapshot" in message
@@ -673,7 +672,7 @@ def test_a_diff_mysqls_replica_would_reject_is_refused_naming_the_fix(before, sp
 
 def test_no_diff_applies_to_an_empty_value():
     """The empty value is JSON null (see above): nothing has a path in it."""
-    with pytest.raises(UnsupportedJsonDiff, match="parent path"):
+    with pytest.raises(UnsupportedJsonDiffError, match="parent path"):
         apply_json_diffs(b"", diffs((REPLACE, "$.a", 1)))
     assert apply_json_diffs(b"", []) == "null"
 

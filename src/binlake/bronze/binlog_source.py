@@ -35,18 +35,16 @@ from binlake.contract.ddl import ddl_effects, statement_targets
 from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP, INSERT, STATEMENT_OP, UPDATE
 from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition, file_index, log_index
 from binlake.contract.types import Column, Kind, TableSchema, UnsupportedTypeError
-from binlake.errors import BinlogDecodeError
+from binlake.errors import (
+    BinlogDecodeError,
+    PartialJsonWithoutBeforeError,
+    UnsupportedColumnError,
+    UnsupportedJsonDiffError,
+)
 from binlake.source.binlog import table_map as tm
 from binlake.source.binlog.boundaries import Boundaries
 from binlake.source.binlog.events import Gtid, Passive, Query, Rows, TableMapEvent, TransactionPayload
-from binlake.source.binlog.jsonb import UnsupportedJsonDiff
-from binlake.source.binlog.rows import (
-    Layout,
-    PartialJsonWithoutBefore,
-    RowsDecoder,
-    UnsupportedColumn,
-    compile_rows_decoder,
-)
+from binlake.source.binlog.rows import Layout, RowsDecoder, compile_rows_decoder
 from binlake.source.binlog.stream import archive_stream, server_stream
 from binlake.source.binlog.table_map import ColumnDef, TableMap
 
@@ -239,7 +237,7 @@ class TablePlanner:
         if decoder is None or decoder.table.table_id != table.table_id:
             try:
                 decoder = self._decoders[layout] = compile_rows_decoder(table, schema)
-            except UnsupportedColumn as exc:
+            except UnsupportedColumnError as exc:
                 raise BinlogDecodeError(f"{schema.name}: {exc}; exclude the table (source.exclude)") from exc
         # Decoded with the source's own column types, then masked: the snapshot does the
         # same, so both paths store the same text for the same value.
@@ -654,7 +652,7 @@ class _RangeReader:
             return
         try:
             n = self._add_decoded_rows(plan, event, pos, first_row, commit_ts)
-        except PartialJsonWithoutBefore as exc:
+        except PartialJsonWithoutBeforeError as exc:
             reason = (
                 f"its before image lacks {', '.join(exc.columns)}, which its JSON diff applies to "
                 "(binlog_row_value_options=PARTIAL_JSON with binlog_row_image=MINIMAL): "
@@ -662,7 +660,7 @@ class _RangeReader:
             )
             self._add_unapplied(plan, event.name, reason, pos, commit_ts, event.server_id)
             return
-        except UnsupportedJsonDiff as exc:
+        except UnsupportedJsonDiffError as exc:
             self._add_unapplied(plan, event.name, str(exc), pos, commit_ts, event.server_id)
             return
         except (ValueError, IndexError, UnicodeDecodeError) as exc:

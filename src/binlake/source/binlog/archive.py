@@ -16,11 +16,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from binlake.contract.position import BinlogPosition, file_index
+from binlake.errors import BinlogArchiveError
 from binlake.source.binlog.events import FORMAT_DESCRIPTION, HEADER, HEADER_SIZE, MAGIC, ROTATE
-
-
-class ArchiveError(ValueError):
-    """A file of the archive is not a binlog file, or does not have a position asked for."""
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ def list_archive(directory: str, base: str | None = None) -> list[ArchivedFile]:
     try:
         names = os.listdir(directory)
     except OSError as exc:
-        raise ArchiveError(f"cannot list the binlog archive {directory}: {exc.strerror or exc}") from exc
+        raise BinlogArchiveError(f"cannot list the binlog archive {directory}: {exc.strerror or exc}") from exc
     out = []
     for name in names:
         stem, _, suffix = name.rpartition(".")
@@ -56,7 +53,7 @@ def archive_server_id(directory: str, name: str) -> int:
     with open(path, "rb") as fh:
         head = fh.read(4 + HEADER_SIZE)
     if head[:4] != MAGIC or len(head) < 4 + HEADER_SIZE:
-        raise ArchiveError(f"{path} is not a binlog file (no binlog magic number)")
+        raise BinlogArchiveError(f"{path} is not a binlog file (no binlog magic number)")
     return HEADER.unpack_from(head, 4)[2]
 
 
@@ -91,7 +88,7 @@ class ArchiveFiles:
     def __iter__(self) -> Iterator[tuple[str, bytes]]:
         files = [f for f in list_archive(self.directory, self.base) if f.index >= file_index(self.start.file)]
         if not files or files[0].name != self.start.file:
-            raise ArchiveError(f"the binlog archive {self.directory} does not hold {self.start.file}")
+            raise BinlogArchiveError(f"the binlog archive {self.directory} does not hold {self.start.file}")
         newest = files[-1].name
         for f in files:
             yield from self._file(f.name, self.start.pos if f.name == self.start.file else None, f.name == newest)
@@ -100,17 +97,17 @@ class ArchiveFiles:
         path = os.path.join(self.directory, name)
         with open(path, "rb") as fh:
             if fh.read(4) != MAGIC:
-                raise ArchiveError(f"{path} is not a binlog file (no binlog magic number)")
+                raise BinlogArchiveError(f"{path} is not a binlog file (no binlog magic number)")
             first = _read_event(fh, path, newest)
             if first is None:
                 return
             if first[4] != FORMAT_DESCRIPTION:
-                raise ArchiveError(f"{path} does not start with a FORMAT_DESCRIPTION_EVENT")
+                raise BinlogArchiveError(f"{path} does not start with a FORMAT_DESCRIPTION_EVENT")
             yield name, first
             if start is not None and start > fh.tell():
                 fh.seek(start)
                 if fh.tell() != start or start > os.path.getsize(path):
-                    raise ArchiveError(f"{path} ends before position {start}")
+                    raise BinlogArchiveError(f"{path} ends before position {start}")
             while True:
                 event = _read_event(fh, path, newest)
                 if event is None:
@@ -129,5 +126,5 @@ def _read_event(fh, path: str, newest: bool) -> bytes | None:
     if len(head) < HEADER_SIZE or len(body) < size - HEADER_SIZE:
         if newest:
             return None  # being written: the read ends before the event cut short
-        raise ArchiveError(f"{path} ends inside an event at position {fh.tell() - len(head) - len(body)}")
+        raise BinlogArchiveError(f"{path} ends inside an event at position {fh.tell() - len(head) - len(body)}")
     return head + body

@@ -9,7 +9,7 @@ description (checksums, post-header lengths, the server's kind) and the table ma
 Every event type either means something to capture (rows, their table maps, transaction
 boundaries, DDL and statements, GTIDs, file changes), or provably changes nothing capture
 reads (:class:`Passive`: heartbeats, statement contexts such as INTVAR, the statement text of
-ROWS_QUERY and ANNOTATE_ROWS, GTID lists), or stops capture with :class:`UnsupportedEvent`:
+ROWS_QUERY and ANNOTATE_ROWS, GTID lists), or stops capture with :class:`~binlake.errors.UnsupportedEventError`:
 an event binlake cannot decode is never skipped. The one exception is the format's own: an
 unknown type with the ignorable flag set, which the server marks as safe to skip for a reader
 that does not know it; the parser returns it as :class:`Passive` with ``unknown`` set so that
@@ -28,8 +28,9 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from binlake.source.binlog.table_map import TableMap, TableMapError, parse_table_map
-from binlake.source.binlog.wire import Reader, TruncatedEventError, read_packed
+from binlake.errors import TableMapError, TruncatedEventError, UnsupportedEventError
+from binlake.source.binlog.table_map import TableMap, parse_table_map
+from binlake.source.binlog.wire import Reader, read_packed
 
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server id, event size, end position, flags
 HEADER_SIZE = HEADER.size
@@ -157,16 +158,6 @@ _REFUSED = {
 }
 
 PAYLOAD_ZSTD, PAYLOAD_NONE = 0, 255
-
-
-class UnsupportedEvent(ValueError):
-    """An event binlake cannot decode: its type and what to do, without a position (the
-    reader, which knows where it is, adds it)."""
-
-    def __init__(self, event_type: int, reason: str):
-        self.event_type = event_type
-        self.reason = reason
-        super().__init__(f"{type_name(event_type)}: {reason}")
 
 
 def type_name(event_type: int) -> str:
@@ -329,11 +320,11 @@ class EventParser:
         if etype in _PASSIVE:
             return Passive(*head)
         if etype in _REFUSED:
-            raise UnsupportedEvent(etype, _REFUSED[etype])
+            raise UnsupportedEventError(type_name(etype), _REFUSED[etype])
         if flags & IGNORABLE_FLAG:
             return Passive(*head, unknown=True)
-        raise UnsupportedEvent(
-            etype,
+        raise UnsupportedEventError(
+            type_name(etype),
             "binlake does not decode this event type and the server did not mark it ignorable: "
             "report it with the server's version, or exclude its source from capture",
         )
@@ -356,7 +347,9 @@ class EventParser:
             # the event's own checksum field (written whatever the algorithm).
             alg = rest[-CHECKSUM_SIZE - 1]
             if alg not in (0, 1):
-                raise UnsupportedEvent(FORMAT_DESCRIPTION, f"binlog checksum algorithm {alg} is unknown")
+                raise UnsupportedEventError(
+                    type_name(FORMAT_DESCRIPTION), f"binlog checksum algorithm {alg} is unknown"
+                )
             checksum = alg == 1
             # A file still being written has LOG_EVENT_BINLOG_IN_USE_F set in its
             # FORMAT_DESCRIPTION's flags; the checksum was taken before the flag was.
@@ -423,7 +416,9 @@ class EventParser:
 
     def _payload(self, raw: bytes, end: int, head: tuple, inner: bool = False) -> TransactionPayload:
         if inner:
-            raise UnsupportedEvent(TRANSACTION_PAYLOAD, "a transaction payload inside a transaction payload")
+            raise UnsupportedEventError(
+                type_name(TRANSACTION_PAYLOAD), "a transaction payload inside a transaction payload"
+            )
         off = HEADER_SIZE
         size = algorithm = uncompressed = None
         while off < end:
@@ -445,7 +440,7 @@ class EventParser:
         if algorithm == PAYLOAD_ZSTD:
             data = _zstd_decompress(data, uncompressed)
         elif algorithm != PAYLOAD_NONE:
-            raise UnsupportedEvent(TRANSACTION_PAYLOAD, f"compression type {algorithm} is unknown")
+            raise UnsupportedEventError(type_name(TRANSACTION_PAYLOAD), f"compression type {algorithm} is unknown")
         events = []
         pos = 0
         while pos < len(data):
@@ -501,7 +496,9 @@ def _tagged_gtid(raw: bytes, end: int, head: tuple, inner: bool) -> Gtid:
     value) pairs in id order. The three fields binlake needs come first (ids 1-3)."""
     buf = raw[HEADER_SIZE:end]
     if not buf or buf[0] != 2:
-        raise UnsupportedEvent(GTID_TAGGED, f"serialization version {buf[0] if buf else None} is unknown")
+        raise UnsupportedEventError(
+            type_name(GTID_TAGGED), f"serialization version {buf[0] if buf else None} is unknown"
+        )
     off = 1
     _, off = _varlen(buf, off)  # payload size
     _, off = _varlen(buf, off)  # last non-ignorable field

@@ -67,32 +67,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-
-class JsonDecodeError(ValueError):
-    """A value is not valid MySQL binary JSON, a diff list or its path is malformed, or a before
-    value given as text is not JSON: ``offset`` is the byte of the value where reading failed
-    (None for a path or text), the message says what was wrong there. MySQL never writes such
-    a value, so this is a corrupt event or a bug to report, not a setting to change."""
-
-    def __init__(self, message: str, offset: int | None = None):
-        self.offset = offset
-        where = f" at byte {offset}" if offset is not None else ""
-        super().__init__(f"malformed MySQL JSON value{where}: {message}")
-
-
-class UnsupportedJsonDiff(ValueError):
-    """A partial JSON update that cannot be applied exactly to the before image's document.
-    Capture keeps such a change as one its table's silver must stop on (the source is the one
-    to change: it decides what it logs)."""
-
-    def __init__(self, diff: JsonDiff, reason: str):
-        self.diff = diff
-        self.reason = reason
-        super().__init__(
-            f"cannot apply the partial JSON update {diff.operation.name} {diff.path}: {reason}; "
-            "have the source log whole JSON documents: SET PERSIST binlog_row_value_options = '' "
-            "(binlog_row_value_options= in my.cnf), then re-snapshot the table"
-        )
+from binlake.errors import JsonDecodeError, UnsupportedJsonDiffError
 
 
 class JsonDiffOperation(enum.IntEnum):
@@ -557,7 +532,7 @@ def _parse_path(diff: JsonDiff) -> tuple[Leg, ...]:
         elif path[i] == ".":
             leg, i = _parse_member(diff, i + 1)
         elif path[i] == "*":
-            raise UnsupportedJsonDiff(diff, "its path has a ** wildcard")
+            raise UnsupportedJsonDiffError(diff.operation.name, diff.path, "its path has a ** wildcard")
         else:
             raise JsonDecodeError(f"JSON diff path {path!r} has {path[i]!r} where a leg should start")
         legs.append(leg)
@@ -576,7 +551,7 @@ def _parse_cell(diff: JsonDiff, i: int) -> tuple[Leg, int]:
     path = diff.path
     i = _skip_space(path, i)
     if path.startswith("*", i):
-        raise UnsupportedJsonDiff(diff, "its path has a [*] wildcard")
+        raise UnsupportedJsonDiffError(diff.operation.name, diff.path, "its path has a [*] wildcard")
     from_end = path.startswith("last", i)
     index = 0
     if from_end:
@@ -596,7 +571,7 @@ def _parse_cell(diff: JsonDiff, i: int) -> tuple[Leg, int]:
         raise JsonDecodeError(f"JSON diff path {path!r} has an array index beyond 2^32")
     i = _skip_space(path, i)
     if path.startswith("to", i) and path[i - 1] in _WHITESPACE:
-        raise UnsupportedJsonDiff(diff, "its path has an array range")
+        raise UnsupportedJsonDiffError(diff.operation.name, diff.path, "its path has an array range")
     if not path.startswith("]", i):
         raise JsonDecodeError(f"JSON diff path {path!r} has an unclosed [")
     return (index, from_end), i + 1
@@ -607,7 +582,7 @@ def _parse_member(diff: JsonDiff, i: int) -> tuple[Leg, int]:
     path = diff.path
     i = _skip_space(path, i)
     if path.startswith("*", i):
-        raise UnsupportedJsonDiff(diff, "its path has a .* wildcard")
+        raise UnsupportedJsonDiffError(diff.operation.name, diff.path, "its path has a .* wildcard")
     quoted = _QUOTED_NAME.match(path, i)
     if quoted is not None:
         token, end = quoted.group(), quoted.end()
@@ -628,16 +603,20 @@ def _apply(doc: Any, diff: JsonDiff) -> None:
     """One diff, applied in place with the checks of MySQL's ``apply_json_diffs``."""
     legs = diff.legs
     if not legs:
-        raise UnsupportedJsonDiff(diff, "it addresses the whole document")
+        raise UnsupportedJsonDiffError(diff.operation.name, diff.path, "it addresses the whole document")
     parent = _seek(doc, legs[:-1])
     if parent is None:
-        raise UnsupportedJsonDiff(diff, "its parent path is not an object or array in the before value")
+        raise UnsupportedJsonDiffError(
+            diff.operation.name, diff.path, "its parent path is not an object or array in the before value"
+        )
     leg = legs[-1]
     op = diff.operation
     if op == JsonDiffOperation.REMOVE:
         slot = _existing_slot(parent, leg)
         if slot is None:
-            raise UnsupportedJsonDiff(diff, "the path to remove is not in the before value")
+            raise UnsupportedJsonDiffError(
+                diff.operation.name, diff.path, "the path to remove is not in the before value"
+            )
         del parent[slot]
         return
     if diff.value is None or not diff.value:
@@ -646,17 +625,23 @@ def _apply(doc: Any, diff: JsonDiff) -> None:
     if op == JsonDiffOperation.REPLACE:
         slot = _existing_slot(parent, leg)
         if slot is None:
-            raise UnsupportedJsonDiff(diff, "the path to replace is not in the before value")
+            raise UnsupportedJsonDiffError(
+                diff.operation.name, diff.path, "the path to replace is not in the before value"
+            )
         parent[slot] = value
     elif type(parent) is dict and isinstance(leg, str):
         if leg in parent:
-            raise UnsupportedJsonDiff(diff, "the member to insert is already in the before value")
+            raise UnsupportedJsonDiffError(
+                diff.operation.name, diff.path, "the member to insert is already in the before value"
+            )
         parent[leg] = value
         _sort_members(parent)
     elif type(parent) is list and not isinstance(leg, str):
         parent.insert(_array_position(leg, len(parent))[0], value)
     else:
-        raise UnsupportedJsonDiff(diff, "its parent is not the object or array its last leg needs")
+        raise UnsupportedJsonDiffError(
+            diff.operation.name, diff.path, "its parent is not the object or array its last leg needs"
+        )
 
 
 def _seek(doc: Any, legs: Sequence[Leg]) -> Any:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from binlake.contract.types import ZERO_DATE, ZERO_DATETIME, Column, Kind, TableSchema
+from binlake.errors import PartialJsonWithoutBeforeError, UnsupportedColumnError
 from binlake.source.binlog import table_map as tm
 from binlake.source.binlog.wire import read_packed
 
@@ -33,19 +34,6 @@ Reader = Callable[[bytes, int], "tuple[str, int]"]
 _EPOCH = dt.datetime(1970, 1, 1)
 _DIG2BYTES = (0, 1, 1, 2, 2, 3, 3, 4, 4, 4)
 PARTIAL_JSON_UPDATES = 1  # binlog_row_value_options bit of a partial after image
-
-
-class UnsupportedColumn(ValueError):
-    """A column whose binlog values binlake cannot decode (its type, and why)."""
-
-
-class PartialJsonWithoutBefore(ValueError):
-    """A partial JSON update whose before image lacks the JSON column, so the diff has
-    nothing to apply to (``binlog_row_value_options=PARTIAL_JSON`` with a MINIMAL image)."""
-
-    def __init__(self, columns: list[str]):
-        self.columns = columns
-        super().__init__(f"partial JSON update of {', '.join(columns)} without the before value")
 
 
 @dataclass(frozen=True)
@@ -118,7 +106,7 @@ class RowsDecoder:
     def decode_partial_update(self, buf: bytes, before: Layout, after: Layout, outs: list[list]) -> int:
         """A PARTIAL_UPDATE_ROWS_EVENT's rows: like an UPDATE's, but an after image may hold
         JSON diffs, applied here to the same row's before value (raises
-        :class:`PartialJsonWithoutBefore` when the before image does not have it)."""
+        :class:`~binlake.errors.PartialJsonWithoutBeforeError` when the before image does not have it)."""
         from binlake.source.binlog.jsonb import apply_json_diffs, parse_json_diffs
 
         json_cols = self.table.json_columns
@@ -155,7 +143,7 @@ class RowsDecoder:
                 elif i in partial:
                     diff, off = raw_json[i](buf, off)
                     if befores.get(i) is None:
-                        raise PartialJsonWithoutBefore([self.names[i]])
+                        raise PartialJsonWithoutBeforeError([self.names[i]])
                     outs[1].append(apply_json_diffs(befores[i], parse_json_diffs(diff)))
                 else:
                     text, off = read(buf, off)
@@ -169,7 +157,7 @@ class RowsDecoder:
 def compile_rows_decoder(table: tm.TableMap, schema: TableSchema) -> RowsDecoder:
     """A decoder for the TABLE_MAP's columns; ``schema`` is the binlake typing of the same
     columns (:func:`binlake.bronze.binlog_source.schema_from_table_map`). Raises
-    :class:`UnsupportedColumn` for a column it cannot decode."""
+    :class:`~binlake.errors.UnsupportedColumnError` for a column it cannot decode."""
     readers = [_reader(raw, col, table.mariadb) for raw, col in zip(table.columns, schema.columns)]
     return RowsDecoder(table, [c.name for c in schema.columns], readers)
 
@@ -224,12 +212,12 @@ def _reader(raw: tm.ColumnDef, col: Column, mariadb: bool) -> Reader:  # noqa: C
         return _string_reader(raw, col, raw.length_size, None, mariadb)
     if t == tm.JSON:
         return _json_reader(raw)
-    raise UnsupportedColumn(f"column {col.name!r} has binlog type {raw.type_name}, which binlake does not decode")
+    raise UnsupportedColumnError(f"column {col.name!r} has binlog type {raw.type_name}, which binlake does not decode")
 
 
 def _labels(raw: tm.ColumnDef) -> tuple[str, ...]:
     if raw.labels is None:
-        raise UnsupportedColumn(
+        raise UnsupportedColumnError(
             f"column {raw.name!r}: the binlog names no {raw.type_name.upper()} labels "
             "(binlog_row_metadata=FULL gives them)"
         )
@@ -448,7 +436,7 @@ def python_encoding(raw: tm.ColumnDef, mariadb: bool) -> str | None:
     try:
         codecs.lookup(encoding)
     except LookupError as exc:
-        raise UnsupportedColumn(
+        raise UnsupportedColumnError(
             f"column {raw.name!r} has character set {charset.name if charset else raw.collation}, "
             "which Python cannot decode"
         ) from exc
@@ -482,7 +470,7 @@ def _string_reader(
             return buf[off : off + n].decode(encoding), off + n
 
         return read_text
-    raise UnsupportedColumn(f"column {col.name!r}: binlog type {raw.type_name} is not {col.kind.value}")
+    raise UnsupportedColumnError(f"column {col.name!r}: binlog type {raw.type_name} is not {col.kind.value}")
 
 
 def _raw_json_reader(raw: tm.ColumnDef) -> Callable[[bytes, int], tuple[bytes, int]]:

@@ -12,11 +12,10 @@ from collections.abc import Callable, Iterable, Iterator
 
 from binlake.config import SourceConfig
 from binlake.contract.position import BinlogPosition
-from binlake.errors import BinlogDecodeError
+from binlake.errors import BinlogDecodeError, BinlogReadError
 from binlake.source.binlog.archive import ArchiveFiles
 from binlake.source.binlog.dump import ServerDump
-from binlake.source.binlog.events import Event, EventParser, Rotate, TruncatedEventError, UnsupportedEvent
-from binlake.source.binlog.table_map import TableMapError
+from binlake.source.binlog.events import Event, EventParser, Rotate
 
 
 class EventStream:
@@ -44,7 +43,7 @@ class EventStream:
                 self.file, self.pos = file, 4
             try:
                 event = parser.parse(data)
-            except (UnsupportedEvent, TruncatedEventError, TableMapError, ValueError) as exc:
+            except (BinlogReadError, ValueError) as exc:
                 raise BinlogDecodeError(f"binlake cannot read the binlog event at {file}:{self.pos}: {exc}") from exc
             if isinstance(event, Rotate) and event.log_pos:
                 # Table ids are the server's, per process; a real ROTATE may follow a restart.

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from binlake.errors import TableMapError
 from binlake.source.binlog.wire import Reader
 
 # Column types as the binlog writes them (MySQL's enum_field_types).
@@ -99,17 +100,6 @@ _CHARACTER = frozenset({STRING, VAR_STRING, VARCHAR, BLOB, VECTOR})
 ) = range(1, 14)
 
 BINARY_COLLATION = 63
-
-
-class TableMapError(ValueError):
-    """A TABLE_MAP binlake cannot read (malformed, or a column type it does not know);
-    ``schema`` and ``table`` name its table when the event got that far."""
-
-    def __init__(self, message: str, table_id: int | None = None, schema: str | None = None, table: str | None = None):
-        super().__init__(message)
-        self.table_id = table_id
-        self.schema = schema
-        self.table = table
 
 
 @dataclass

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-
-class TruncatedEventError(ValueError):
-    """An event's bytes end before one of its fields does."""
+from binlake.errors import TruncatedEventError
 
 
 def read_packed(buf: bytes, off: int) -> tuple[int, int]:
