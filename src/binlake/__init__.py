@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, from the same mod
     from binlake.errors import (
         BinlakeError,
         BinlogPurgedError,
+        CascadeError,
         ComputeError,
         ConfigError,
         ConnectWithoutDeltaError,
@@ -108,6 +109,7 @@ _EXPORTS = {
     "PreflightError": "binlake.errors",
     "BinlogPurgedError": "binlake.errors",
     "SchemaChangeError": "binlake.errors",
+    "CascadeError": "binlake.errors",
     "SourceChangedError": "binlake.errors",
     "QualityCheckFailed": "binlake.errors",
     "VerifyMismatch": "binlake.errors",

@@ -76,6 +76,11 @@ class SchemaChangeError(BinlakeError):
     exit_code = 6
 
 
+class CascadeError(SchemaChangeError):
+    """The foreign-key actions of one silver batch did not settle (a chain of cascaded steps
+    longer than ``binlake.silver.cascade.MAX_ROUNDS``): silver stops rather than guess."""
+
+
 class QualityCheckFailed(BinlakeError):
     """A gold check with severity ``fail`` failed; the last good gold version is kept."""
 

@@ -42,3 +42,12 @@ def test_type_checkers_see_the_same_names_from_the_same_modules():
     guarded = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
     seen = {a.name: n.module for n in guarded.body if isinstance(n, ast.ImportFrom) for a in n.names}
     assert seen == binlake._EXPORTS
+
+
+def test_foreign_key_actions_that_do_not_settle_are_a_schema_change_error():
+    """``except binlake.SchemaChangeError`` catches every failure that exits with code 6."""
+    from binlake.silver.cascade import CascadeError
+
+    assert CascadeError is binlake.CascadeError
+    assert issubclass(CascadeError, binlake.SchemaChangeError) and CascadeError.exit_code == 6
+
