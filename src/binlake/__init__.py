@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, from the same mod
         ConnectWorkersWithoutBinlakeError,
         DatabricksApiError,
         ErasureRefused,
+        InternalInvariantError,
         LagExceededError,
         LakehouseError,
         LayoutOutdatedError,
@@ -128,6 +129,7 @@ _EXPORTS = {
     "LeaseError": "binlake.errors",
     "LeaseHeldError": "binlake.errors",
     "LeaseLostError": "binlake.errors",
+    "InternalInvariantError": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -162,6 +162,14 @@ class ConnectWorkersWithoutBinlakeError(ComputeError):
     version of it): the snapshot and binlog readers run there."""
 
 
+class InternalInvariantError(BinlakeError):
+    """Something binlake guarantees itself did not hold (a bug in binlake, not a failure of the
+    source or the lakehouse): the command stops at once, retrying would not help, and what was
+    in flight is not committed."""
+
+    exit_code = 16
+
+
 class LeaseError(BinlakeError):
     """A layer (capture, silver or gold) has one writer at a time, fenced by a lease in the
     system table ``leases``; the message names the holder and what to do."""
