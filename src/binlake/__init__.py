@@ -29,12 +29,14 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, from the same mod
         BinlogArchiveError,
         BinlogDecodeError,
         BinlogPurgedError,
+        CascadeError,
         ComputeError,
         ConfigError,
         ConnectWithoutDeltaError,
         ConnectWorkersWithoutBinlakeError,
         DatabricksApiError,
         ErasureRefused,
+        InternalInvariantError,
         LagExceededError,
         LakehouseError,
         LayoutOutdatedError,
@@ -112,6 +114,7 @@ _EXPORTS = {
     "BinlogDecodeError": "binlake.errors",
     "BinlogArchiveError": "binlake.errors",
     "SchemaChangeError": "binlake.errors",
+    "CascadeError": "binlake.errors",
     "SourceChangedError": "binlake.errors",
     "QualityCheckFailed": "binlake.errors",
     "VerifyMismatch": "binlake.errors",
@@ -130,6 +133,7 @@ _EXPORTS = {
     "LeaseError": "binlake.errors",
     "LeaseHeldError": "binlake.errors",
     "LeaseLostError": "binlake.errors",
+    "InternalInvariantError": "binlake.errors",
 }
 
 __all__ = sorted(_EXPORTS)

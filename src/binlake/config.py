@@ -926,6 +926,16 @@ def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None 
     return load_config_text(text, environ=environ, base_dir=str(p.resolve().parent), origin=str(p))
 
 
+def _sections() -> str:
+    """Config's top-level sections in declaration order, the required ones first: read from
+    the declaration, so a section added there is named here too."""
+    fields = Config.__pydantic_fields__  # type: ignore[attr-defined]
+    keys = [n for n, f in fields.items() if not any(isinstance(m, Hint) and m.not_a_key for m in f.metadata)]
+    required = [n for n in keys if fields[n].is_required()]
+    optional = [n for n in keys if n not in required]
+    return f"{', '.join(required)} (and optionally {', '.join(optional)})"
+
+
 def load_config_text(
     text: str,
     environ: Mapping[str, str] | None = None,
@@ -940,10 +950,7 @@ def load_config_text(
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ConfigError(f"{origin} is not valid YAML{where}: fix the syntax") from None
     if not isinstance(raw, dict):
-        raise ConfigError(
-            f"{origin} must be a YAML mapping with the sections source, lakehouse "
-            "(and optionally snapshot, capture, gold)"
-        )
+        raise ConfigError(f"{origin} must be a YAML mapping with the sections {_sections()}")
     raw = {k: _expand(v, str(k), env) for k, v in raw.items()}
     if "base_dir" in raw:
         raise ConfigError(unknown_key("", "base_dir", Config, origin))

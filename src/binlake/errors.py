@@ -168,6 +168,11 @@ class SchemaChangeError(BinlakeError):
     exit_code = 6
 
 
+class CascadeError(SchemaChangeError):
+    """The foreign-key actions of one silver batch did not settle (a chain of cascaded steps
+    longer than ``binlake.silver.cascade.MAX_ROUNDS``): silver stops rather than guess."""
+
+
 class QualityCheckFailed(BinlakeError):
     """A gold check with severity ``fail`` failed; the last good gold version is kept."""
 
@@ -247,6 +252,14 @@ class ConnectWithoutDeltaError(ComputeError):
 class ConnectWorkersWithoutBinlakeError(ComputeError):
     """A Spark Connect server whose Python workers cannot import binlake (or run another
     version of it): the snapshot and binlog readers run there."""
+
+
+class InternalInvariantError(BinlakeError):
+    """Something binlake guarantees itself did not hold (a bug in binlake, not a failure of the
+    source or the lakehouse): the command stops at once, retrying would not help, and what was
+    in flight is not committed."""
+
+    exit_code = 17
 
 
 class LeaseError(BinlakeError):

@@ -10,8 +10,8 @@ from binlake.bronze.capture import (
     reset_capture,
     run_capture,
 )
-from binlake.contract.lakehouse import Lakehouse
-from binlake.errors import BinlogPurgedError
+from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
+from binlake.errors import BinlogPurgedError, InternalInvariantError
 from binlake.source.mysql import master_status
 
 
@@ -174,6 +174,31 @@ def test_restart_of_the_server_during_capture_loses_and_doubles_nothing(spark, m
     mariadb.execute(*[f"INSERT INTO `{database}`.t VALUES ({i})" for i in range(20, 40)])
     run_capture(spark, config)
     assert sorted(int(r.after["id"]) for r in _changes(spark, config, database)) == list(range(40))
+
+
+def test_a_batch_read_without_its_heartbeat_stops_capture_at_once(spark, mariadb, database, make_config, monkeypatch):
+    """The reader ends every batch with exactly one heartbeat. A batch without one is a bug in
+    binlake, not a server away: capture stops at once with its own error, without retrying
+    (and sleeping), and commits nothing of the batch."""
+    from binlake.bronze import capture
+
+    mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
+    config = _latest(make_config, database)
+    run_capture(spark, config)
+    before = capture_position(spark, Lakehouse(config))
+    mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1)")
+    reads = []
+
+    def without_heartbeat(*args, **kwargs):
+        reads.append(args)
+        return real_read(*args, **kwargs).where(f"op <> '{HEARTBEAT_OP}'")
+
+    real_read = capture.read_dataframe
+    monkeypatch.setattr(capture, "read_dataframe", without_heartbeat)
+    with pytest.raises(InternalInvariantError, match="exactly one heartbeat, got 0"):
+        run_capture(spark, config)
+    assert len(reads) == 1
+    assert capture_position(spark, Lakehouse(config)) == before
 
 
 def test_reset_capture_moves_to_the_current_position_and_status_reports_lag(spark, mariadb, database, make_config):

@@ -353,6 +353,17 @@ def test_invalid_yaml_names_the_line():
     assert re.fullmatch(r"binlake\.yml is not valid YAML at line \d+, column \d+: fix the syntax", str(info.value))
 
 
+@pytest.mark.parametrize("text", ["- source\n", "just text\n", "42\n"], ids=["list", "string", "number"])
+def test_a_file_that_is_not_a_mapping_names_every_section(text):
+    """The eight top-level sections of docs/configuration.md, the two required ones first."""
+    with pytest.raises(ConfigError) as info:
+        load_config_text(text, environ=ENV, origin="binlake.yml")
+    assert str(info.value) == (
+        "binlake.yml must be a YAML mapping with the sections source, lakehouse "
+        "(and optionally snapshot, capture, gold, maintenance, health, history)"
+    )
+
+
 def test_a_missing_file_says_to_pass_config(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path / "nope.yml")

@@ -53,3 +53,23 @@ def test_the_wheel_brings_what_mysql_8_needs_wherever_it_is_installed():
     runtime = [r for r in needs if "extra ==" not in r]
     assert any(r.startswith("pymysql[rsa]") for r in runtime), runtime
     assert any(r.startswith("zstandard") for r in runtime), runtime
+
+
+def test_foreign_key_actions_that_do_not_settle_are_a_schema_change_error():
+    """``except binlake.SchemaChangeError`` catches every failure that exits with code 6."""
+    from binlake.silver.cascade import CascadeError
+
+    assert CascadeError is binlake.CascadeError
+    assert issubclass(CascadeError, binlake.SchemaChangeError) and CascadeError.exit_code == 6
+
+
+def test_the_readme_lists_every_exit_code():
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    listed = re.search(r"exit code that names the failure \((.*?)\)\. Every command", readme, re.S)
+    assert listed is not None, "README's exit code list moved: update this test"
+    codes = {int(n) for n in re.findall(r"(?:^|,)\s*(\d+)\s", listed.group(1))}
+    defined = {v.exit_code for v in vars(errors).values() if isinstance(v, type) and issubclass(v, errors.BinlakeError)}
+    assert sorted(defined - {1} - codes) == []  # 1 is the base class's, never raised alone

@@ -19,6 +19,33 @@ def test_positions_order_by_file_index_then_byte_position(a, b):
     assert (a == b) == ((a.file, a.pos) == (b.file, b.pos))
 
 
+# Few numbers and offsets under two base names (a server whose log_bin basename changed), so
+# positions that differ only in the base name are drawn often.
+renamed_positions = st.builds(
+    lambda base, i, p, e: BinlogPosition(f"{base}.{i:06d}", p, e),
+    st.sampled_from(["mysql-bin", "db1-bin"]),
+    st.integers(min_value=1, max_value=3),
+    st.integers(min_value=4, max_value=6),
+    st.integers(min_value=0, max_value=1),
+)
+
+
+@given(renamed_positions, renamed_positions)
+def test_equality_and_order_agree_whatever_the_base_name(a, b):
+    # Exactly one of a < b, a == b, b < a: what sorted(), min() and max() rely on.
+    assert [a < b, a == b, b < a].count(True) == 1
+    assert (a <= b) == (a < b or a == b) and (a >= b) == (b < a or a == b)
+    # The base name only breaks a tie: epoch, file number and offset decide first.
+    if (a.epoch, a.file_index, a.pos) != (b.epoch, b.file_index, b.pos):
+        assert (a < b) == ((a.epoch, a.file_index, a.pos) < (b.epoch, b.file_index, b.pos))
+
+
+def test_two_files_with_one_number_are_distinct_and_ordered():
+    a, b = BinlogPosition("mysql-bin.000003", 4), BinlogPosition("db1-bin.000003", 4)
+    assert a != b and (a < b) != (b < a)
+    assert sorted([a, b]) == sorted([b, a]) and min(a, b) == min(b, a)
+
+
 def test_file_index_is_numeric_not_lexicographic():
     # mysql-bin.1000000 comes after mysql-bin.999999 although it sorts before it as text.
     assert BinlogPosition("mysql-bin.999999", 10**9) < BinlogPosition("mysql-bin.1000000", 4)

@@ -61,6 +61,7 @@ from binlake.contract.types import TableSchema
 from binlake.errors import (
     BinlakeError,
     BinlogPurgedError,
+    InternalInvariantError,
     SourceChangedError,
     SourceConnectionError,
     raised_on_worker,
@@ -670,7 +671,10 @@ def _read_and_commit(
             gtid = gtids.advance(gtid, r["gtid"])
         beats = [r for r in side if r["op"] == HEARTBEAT_OP]
         if len(beats) != 1:
-            raise RuntimeError(f"a capture batch must end with exactly one heartbeat, got {len(beats)}")
+            raise InternalInvariantError(
+                f"a capture batch from {start} must end with exactly one heartbeat, got {len(beats)}: a bug in "
+                "binlake's binlog reader, nothing of the batch was committed; report it with the log"
+            )
         end = CaptureState(
             BinlogPosition.from_log(beats[0]["binlog_file"], beats[0]["file_index"], beats[0]["pos"]),
             state.server_id,

@@ -571,8 +571,12 @@ def once_per_version(spark, ref: TableRef, what: str, compute: Callable[[int], _
 # What a step of this process learnt about positions of a change log from rows it read anyway
 # (silver's aggregate over the new commits): the GTID and the source commit time of the last
 # change at or before a position P. The change log is append-only, so a fact never goes
-# stale, and gold, publishing at P, need not read the change log again for them.
+# stale, and gold, publishing at P, need not read the change log again for them. A process
+# that runs for weeks (``run --continuous``) learns one position a round: the most recent
+# ones are kept, which are those gold asks for, and the oldest are forgotten (a forgotten
+# fact costs gold one read of the change log), as the snapshot encoders bound their memos.
 _POSITION_FACTS: dict[tuple[str, tuple[int, int]], tuple[str | None, str | None]] = {}
+POSITION_FACTS_KEPT = 1024
 
 
 def position_fact_columns() -> list:
@@ -591,7 +595,11 @@ def position_fact_columns() -> list:
 def remember_position_facts(changelog: TableRef, p, gtid: str | None, source_time: str | None) -> None:
     """Record ``(gtid, source_time)`` of the last change at or before ``p`` (a BinlogPosition),
     None where no change at or before ``p`` has one (a source without GTIDs)."""
-    _POSITION_FACTS[(str(changelog), p.key())] = (gtid, source_time)
+    key = (str(changelog), p.key())
+    _POSITION_FACTS.pop(key, None)  # a dict keeps insertion order: this one is now the newest
+    _POSITION_FACTS[key] = (gtid, source_time)
+    while len(_POSITION_FACTS) > POSITION_FACTS_KEPT:
+        del _POSITION_FACTS[next(iter(_POSITION_FACTS))]
 
 
 def position_facts(changelog: TableRef, p) -> tuple[str | None, str | None] | None:

@@ -65,7 +65,8 @@ def epoch_of(log_index_value: int) -> int:
 @dataclass(frozen=True)
 class BinlogPosition:
     """A point in the binlog: file name and byte position in source epoch ``epoch``.
-    Ordered by (epoch, file index, pos)."""
+    Ordered by (epoch, file index, pos), then by the file name: equal positions name the same
+    file, so two files with one number (another base name) are distinct and still ordered."""
 
     file: str
     pos: int
@@ -94,7 +95,7 @@ class BinlogPosition:
         return BinlogPosition(self.file, self.pos, epoch)
 
     def __lt__(self, other: BinlogPosition) -> bool:
-        return self.key() < other.key()
+        return (self.key(), self.file) < (other.key(), other.file)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.pos}" + (f"@{self.epoch}" if self.epoch else "")

@@ -38,7 +38,7 @@ from binlake.contract.lakehouse import DELETE, UPDATE
 from binlake.contract.position import seq_literal
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import FK_ACTIONS
-from binlake.errors import BinlakeError
+from binlake.errors import CascadeError
 
 log = logging.getLogger("binlake.silver")
 
@@ -50,12 +50,6 @@ MAX_ROUNDS = 64
 FEW_ROWS = 10_000
 # Ties on _cdc_seq inside a table: a logged record beats one silver derived for it.
 PRIO_DERIVED = 1
-
-
-class CascadeError(BinlakeError):
-    """The foreign-key actions of one batch did not settle (a chain longer than MAX_ROUNDS)."""
-
-    exit_code = 6
 
 
 def old(name: str) -> str:
