@@ -15,10 +15,10 @@ from databricks.sdk import WorkspaceClient
 from databricks.sdk.service.workspace import GetSecretResponse
 
 from binlake.config import Secret, load_config_text
+from binlake.config.secrets import resolve_secret
 from binlake.deploy.entrypoints import parse_job_args, run_job
 from binlake.deploy.runtime import Runtime, RuntimeKind, current_runtime
 from binlake.errors import ConfigError, DatabricksApiError, SecretError
-from binlake.secrets import resolve_secret
 
 PASSWORD = "s3cr3t-Pw-9c1d"
 

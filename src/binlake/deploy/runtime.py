@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from binlake.config import Config, LakehouseConfig, load_config
+from binlake.config.secrets import notebook_dbutils, resolve_secret, workspace_client
 from binlake.contract.lakehouse import Lakehouse
 from binlake.errors import ConfigError, DatabricksApiError, SecretError
-from binlake.secrets import notebook_dbutils, resolve_secret, workspace_client
 from binlake.spark import on_databricks
 
 
@@ -56,7 +56,7 @@ class Runtime:
         return get_spark()
 
     def workspace_client(self, purpose: str = "reach the Databricks workspace"):
-        """A ``databricks.sdk.WorkspaceClient`` (see :func:`binlake.secrets.workspace_client`)."""
+        """A ``databricks.sdk.WorkspaceClient`` (see :func:`binlake.config.secrets.workspace_client`)."""
         if self.client_factory is not None:
             return self.client_factory()
         return workspace_client(purpose)

@@ -14,9 +14,10 @@ import dataclasses
 import enum
 import functools
 import json
+import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Union
 
 from pydantic import BeforeValidator, ConfigDict, Strict, ValidationError, model_validator
@@ -24,8 +25,8 @@ from pydantic.dataclasses import dataclass
 from pydantic_core import PydanticCustomError
 from typing_extensions import dataclass_transform
 
+from binlake.config.secrets import Secret
 from binlake.errors import ConfigError
-from binlake.secrets import Secret
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,3 +339,21 @@ def render_reference(root: type) -> str:
         text = text.replace("|", "\\|")
         lines.append(f"| `{key}` | {kind} | {default} | {text} |")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# Names and positions as the keys write them
+
+# db.table: MySQL names may hold inner spaces ("my db"), never a dot; leading or trailing
+# whitespace is almost always a typo, so it is refused.
+_NAME_PART = r"[^.\s](?:[^.]*[^.\s])?"
+TABLE_PATTERN = re.compile(rf"^{_NAME_PART}\.{_NAME_PART}$")
+BINLOG_POSITION = re.compile(r"^(?P<file>[^:\s]+\.\d+):(?P<pos>\d+)$")
+GROUP_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+PATTERN_FIX = 'write it as "db.table", "db.*" or "db.prefix_*"'
+
+
+def check_table_patterns(patterns: Sequence[str], key: str) -> None:
+    for pattern in patterns:
+        if not TABLE_PATTERN.match(pattern):
+            raise ConfigError(f"{key} entry {pattern!r} is not a db.table pattern: {PATTERN_FIX}")

@@ -43,7 +43,7 @@ class Secret:
 
     def __init__(self, value: str | None = None, *, scope: str | None = None, key: str | None = None):
         self._value = value
-        self._ref = (scope, key) if scope is not None else None
+        self._ref: tuple[str, str] | None = (scope, key or "") if scope is not None else None
 
     @staticmethod
     def reference(scope: str, key: str) -> Secret:

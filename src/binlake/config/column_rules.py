@@ -1,7 +1,7 @@
-"""What a ``source.columns`` rule does: which columns it keeps and masks, the checks against a
-table's key, and the digest recorded with the table's schema. The keys themselves (``include``,
-``exclude``, ``mask``, ``mask_key``) are declared in :class:`binlake.config.ColumnRule`; what the
-rules mean for the stored rows is :mod:`binlake.contract.columns`."""
+"""``source.columns``: a column rule, its keys (``include``, ``exclude``, ``mask``, ``mask_key``)
+and what it does: which columns it keeps and masks, the checks against a table's key, and the
+digest recorded with the table's schema. What the rules mean for the stored rows is
+:mod:`binlake.contract.columns`."""
 
 from __future__ import annotations
 
@@ -9,22 +9,53 @@ import fnmatch
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import BeforeValidator, Field, model_validator
+
+from binlake.config.vocabulary import ColumnNames, Flag, Hint, declared, text_or_number
 from binlake.errors import ConfigError
 
 HASH, NULL = "hash", "null"
 MASKS = (HASH, NULL)
 
 
-class ColumnRuleLogic:
-    """The behaviour of :class:`binlake.config.ColumnRule` (which declares the fields)."""
+def _mask(value: Any) -> Any:
+    # YAML reads an unquoted null as None: that is the null mask too.
+    if not isinstance(value, dict):
+        return value
+    return {c: NULL if how is None else text_or_number(how) for c, how in value.items()}
 
-    pattern: str
-    include: tuple[str, ...] | None
-    exclude: tuple[str, ...]
-    mask: Mapping[str, str]
-    mask_key: bool
+
+@declared("source.columns")
+class ColumnRule:
+    """Which columns of the tables ``pattern`` matches binlake keeps and masks (the first
+    matching rule applies)."""
+
+    pattern: Annotated[str, Hint(not_a_key=True)] = Field(description="The db.table pattern the rule applies to")
+    include: ColumnNames | None = Field(None, description="Keep only these columns (not with exclude)")
+    exclude: ColumnNames = Field((), description="Drop these columns (not with include)")
+    mask: Annotated[
+        Mapping[str, str],
+        BeforeValidator(_mask),
+        Hint(invalid="must map column names to hash or null, e.g. {email: hash}"),
+    ] = Field(default_factory=dict, description="column: hash (salted SHA-256) or null, stored instead of the value")
+    mask_key: Flag = Field(False, description="Allow masking a key column (with hash)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ColumnRule:
+        self.check_consistent()
+        return self
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> ColumnRule:
+        return ColumnRule(
+            pattern=d["pattern"],
+            include=tuple(d["include"]) if d["include"] is not None else None,
+            exclude=tuple(d["exclude"]),
+            mask=dict(d["mask"]),
+            mask_key=bool(d["mask_key"]),
+        )
 
     @property
     def where(self) -> str:
