@@ -24,10 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # saves: expressions are interpreted rather than compiled to Java, and plan descriptions for
 # Spark's listeners are the simple ones. Every JVM the tests start (the sessions, and the
 # `binlake` commands through the environment) runs on the C1 compiler alone: the test JVMs share
-# two cores, and the optimizing compiler's work on ever new small queries does not pay back.
-# Measured on a pipeline run over four small tables: 17-24 s -> 12-16 s warm, 57-66 s -> 49-52 s
-# cold; three spark test files on three workers: 377-452 s with C2 in the sessions, 345 s without;
-# five on two workers, alternating: 424-434 s with C2, 419-438 s without.
+# two cores, and the optimizing compiler's work on ever new small queries does not pay back,
+# not even in the sessions that live for the whole run (docs/development.md, "Local Spark in
+# the tests").
 SMALL_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",

@@ -1,11 +1,12 @@
 """What each test costs its worker's Spark session: Spark jobs and the session JVM's CPU.
 
-The suite's time is the sessions' Spark work (docs/development.md, test-suite timings), which
-pytest's durations do not separate from waiting. ``BINLAKE_TEST_COSTS=costs.csv make test``
-appends one row per test to ``costs.csv``: the test, its seconds, the jobs it ran and the CPU
-seconds of its worker's session JVM (Linux only; empty elsewhere). A test's costs include its
-fixtures' setup and teardown, so a module's shared lakehouse is its first test's, and the
-session's start is the first Spark test's of each worker."""
+The suite's time is the sessions' Spark work (docs/development.md, "Measuring the suite's
+time"), which pytest's durations do not separate from waiting.
+``BINLAKE_TEST_COSTS=costs.csv make test`` appends one row per test to ``costs.csv``: the
+test, its seconds, the jobs it ran and the CPU seconds of its worker's session JVM (Linux
+only; empty elsewhere). A test's costs include its fixtures' setup and teardown, so a
+module's shared lakehouse is its first test's, and the session's start is the first Spark
+test's of each worker."""
 
 from __future__ import annotations
 

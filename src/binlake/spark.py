@@ -9,9 +9,9 @@ from contextlib import contextmanager
 # Hadoop's default file system for file: paths checksums every file into a hidden ".crc"
 # sidecar, and without Hadoop's native library (a pip install never has it) it forks a
 # `chmod` for every file it creates and two `readlink`s for every rename. Delta renames for
-# each commit and each version checksum, so a test file of 15 gold tests forked 2,643
-# processes in 139 s. The raw file system writes no sidecars (Parquet writes a CRC per page
-# itself), and the plain FileSystem rename for Delta's version checksums forks nothing.
+# each commit and each version checksum, so a run of many small commits forks thousands of
+# processes. The raw file system writes no sidecars (Parquet writes a CRC per page itself),
+# and the plain FileSystem rename for Delta's version checksums forks nothing.
 # Commit files keep Delta's own log store (HDFSLogStore: rename without overwrite), so
 # commits stay as they were. Local lakehouses only: cloud paths and Databricks are untouched.
 LOCAL_FILE_CONF = {
@@ -37,9 +37,10 @@ _LOCAL_CONF = {
     "spark.python.worker.reuse": "true",
     # Delta logs each VACUUM as two commits (VACUUM START, VACUUM END) in every table's
     # history; `binlake maintain` vacuums every table, and for a small table those commits
-    # are half of the VACUUM's time. Databricks sessions keep the workspace's setting.
+    # cost about as much as the VACUUM itself. Databricks sessions keep the workspace's
+    # setting.
     "spark.databricks.delta.vacuum.logging.enabled": "false",
-    # Workers without Spark's zip archives on their path: a quarter second less per task.
+    # Workers without Spark's zip archives on their path, which PySpark re-reads at every task.
     "spark.python.daemon.module": "binlake.local.worker_daemon",
     **LOCAL_FILE_CONF,
 }

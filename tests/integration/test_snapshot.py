@@ -319,7 +319,7 @@ def test_a_lakehouse_with_map_form_snapshot_rows_keeps_them_and_writes_new_snaps
     )
     config = make_config([f"{database}.t"], snapshot={"chunk_size": 4})
     lh = Lakehouse(config)
-    lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)  # as binlake created it until 2026-11-25
+    lh.snapshot_rows.create_if_missing(spark, SNAPSHOT_ROWS_SCHEMA)  # the map form an earlier binlake created
     old = spark.createDataFrame(
         [("old", database, "t", 0, "a0", 1, 4, "v0", {"id": "1", "v": "x"}, None)], SNAPSHOT_ROWS_SCHEMA
     )

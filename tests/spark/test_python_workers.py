@@ -1,8 +1,8 @@
 """Python workers of the local session import from site-packages, not from archives.
 
 PySpark re-reads the directory of every archive on a worker's import path at the start of
-every task; with Spark's own zips and jars there that was about a quarter of a second of
-CPU per task (see binlake.local.worker_daemon). These tests look at a real worker.
+every task; with Spark's own zips and jars there that is a fixed CPU cost on every task
+(see binlake.local.worker_daemon). These tests look at a real worker.
 """
 
 import os

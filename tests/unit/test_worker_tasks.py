@@ -1,8 +1,8 @@
 """How the local worker daemon serves a task: it acknowledges what it reads at once, and
 the garbage collection between tasks looks only at what the last task left behind.
 
-Both were fixed costs of every Python task (see binlake.local.worker_daemon): about 40 ms
-waiting on a delayed TCP acknowledgement and about 15 ms in a full collection.
+Both were fixed costs of every Python task (see binlake.local.worker_daemon): a wait for a
+delayed TCP acknowledgement and a full collection over everything the worker imported.
 """
 
 import gc

@@ -50,8 +50,8 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
     missing = [t for t in tables if not t[0].exists(spark)]
     if not missing:
         return False
-    # Creating a Delta table is driver-side latency (commit, log listing), not cluster work:
-    # the five at once took 5-6 s where one after another took 11-15 s.
+    # Creating a Delta table is driver-side latency (commit, log listing), not cluster work,
+    # so the missing tables are created side by side rather than one after another.
     with ThreadPoolExecutor(len(missing)) as pool:
         created = [
             pool.submit(ref.create_if_missing, spark, schema, properties, comment=comment, partitioned_by=parts)

@@ -163,8 +163,8 @@ SNAPSHOT_ROWS_PARTITIONS = (
 """The snapshot_rows columns that hold one value per chunk attempt, which new lakehouses
 partition the table by. One Spark task reads one chunk attempt, so this adds no files (one
 per task either way), and Parquet no longer stores eight values per row that Delta keeps
-once per file: on a 1M-row table the write's JVM CPU went from 6.0 to 4.8 seconds. Readers
-(silver, the marker read-back) filter on these columns, which becomes partition pruning."""
+once per file. Readers (silver, the marker read-back) filter on these columns, which becomes
+partition pruning."""
 
 # Table properties of snapshot_rows that make writing it cheaper (set at creation; the
 # layout migration sets them on tables an earlier binlake created):

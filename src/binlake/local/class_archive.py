@@ -4,9 +4,8 @@ Why: every ``binlake`` command on a laptop or CI box starts a fresh Spark JVM, w
 seconds loading and verifying the same ~20,000 Spark classes before it does any work. The
 JVM can map those classes from an archive instead (JDK 13+ "dynamic CDS"). ``make setup``
 (:mod:`binlake.local.warm`) writes the archive once, from a JVM that ran a small Delta
-workload; :func:`binlake.spark.get_spark` then starts local JVMs with it. Measured on the
-2-core CI box: a session's start and first Delta write took 12.5 s without it and 8 s with
-it, and a whole first ``binlake run`` of three small tables about 10 s less.
+workload; :func:`binlake.spark.get_spark` then starts local JVMs with it, so every local
+``binlake`` command, test session and benchmark starts seconds sooner.
 
 The JVM checks the archive itself (same JDK build, same class path, each jar's size and
 modification time) and silently starts without it when it does not fit, so a stale archive
