@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from binlake.errors import BinlakeError, ConfigError
+from binlake.errors import BinlakeError, ConfigError, cause_of
 
 COMMANDS = (
     "preflight",
@@ -148,10 +148,7 @@ def main(argv: Sequence[str] | None = None, config=None) -> int:
         if (refused := storage_error(exc)) is not None:
             print(f"error: {refused}", file=sys.stderr)
             return refused.exit_code
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        print(
-            f"error: unexpected {type(exc).__name__}: {first} (re-run with --debug for the traceback)", file=sys.stderr
-        )
+        print(f"error: unexpected {cause_of(exc)} (re-run with --debug for the traceback)", file=sys.stderr)
         return 1
 
 

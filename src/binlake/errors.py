@@ -173,6 +173,15 @@ class CascadeError(SchemaChangeError):
     longer than ``binlake.silver.cascade.MAX_ROUNDS``): silver stops rather than guess."""
 
 
+class SilverTableError(BinlakeError):
+    """Silver could not apply a table for a reason other than a schema change (an error of
+    Spark, Delta or the table itself): that table keeps its progress and says why in
+    ``status``, the other tables were applied; running silver again after the cause is fixed
+    applies it."""
+
+    exit_code = 18
+
+
 class QualityCheckFailed(BinlakeError):
     """A gold check with severity ``fail`` failed; the last good gold version is kept."""
 
@@ -294,3 +303,20 @@ def raised_on_worker(exc: BaseException) -> BinlakeError | None:
         if isinstance(cls, type) and issubclass(cls, BinlakeError) and cls.__init__ is BinlakeError.__init__:
             return cls(message)
     return None
+
+
+def cause_of(exc: BaseException) -> str:
+    """One line saying what an unexpected exception says: its type and the first line of its
+    message. For an error raised in Spark's JVM and passed on by Py4J, that is the Java
+    exception's simple class name and message, not Py4J's "An error occurred while calling
+    o72.sql"."""
+    kind, lines = type(exc).__name__, [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("An error occurred while calling") and len(lines) > 1:
+        java_class, _, message = lines[1].lstrip(": ").partition(": ")
+        kind, lines = java_class.rsplit(".", 1)[-1], [message.strip(), *lines[2:]]
+    text = lines[0] if lines else ""
+    # A message ending in a colon goes on in its next line (the values a constraint rejected,
+    # the constraints that name a column); a Java stack trace's lines start with "at".
+    if text.endswith(":") and len(lines) > 1 and not lines[1].startswith("at "):
+        text = f"{text} {lines[1]}"
+    return f"{kind}: {text[:300]}" if text else kind

@@ -1,12 +1,14 @@
 """``binlake run`` runs snapshot, capture, silver and gold in that order and stops at the first
-failure with that failure's own error."""
+failure with that failure's own error; a silver that stopped only some tables lets gold run
+first."""
 
 from __future__ import annotations
 
 import pytest
 
-from binlake.errors import NotReadyError
+from binlake.errors import NotReadyError, SilverTableError
 from binlake.ops.pipeline import STEPS, pipeline_steps, run_steps
+from binlake.silver.run import SilverResult, TableResult
 
 
 class Done:
@@ -65,3 +67,33 @@ def test_the_first_failure_stops_the_run_and_propagates_unchanged():
     assert [s.name for s in partial.steps] == ["snapshot", "capture", "silver"]
     assert partial.failed_step == "silver" and not partial.ok
     assert partial.steps[-1].summary().endswith("FAILED: silver has not run")
+
+
+def test_gold_runs_after_a_silver_that_stopped_one_table_and_the_run_fails_with_silvers_error():
+    ran = []
+    stopped = SilverTableError(
+        "1 silver table(s) stopped, the others were applied: silver stopped shop.items: ...",
+        result=SilverResult([TableResult("shop.items", error="silver stopped shop.items: ..."), TableResult("crm.a")]),
+    )
+
+    def silver():
+        ran.append("silver")
+        raise stopped
+
+    def gold():
+        ran.append("gold")
+        raise NotReadyError("1 of 2 publish groups blocked (the others published: crm ...): shop.items blocks")
+
+    steps = [("capture", lambda: ran.append("capture") or Done("ok")), ("silver", silver), ("gold", gold)]
+    with pytest.raises(SilverTableError) as err:
+        run_steps(steps)
+
+    assert err.value is stopped and err.value.exit_code == 18
+    assert ran == ["capture", "silver", "gold"]
+    partial = err.value.pipeline_result
+    assert [(s.name, type(s.error).__name__) for s in partial.steps] == [
+        ("capture", "NoneType"),
+        ("silver", "SilverTableError"),
+        ("gold", "NotReadyError"),
+    ]
+    assert partial.steps[1].result is stopped.result and partial.failed_step == "silver"

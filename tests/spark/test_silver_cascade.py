@@ -7,7 +7,9 @@ from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from chispa import assert_df_equality
 
 from binlake.contract.types import Kind
+from binlake.errors import SilverTableError
 from binlake.silver import cascade
+from binlake.silver.progress import read_progress
 from binlake.silver.run import run_silver
 
 
@@ -117,6 +119,33 @@ def test_a_parent_key_updated_three_times_in_a_batch_moves_its_children_three_ti
     run_silver(spark, b.config)
     same(live(spark, b, "orders", ["id", "customer_id"]), spark, [(10, 1), (11, 22)], "id INT, customer_id INT")
     same(live(spark, b, "customers", ["id"]), spark, [(1,), (22,)], "id INT")
+
+
+def test_children_wait_for_a_parent_stopped_by_an_error_of_its_own_and_get_its_actions_after(spark, b):
+    # Delta refuses to drop a column a constraint names: the parent's schema change fails.
+    spark.sql(f"ALTER TABLE {b.lh.silver('shop', 'customers').sql} ADD CONSTRAINT named CHECK (name <> '')")
+    b.commit(b.delete(CUSTOMERS, (1, 500, 0), id=1, name="ann"))
+    nameless = b.schema(table("shop.customers", [col("id")]), at=(1, 600), ddl="ALTER TABLE customers DROP COLUMN name")
+    b.commit(b.insert(nameless, (1, 700, 0), id=3))
+    held = {name: read_progress(spark, b.lh)[("shop", name)] for name in ("orders", "lines", "notes")}
+
+    with pytest.raises(SilverTableError) as err:
+        run_silver(spark, b.config)
+
+    assert "silver stopped shop.customers" in str(err.value)
+    assert "silver held shop.orders back: its foreign-key parent shop.customers is stopped" in str(err.value)
+    progress = read_progress(spark, b.lh)
+    for name, row in held.items():  # the children did not move past the parent's delete
+        assert progress[("shop", name)].changelog_version == row.changelog_version
+        assert "shop.customers" in progress[("shop", name)].stopped
+    same(live(spark, b, "orders", ["id"]), spark, [(10,), (11,)], "id INT")
+
+    spark.sql(f"ALTER TABLE {b.lh.silver('shop', 'customers').sql} DROP CONSTRAINT named")
+    run_silver(spark, b.config)
+    same(live(spark, b, "orders", ["id"]), spark, [(11,)], "id INT")
+    same(live(spark, b, "lines", ["id"]), spark, [(101,)], "id INT")
+    same(live(spark, b, "notes", ["id", "customer_id"]), spark, [(7, None)], "id INT, customer_id INT")
+    assert all(r.stopped is None for r in read_progress(spark, b.lh).values())
 
 
 # ---------------------------------------------------------------------------------------
@@ -253,15 +282,18 @@ def test_a_run_killed_between_table_merges_converges(spark, fa, monkeypatch):
     real = merge.merge_into_silver
     merged = []
 
+    class Killed(BaseException):
+        """kill -9: nothing after it runs (an Exception would only stop that table)."""
+
     def dies_after_two(spark_, ref, schema, source, **options):
         if len(merged) == 2:
-            raise RuntimeError("killed")
+            raise Killed()
         merged.append(schema.name)
         return real(spark_, ref, schema, source, **options)
 
     monkeypatch.setattr(run, "TABLE_THREADS", 1)
     monkeypatch.setattr(merge, "merge_into_silver", dies_after_two)
-    with pytest.raises(RuntimeError, match="killed"):
+    with pytest.raises(Killed):
         run_silver(spark, fa.config)
     assert merged  # some tables took their batch, the progress did not
     monkeypatch.setattr(merge, "merge_into_silver", real)

@@ -212,8 +212,8 @@ def test_chunk_reconciliation_ends_a_key_the_snapshot_no_longer_returns_at_its_f
 def test_a_run_killed_before_or_after_the_history_write_converges_when_run_again(spark, bronze, monkeypatch):
     from binlake import faults
 
-    class Killed(Exception):
-        pass
+    class Killed(BaseException):
+        """kill -9 at the fault point: nothing after it runs (an Exception would stop only the table)."""
 
     b = bronze
     b.commit(
@@ -277,8 +277,8 @@ def test_a_first_load_opens_one_version_per_row_in_appends_equal_to_the_merge_pa
 def test_a_first_load_killed_inside_its_history_appends_converges_when_run_again(spark, bronze, monkeypatch):
     from binlake import faults
 
-    class Killed(Exception):
-        pass
+    class Killed(BaseException):
+        """kill -9 at the fault point: nothing after it runs (an Exception would stop only the table)."""
 
     def kill(name):
         if name == "silver.before_history":

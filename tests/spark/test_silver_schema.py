@@ -1,5 +1,6 @@
 """Schema changes mid-stream: compatible ones evolve silver in place, incompatible ones stop
-only that table with SchemaChangeError naming the DDL and the recovery."""
+only that table with SchemaChangeError naming the DDL and the recovery; any other error of one
+table's own stops that table alone too, with SilverTableError naming it and the cause."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ from chispa import assert_df_equality
 
 from binlake.contract.ddl import column_renames
 from binlake.contract.types import Kind
-from binlake.errors import SchemaChangeError
+from binlake.errors import SchemaChangeError, SilverTableError
 from binlake.gold.readiness import silver_progress
+from binlake.silver.progress import read_progress
 from binlake.silver.run import run_silver
-from binlake.silver.schema_evolution import widening
+from binlake.silver.schema_evolution import features_needed, widening
 
 V1 = table("shop.items", [col("id"), col("name", Kind.STRING), col("qty")])
 OTHER = table("shop.other", [col("id"), col("x", Kind.STRING)])
@@ -184,3 +186,60 @@ def test_ddl_rename_parsing_and_widening_rules():
     assert widening("bigint", "decimal(20,0)")
     assert not widening("bigint", "int") and not widening("decimal(10,2)", "decimal(10,3)")
     assert not widening("string", "int") and not widening("bigint", "double")
+
+
+def test_the_table_features_a_column_type_needs():
+    assert features_needed(["INT", "TIMESTAMP_NTZ"]) == ["timestampNtz"]
+    assert features_needed(["struct<a:timestamp_ntz>"]) == ["timestampNtz"]
+    assert features_needed(["TIMESTAMP", "DATE", "STRING", "DECIMAL(20,0)", "BINARY"]) == []
+
+
+def stop_items_by_a_constraint(spark, b, sql="qty < 100"):
+    """A CHECK constraint on silver's items table (Delta's, not the source's): silver's writes
+    that break it fail in Delta, an error of that table's own."""
+    spark.sql(f"ALTER TABLE {b.lh.silver('shop', 'items').sql} ADD CONSTRAINT small CHECK ({sql})")
+
+
+def test_an_error_in_one_tables_merge_stops_that_table_alone(spark, b):
+    b.schema(OTHER)
+    b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1), b.insert(OTHER, (1, 100, 1), id=1, x="x"))
+    run_silver(spark, b.config)
+    before = read_progress(spark, b.lh)[("shop", "items")]
+    stop_items_by_a_constraint(spark, b)
+    b.commit(b.insert(V1, (1, 200, 0), id=2, name="b", qty=500), b.insert(OTHER, (1, 200, 1), id=2, x="y"))
+
+    with pytest.raises(SilverTableError) as err:
+        run_silver(spark, b.config)
+
+    msg = str(err.value)
+    assert err.value.exit_code == 18 and "\n" not in msg
+    assert "shop.items" in msg and "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in msg and "shop.other" not in msg
+    same(live(spark, b, ["id", "x"], "other"), spark, [(1, "x"), (2, "y")], "id INT, x STRING")
+    progress = read_progress(spark, b.lh)
+    assert progress[("shop", "other")].applied_pos == 201 and progress[("shop", "other")].stopped is None
+    items = progress[("shop", "items")]
+    assert items._replace(stopped=None, updated_at=None) == before._replace(updated_at=None)
+    assert "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in items.stopped
+
+    # Once the cause is gone the table is applied from where it stopped.
+    spark.sql(f"ALTER TABLE {b.lh.silver('shop', 'items').sql} DROP CONSTRAINT small")
+    run_silver(spark, b.config)
+    same(live(spark, b, ["id", "qty"]), spark, [(1, 1), (2, 500)], "id INT, qty INT")
+    assert read_progress(spark, b.lh)[("shop", "items")].stopped is None
+
+
+def test_an_error_in_one_tables_schema_change_stops_that_table_alone(spark, b):
+    b.schema(OTHER)
+    b.commit(b.insert(V1, (1, 100, 0), id=1, name="a", qty=1), b.insert(OTHER, (1, 100, 1), id=1, x="x"))
+    run_silver(spark, b.config)
+    stop_items_by_a_constraint(spark, b)  # Delta refuses to drop a column a constraint names
+    v2 = table("shop.items", [col("id"), col("name", Kind.STRING)])
+    b.schema(v2, at=(1, 200), ddl="ALTER TABLE items DROP COLUMN qty")
+    b.commit(b.insert(v2, (1, 300, 0), id=2, name="b"), b.insert(OTHER, (1, 300, 1), id=2, x="y"))
+
+    with pytest.raises(SilverTableError, match=r"silver stopped shop\.items: AnalysisException: .*qty") as err:
+        run_silver(spark, b.config)
+
+    assert err.value.result.table("shop.items").error and not err.value.result.table("shop.other").error
+    same(live(spark, b, ["id", "x"], "other"), spark, [(1, "x"), (2, "y")], "id INT, x STRING")
+    assert read_progress(spark, b.lh)[("shop", "other")].applied_pos == 301

@@ -95,6 +95,7 @@ from binlake.quality.checks import (
     unexpected_conditions,
     validation_json,
 )
+from binlake.silver import schema_evolution as se
 from binlake.timing import timed
 
 log = logging.getLogger("binlake.gold")
@@ -554,6 +555,8 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
 
 def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
     """Overwrite one gold table; returns (new version, rows written: the overwrite's own metrics)."""
+    if ref.exists(spark):  # a column silver gained may need a table feature gold lacks
+        se.enable_features(spark, ref, _spark_types(df))
     ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
     version, metrics = ref.last_commit(spark)
     rows = metrics.get("numOutputRows")
@@ -563,6 +566,10 @@ def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]
         spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ('comment' = {spark_string(table_comment)})")
         version = ref.latest_version(spark)
     return version, int(rows)
+
+
+def _spark_types(df) -> list[str]:
+    return [f.dataType.simpleString() for f in df.schema.fields]
 
 
 def _merge_gold(
@@ -611,6 +618,7 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
     )
     writer = out.write.format("delta").mode("overwrite").option("mergeSchema", "true")
     if ref.exists(spark):
+        se.enable_features(spark, ref, _spark_types(out))
         writer = writer.option("replaceWhere", f"_publish_id = '{publish_id}'")
     ref.save(writer)
     return int(ref.last_commit(spark)[1].get("numOutputRows", 0))

@@ -9,7 +9,9 @@ Every step is idempotent and resumes where a killed run stopped (docs/architectu
 "Failure behaviour"), so a failed run is fixed by fixing the cause and running again. The
 failing step's own exception propagates unchanged (the CLI exits with its code); the steps
 that completed before it are logged, and attached to the exception as
-``exc.pipeline_result``.
+``exc.pipeline_result``. One exception to stopping at once: when silver stopped some tables
+and applied the others, gold still runs (it publishes the groups none of them is in), and the
+run then fails with silver's error.
 
 Example::
 
@@ -117,31 +119,59 @@ def pipeline_steps(spark, config: Config, console) -> list[tuple[str, Callable[[
     return [("snapshot", snapshot), ("capture", capture), ("silver", silver), ("gold", gold)]
 
 
+def went_on(exc: BaseException) -> bool:
+    """Whether a failed step did the rest of its work: silver stopped some tables and applied
+    the others (its error carries what it did), so the steps after it still have something to
+    do (gold publishes the groups the stopped tables are not in)."""
+    from binlake.silver.run import SilverResult
+
+    return isinstance(getattr(exc, "result", None), SilverResult)
+
+
 def run_steps(steps: Sequence[tuple[str, Callable[[], Any]]]) -> PipelineResult:
-    """Run named steps in order; on the first exception, log what completed and re-raise it."""
+    """Run named steps in order; on the first exception, log what completed and re-raise it.
+    A step that stopped only some tables (:func:`went_on`) lets the steps after it run first."""
     result = PipelineResult()
+    first: BaseException | None = None
     for name, step in steps:
         started = time.monotonic()
         log.info("run: %s", name)
         try:
             outcome = step()
         except BaseException as exc:
-            result.steps.append(StepResult(name, time.monotonic() - started, error=exc))
-            done = [s for s in result.steps if s.error is None]
-            log.error(
-                "run stopped at %s%s",
-                name,
-                "; completed before it:\n" + "\n".join(s.summary() for s in done) if done else " (first step)",
-            )
-            try:
-                exc.pipeline_result = result  # type: ignore[attr-defined]
-            except AttributeError:  # pragma: no cover - exceptions with __slots__
-                pass
-            raise
+            result.steps.append(StepResult(name, time.monotonic() - started, getattr(exc, "result", None), exc))
+            if first is None and went_on(exc):
+                first = exc
+                log.error("run: %s: %s; the steps after it go on", name, exc)
+                continue
+            if first is not None and isinstance(exc, Exception):
+                # The run fails with the first error, the one that names the cause; this one
+                # (a gold group blocked by the table silver stopped, typically) is logged.
+                log.error("run: %s: %s", name, exc)
+                exc = first
+            _stopped_at(result, name, exc)
+            raise exc
         step_result = StepResult(name, time.monotonic() - started, result=outcome)
         result.steps.append(step_result)
         log.info("%s", step_result.summary())
+    if first is not None:
+        _stopped_at(result, result.failed_step or "", first)
+        raise first
     return result
+
+
+def _stopped_at(result: PipelineResult, name: str, exc: BaseException) -> None:
+    """Log what completed, and attach it to the error the run raises."""
+    done = [s for s in result.steps if s.error is None]
+    log.error(
+        "run failed at %s%s",
+        name,
+        "; completed:\n" + "\n".join(s.summary() for s in done) if done else " (first step)",
+    )
+    try:
+        exc.pipeline_result = result  # type: ignore[attr-defined]
+    except AttributeError:  # pragma: no cover - exceptions with __slots__
+        pass
 
 
 def run_pipeline(spark, config: Config, console: Console = QUIET) -> PipelineResult:

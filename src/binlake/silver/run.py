@@ -14,8 +14,11 @@ One run:
 5. last, the progress rows (:mod:`binlake.silver.progress`). A run killed anywhere before
    that simply re-applies the same records, which changes nothing.
 
-A table stopped by an incompatible schema change keeps its progress; every other table is
-applied, and the run then raises :class:`~binlake.errors.SchemaChangeError`.
+A table stopped by an incompatible schema change, or by an error of its own while it was
+prepared or applied, keeps its progress and the reason; every other table is applied and its
+progress written, and the run then raises :class:`~binlake.errors.SchemaChangeError` (or
+:class:`~binlake.errors.SilverTableError` when a table stopped for another reason) naming
+each stopped table and why.
 
 Example::
 
@@ -27,9 +30,11 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TypeVar
 
 from binlake import faults
 from binlake.config import Config
@@ -50,7 +55,7 @@ from binlake.contract.lakehouse import (
     remember_position_facts,
 )
 from binlake.contract.position import BinlogPosition
-from binlake.errors import NotReadyError, SchemaChangeError
+from binlake.errors import BinlakeError, NotReadyError, SchemaChangeError, SilverTableError, cause_of
 from binlake.silver import history as hist
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch, TableNews, prepare
@@ -68,6 +73,8 @@ EMPTIED_SQL = "named_struct('file_index', file_index, 'pos', pos, 'row', `row`, 
 # time is driver-side latency (Delta log reads, commits), not work.
 TABLE_THREADS = 4
 
+T = TypeVar("T")
+
 
 @dataclass
 class TableResult:
@@ -83,7 +90,8 @@ class TableResult:
     cascaded: int = 0
     zero_dates: int = 0
     schema_changes: list[str] = field(default_factory=list)
-    error: str | None = None
+    error: str | None = None  # why the table was stopped (it keeps its progress)
+    unexpected: bool = False  # stopped by an error of its own, not by a schema change
     recreated: bool = False
     bulk_loaded: bool = False
     history: int = 0  # history rows written or removed
@@ -94,7 +102,7 @@ class TableResult:
 
 @dataclass
 class SilverResult:
-    """Outcome of :func:`run_silver`; ``failed`` tables were stopped by a schema change."""
+    """Outcome of :func:`run_silver`; ``failed`` tables were stopped (``error`` says why)."""
 
     tables: list[TableResult]
     applied: BinlogPosition | None = None  # the change log is applied up to here
@@ -252,20 +260,56 @@ def _in_list(values) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
+def _links(histories: dict, tables: list[tuple[str, str]]):
+    schemas = {f"{db}.{t}": h[-1].schema for (db, t), h in histories.items() if (db, t) in set(tables) and h}
+    return links_between(schemas)
+
+
+def _descendants(links, parents: set[str]) -> set[str]:
+    """The tables foreign-key actions starting at ``parents`` reach: their children, the
+    children's children, ... (derived changes are parent changes in turn)."""
+    found: set[str] = set()
+    frontier = set(parents)
+    while frontier:
+        frontier = {link.child for link in links if link.parent in frontier} - found
+        found |= frontier
+    return found
+
+
 def _to_prepare(new: NewBronze, histories: dict, tables: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """The tables with new records, and the tables foreign-key actions can reach from them."""
     touched = {t for t in tables if new.touches(*t)}
-    schemas = {f"{db}.{t}": h[-1].schema for (db, t), h in histories.items() if (db, t) in set(tables) and h}
-    links = links_between(schemas)
     # Actions start at a parent's logged update or delete, and derived changes go on down.
-    reach = {f"{db}.{t}" for (db, t), n in new.news.items() if n.updates_deletes}
-    while True:
-        more = {link.child for link in links if link.parent in reach} - reach
-        if not more:
-            break
-        reach |= more
-    touched |= {tuple(name.split(".", 1)) for name in reach if any(link.child == name for link in links)}
+    starts = {f"{db}.{t}" for (db, t), n in new.news.items() if n.updates_deletes}
+    touched |= {tuple(name.split(".", 1)) for name in _descendants(_links(histories, tables), starts)}
     return sorted(t for t in touched if t in set(tables))
+
+
+def held_back(links, stopped: dict[str, str], news: dict) -> dict[str, str]:
+    """{child: why} for the tables that must wait for a parent silver stopped by an error of its
+    own (``stopped``: {table: error}) whose new updates or deletes may act on them: applied
+    without the parent's actions, a child would move its progress past changes the engine
+    made to it and never derive them once the parent is applied. (A parent stopped by a
+    schema change waits for a re-snapshot, which the child takes with it: docs/silver.md.)"""
+    out: dict[str, str] = {}
+    for parent, error in sorted(stopped.items()):
+        if not news.get(tuple(parent.split(".", 1)), TableNews()).updates_deletes:
+            continue
+        for child in sorted(_descendants(links, {parent}) - set(stopped)):
+            out.setdefault(
+                child,
+                f"silver held {child} back: its foreign-key parent {parent} is stopped, and the actions "
+                f"of the parent's changes on it are not derived yet ({error})",
+            )
+    return out
+
+
+def stop_reason(name: str, exc: Exception) -> str:
+    """The one line a table stopped by an unexpected error keeps (``status`` shows it)."""
+    return (
+        f"silver stopped {name}: {cause_of(exc)}; the other tables go on; once the cause is fixed, "
+        "binlake silver applies it"
+    )
 
 
 def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, tuple[int, int]]:
@@ -343,30 +387,25 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     now = datetime.now(timezone.utc).replace(tzinfo=None)
     results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in tables}
 
-    def prepare_one(db: str, table: str) -> TableBatch | None:
+    def prepare_one(db: str, table: str) -> TableBatch:
         res = results[f"{db}.{table}"]
-        try:
-            history = se.load_history(spark, lh, db, table, histories)
-            if history and history[-1].schema.column_rules != rule_digest(config.source, db, table):
-                # The config's rule is not the one bronze's rows were read under: applying them
-                # would publish what the new rule hides (or hide what it now shows).
-                raise se.rules_changed_error(f"{db}.{table}")
-            batch = prepare(
-                spark,
-                lh,
-                db,
-                table,
-                history,
-                new.changes,
-                new.changelog_start[(db, table)],
-                new.news.get((db, table), TableNews()),
-                new.chunks_of(db, table),
-                applied_before=(db, table) in previous,
-            )
-        except (SchemaChangeError, NotReadyError) as exc:
-            res.error = str(exc)
-            log.error("%s", exc)
-            return None
+        history = se.load_history(spark, lh, db, table, histories)
+        if history and history[-1].schema.column_rules != rule_digest(config.source, db, table):
+            # The config's rule is not the one bronze's rows were read under: applying them
+            # would publish what the new rule hides (or hide what it now shows).
+            raise se.rules_changed_error(f"{db}.{table}")
+        batch = prepare(
+            spark,
+            lh,
+            db,
+            table,
+            history,
+            new.changes,
+            new.changelog_start[(db, table)],
+            new.news.get((db, table), TableNews()),
+            new.chunks_of(db, table),
+            applied_before=(db, table) in previous,
+        )
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
         res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
         rule = config.history.table(db, table)
@@ -413,8 +452,9 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
             console.bar("silver", len(work), "tables") as bar,
             ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver") as pool,
         ):
-            prepared = [pool.submit(timed, results[f"{db}.{table}"], prepare_one, db, table) for db, table in work]
+            prepared = [_submit(pool, results[f"{db}.{table}"], prepare_one, db, table) for db, table in work]
             batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
+            _hold_back(batches, results, _links(histories, tables), new.news)
             bar.advance(len(work) - len(batches))  # stopped tables
 
             # Foreign-key actions become records of the child tables, derived before any
@@ -434,12 +474,11 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
                     for name, b in batches.items()
                 },
             )
-            futures = [
-                pool.submit(timed, results[name], apply_one, b, derived.get(name)) for name, b in batches.items()
-            ]
+            futures = [_submit(pool, results[name], apply_one, b, derived.get(name)) for name, b in batches.items()]
             for _ in as_completed(futures):
                 bar.advance()
-            rows = [f.result() for f in futures]  # re-raises an unexpected failure, after the others ended
+            # Re-raises a run-wide failure, after the other tables ended.
+            rows = [r for r in (f.result() for f in futures) if r is not None]
 
         # Tables with nothing new move their progress forward without being touched.
         stopped = {tuple(r.name.split(".", 1)) for r in results.values() if r.error}
@@ -468,12 +507,53 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     result = SilverResult(
         list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work)
     )
-    failed = result.failed
-    if failed:
+    if result.failed:
         # The CLI prints only the error line; the per-table summary goes to the log.
         log.warning("%s", result.summary())
-        raise SchemaChangeError(
-            f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error for t in failed),
-            result=result,
-        )
+        raise stopped_error(result)
     return result
+
+
+def stopped_error(result: SilverResult) -> SchemaChangeError | SilverTableError:
+    """The run's one-line error naming each stopped table and why: a schema change's exit code
+    when schema changes stopped them all, else :class:`SilverTableError`'s."""
+    failed = result.failed
+    error = SilverTableError if any(t.unexpected for t in failed) else SchemaChangeError
+    return error(
+        f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error or "" for t in failed),
+        result=result,
+    )
+
+
+def _hold_back(batches: dict, results: dict[str, TableResult], links, news: dict) -> None:
+    """Take out of ``batches`` the tables :func:`held_back` names, stopped with its reason."""
+    unexpected = {r.name: r.error for r in results.values() if r.unexpected and r.error}
+    for name, why in held_back(links, unexpected, news).items():
+        if batches.pop(name, None) is not None:
+            results[name].error, results[name].unexpected = why, True
+            log.error("%s", why)
+
+
+def _submit(pool, res: TableResult, work: Callable[..., T], *args):
+    """``work(*args)`` in the pool, timed as the table's, stopping only the table if it fails."""
+    return pool.submit(timed, res, _own_trouble, res, work, *args)
+
+
+def _own_trouble(res: TableResult, work: Callable[..., T], *args) -> T | None:
+    """``work(*args)`` for the table of ``res``; None when the table is stopped instead. A
+    schema change it cannot apply, or an error of its own (Spark's, Delta's), stops that table:
+    the reason goes into ``res.error`` and the other tables go on (every write is conditional
+    on ``_cdc_seq``, so what the table did write before it stopped is re-applied harmlessly).
+    A run-wide problem (the config, a lease) stops the run."""
+    try:
+        return work(*args)
+    except (SchemaChangeError, NotReadyError) as exc:
+        res.error = str(exc)
+        log.error("%s", exc)
+    except BinlakeError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one table's trouble must not stop the others
+        res.error, res.unexpected = stop_reason(res.name, exc), True
+        log.error("%s", res.error)
+        log.debug("%s: what stopped it", res.name, exc_info=exc)
+    return None

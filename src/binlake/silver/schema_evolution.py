@@ -38,6 +38,36 @@ SILVER_TABLE_PROPERTIES = {
     "delta.autoOptimize.optimizeWrite": "true",
 }
 
+TYPE_FEATURES = {"timestamp_ntz": "timestampNtz"}
+"""The Delta table feature a column of each Spark type needs. Delta enables it by itself
+when a table is created with such a column, but refuses to add one to an existing table that
+lacks the feature (``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``): an ALTER TABLE ADD COLUMN,
+a widening to the type, an overwrite or a CREATE OR REPLACE with a new schema. A table created
+without a DATETIME column lacks ``timestampNtz``, so every schema change enables first what its
+new columns need (:func:`enable_features`)."""
+
+
+def features_needed(spark_types) -> list[str]:
+    """The table features columns of these Spark types need (``TIMESTAMP_NTZ``, or a struct
+    holding one, needs ``timestampNtz``)."""
+    squeezed = [t.lower().replace(" ", "") for t in spark_types]
+    return sorted({feature for name, feature in TYPE_FEATURES.items() for t in squeezed if name in t})
+
+
+def enable_features(spark, ref: TableRef, spark_types) -> list[str]:
+    """Enable on the existing table ``ref`` the features that columns of ``spark_types`` need
+    and it lacks, in one commit; returns those it enabled. Costs nothing for types that need
+    none, and one look at the table's properties otherwise."""
+    needed = features_needed(spark_types)
+    if not needed:
+        return []
+    props = ref.properties(spark)
+    missing = [f for f in needed if props.get(f"delta.feature.{f}") not in ("supported", "enabled")]
+    if missing:
+        assignments = ", ".join(f"{spark_string(f'delta.feature.{f}')} = 'supported'" for f in missing)
+        spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({assignments})")
+    return missing
+
 
 @dataclass(frozen=True)
 class HistoryEntry:
@@ -282,9 +312,12 @@ def create_silver_table(
     tbl = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in props.items())
     comment = f" COMMENT {spark_string(schema.comment)}" if schema.comment else ""
     cluster = f"CLUSTER BY ({', '.join(quote_ident(k) for k in schema.key)})"
-    if replace and ref.path and ref.exists(spark):
-        _replace_at_path(spark, ref, cols, cluster, tbl, schema.comment)
-        return True
+    if replace and ref.exists(spark):
+        # Delta keeps a replaced table's features: the new schema's must be there first.
+        enable_features(spark, ref, [c.spark_type for c in schema.columns] + [typ for _, typ, _ in metadata])
+        if ref.path:
+            _replace_at_path(spark, ref, cols, cluster, tbl, schema.comment)
+            return True
     verb = "CREATE OR REPLACE TABLE" if replace else "CREATE TABLE IF NOT EXISTS"
     head = f"{verb} {ref.sql} ({', '.join(cols)}) USING DELTA"
     try:
@@ -339,6 +372,7 @@ def _silver_fields(spark, ref: TableRef) -> dict[str, str]:
 def _apply_step(spark, ref: TableRef, step: Step) -> None:
     # Every ALTER checks the live schema first, so a run killed halfway through a step
     # simply finishes it on the next run.
+    enable_features(spark, ref, [c.spark_type for c, _ in step.adds] + [c.spark_type for c in step.retypes])
     for old, new in step.renames:
         fields = _silver_fields(spark, ref)
         if old in fields and new not in fields:
