@@ -182,6 +182,14 @@ class SilverTableError(BinlakeError):
     exit_code = 18
 
 
+class IncompleteChangeError(BinlakeError):
+    """The binlog holds a change of a table without what silver needs to apply it exactly (a
+    writer session logged it as SQL text, or without columns silver cannot fill in); the table
+    is stopped until a re-snapshot covers the change."""
+
+    exit_code = 6
+
+
 class QualityCheckFailed(BinlakeError):
     """A gold check with severity ``fail`` failed; the last good gold version is kept."""
 

@@ -88,8 +88,15 @@ class Bronze:
         return self._current[name].version()
 
     # changelog --------------------------------------------------------------------------
-    def _rec(self, schema, op, seq, before=None, after=None, ddl=None, version=None):
+    # Row images are FULL (binlog_row_image=FULL): a column a test leaves out is NULL. With
+    # partial_image=True an image holds only the given columns, as a writer session with
+    # binlog_row_image=MINIMAL or NOBLOB logs them (a missing column was not logged).
+    def _rec(self, schema, op, seq, before=None, after=None, ddl=None, version=None, partial_image=False):
         fi, pos, row = seq
+        version = version or self.version(schema.name)
+        if not partial_image:
+            columns = [c.name for c in self._versions.get(version, schema).columns]
+            before, after = (None if img is None else {c: None for c in columns} | img for img in (before, after))
         return ChangeRow(
             db=schema.database,
             table=schema.table,
@@ -103,19 +110,25 @@ class Bronze:
             commit_ts=T0,
             gtid=None,
             server_id=1,
-            schema_version=version or self.version(schema.name),
+            schema_version=version,
             ddl=ddl,
             captured_at=T0,
         )
 
-    def insert(self, schema, seq, **after):
-        return self._rec(schema, "insert", seq, after=_texts(after))
+    def insert(self, schema, seq, partial_image=False, **after):
+        return self._rec(schema, "insert", seq, after=_texts(after), partial_image=partial_image)
 
-    def update(self, schema, seq, before: dict, after: dict):
-        return self._rec(schema, "update", seq, before=_texts(before), after=_texts(after))
+    def update(self, schema, seq, before: dict, after: dict, partial_image=False):
+        return self._rec(schema, "update", seq, before=_texts(before), after=_texts(after), partial_image=partial_image)
 
-    def delete(self, schema, seq, **before):
-        return self._rec(schema, "delete", seq, before=_texts(before))
+    def delete(self, schema, seq, partial_image=False, **before):
+        return self._rec(schema, "delete", seq, before=_texts(before), partial_image=partial_image)
+
+    def statement(self, schema, seq, sql: str, whole_database=False):
+        """A statement-format change (binlog_format=STATEMENT or MIXED) of the table, or, with
+        ``whole_database``, of its database where capture could not tell the table."""
+        rec = self._rec(schema, "statement", seq, ddl=sql)
+        return rec._replace(table=None, schema_version=None) if whole_database else rec
 
     def truncate(self, schema, seq):
         return self._rec(schema, "truncate", seq)
@@ -154,6 +167,30 @@ class Bronze:
         roll_back(self.spark, Path(self.config.lakehouse_root), versions)
 
     # snapshot -----------------------------------------------------------------------------
+    def plan(self, schema, snapshot_id, bounds, version=None):
+        """The plan of a snapshot: chunk i is ``[bounds[i], bounds[i + 1])``, ``bounds`` from
+        None to None (key values as lists)."""
+        from binlake.contract.lakehouse import SNAPSHOT_PLAN_SCHEMA
+
+        enc = lambda k: None if k is None else json.dumps([str(x) for x in k])  # noqa: E731
+        rows = [
+            (
+                snapshot_id,
+                schema.database,
+                schema.table,
+                i,
+                list(schema.key),
+                enc(lo),
+                enc(hi),
+                version or self.version(schema.name),
+                T0,
+            )
+            for i, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
+        ]
+        self.lh.snapshot_plan.save(
+            self.spark.createDataFrame(rows, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append")
+        )
+
     def chunk(
         self,
         schema,

@@ -14,7 +14,7 @@ applies a batch.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from binlake.contract.lakehouse import (
     DATA_OPS,
@@ -25,6 +25,7 @@ from binlake.contract.lakehouse import (
     TYPED_ROWS,
     UPDATE,
     Lakehouse,
+    ProgressRow,
     TableRef,
 )
 from binlake.contract.position import (
@@ -38,8 +39,10 @@ from binlake.contract.position import (
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import TableSchema, is_zero_date_sql, spark_decode_sql
 from binlake.errors import NotReadyError, SchemaChangeError
+from binlake.silver import partial
 from binlake.silver import schema_evolution as se
 from binlake.silver.cascade import PRIO_DERIVED, new, old
+from binlake.silver.progress import state_after_last_run
 
 log = logging.getLogger("binlake.silver")
 
@@ -68,6 +71,23 @@ class Decoder:
         if not cases:
             return default
         return f"CASE schema_version {' '.join(cases)} ELSE {default} END"
+
+    def carried_sql(self, col_name: str, img: str) -> str:
+        """SQL that is true where the row image ``img`` carries the column (its name in the
+        image's schema version): a writer session with ``binlog_row_image=MINIMAL`` or
+        ``NOBLOB`` logs fewer columns, and a missing one was not logged, which is not NULL. A
+        column that did not exist in that version counts as carried (its value is what
+        :meth:`column_sql` decodes for it); an absent image carries nothing."""
+        cases = []
+        default = f"map_contains_key({img}, {spark_string(col_name)})"
+        for version, mapping in self.name_maps.items():
+            source = mapping.get(col_name)
+            if source == col_name:
+                continue
+            expr = "true" if source is None else f"map_contains_key({img}, {spark_string(source)})"
+            cases.append(f"WHEN {spark_string(version)} THEN {expr}")
+        test = f"CASE schema_version {' '.join(cases)} ELSE {default} END" if cases else default
+        return f"coalesce({test}, false)"
 
     def zero_dates_sql(self, img: str = "img") -> str:
         parts = []
@@ -109,6 +129,9 @@ class TableBatch:
     schema_changes: list = field(default_factory=list)
     rebuilt: bool = False  # replaced from a snapshot after an incompatible schema change
     snapshots_only: bool = False  # no change-log record and no TRUNCATE bounds this batch
+    # Chunks applied by earlier runs to reconcile again: the snapshot that recovers changes
+    # the binlog holds only in part (binlake.silver.partial).
+    rereconcile: list = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -300,10 +323,29 @@ class TableNews:
     updates_deletes: int = 0
     ddl: int = 0  # DDL, TRUNCATE, DROP, RENAME records
     emptied: tuple = ()  # each TRUNCATE-like record: its _cdc_seq's parts and commit_ts
+    partial: int = 0  # inserts, updates and deletes whose images lack columns of their version
+    # Statement-format DML that may have changed the table (its own, and its database's where
+    # capture could not tell the table): how many, and the first and last as
+    # {"seq": (file_index, pos, row), "binlog_file": ..., "ddl": ...}.
+    statements: int = 0
+    first_statement: dict | None = None
+    last_statement: dict | None = None
 
     @property
     def any(self) -> bool:
-        return bool(self.changes or self.ddl)
+        return bool(self.changes or self.ddl or self.statements)
+
+    def with_statements(self, found: list[dict]) -> TableNews:
+        """These news and the statements ``found`` (dicts as :attr:`first_statement`)."""
+        if not found:
+            return self
+        known = [s for s in (self.first_statement, self.last_statement, *found) if s is not None]
+        return replace(
+            self,
+            statements=self.statements + len(found),
+            first_statement=min(known, key=lambda s: s["seq"]),
+            last_statement=max(known, key=lambda s: s["seq"]),
+        )
 
 
 def prepare(
@@ -317,13 +359,17 @@ def prepare(
     news: TableNews,
     new_chunks: list[dict],
     applied_before: bool,
+    recorded: ProgressRow | None = None,
 ) -> TableBatch:
     """Bring the table's schema up to date and decode its new records; writes no rows.
 
     ``history``: its schema versions (:func:`schema_evolution.load_history`); ``cl``: the
     change feed of the change log read by this run (or None); ``cl_start``: the first version
     new to this table (or None); ``news``: what those versions hold for it; ``new_chunks``:
-    its new manifest rows; ``applied_before``: a completed run applied it (it has progress).
+    its new manifest rows; ``applied_before``: a completed run applied it (it has progress);
+    ``recorded``: its progress row, whose silver version partial row images are completed
+    from. Raises :class:`~binlake.errors.IncompleteChangeError` for changes the binlog holds
+    only in part that silver cannot apply exactly (:mod:`binlake.silver.partial`).
     """
     from pyspark.sql import functions as F
 
@@ -362,19 +408,40 @@ def prepare(
     map_chunks = [c for c in new_chunks if not is_typed(c)]
     snaps = snapshot_records(spark, lh, map_chunks) if map_chunks else None
     typed = typed_snapshot_records(spark, lh, typed_chunks, schema, decoder.name_maps) if typed_chunks else None
-    if records is None and (snaps is not None or typed is None):
-        records = spark.createDataFrame(
-            [],
-            "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, "
-            "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP",
+    completed = None
+    if news.partial or news.statements:
+        records = records if records is not None else _no_changes(spark)
+        snapshot_part = None
+        if snaps is not None or typed is not None:
+            snapshot_part = batch_records(schema, decoder, _no_changes(spark), snaps, typed)
+        completed = partial.complete(
+            spark,
+            lh,
+            schema,
+            decoder,
+            records,
+            snapshot_part,
+            news,
+            lambda: state_after_last_run(spark, ref, schema, recorded, empty),
+            emptied,
+            truncated,
+            new_chunks,
         )
+        records = completed.changes
+    if records is None and (snaps is not None or typed is None):
+        records = _no_changes(spark)
+    if completed is not None and completed.records is not None:
+        decoded, changes = completed.records, completed.cascade
+    else:
+        decoded = batch_records(schema, decoder, records, snaps, typed)
+        changes = logged_changes(schema, decoder, records) if news.updates_deletes else None
     return TableBatch(
         db=db,
         table=table,
         ref=ref,
         schema=schema,
-        records=batch_records(schema, decoder, records, snaps, typed),
-        changes=logged_changes(schema, decoder, records) if news.updates_deletes else None,
+        records=decoded,
+        changes=changes,
         truncated=truncated,
         batch_truncate=batch_truncate,
         emptied=emptied,
@@ -387,4 +454,14 @@ def prepare(
         schema_changes=schema_changes,
         rebuilt=rebuilt,
         snapshots_only=not news.changes and stored_truncate is None and not bounds,
+        rereconcile=completed.rereconcile if completed is not None else [],
+    )
+
+
+def _no_changes(spark):
+    """An empty frame of change-log rows, for a batch of snapshot rows only."""
+    return spark.createDataFrame(
+        [],
+        "op STRING, schema_version STRING, file_index BIGINT, pos BIGINT, `row` INT, binlog_file STRING, "
+        "before MAP<STRING,STRING>, after MAP<STRING,STRING>, commit_ts TIMESTAMP",
     )

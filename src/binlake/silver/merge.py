@@ -69,7 +69,9 @@ def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> 
         out.merged = m.get("num_inserted_rows", 0) + m.get("num_updated_rows", 0)
     if batch.batch_truncate is not None:
         out.truncated = apply_truncate(spark, batch.ref, batch.truncated)
-    out.reconciled = reconcile_chunks(spark, batch.ref, batch.schema, batch.chunks, floors)
+    # Chunks of a snapshot that recovers changes the binlog holds only in part are reconciled
+    # again, though an earlier run applied them (binlake.silver.partial).
+    out.reconciled = reconcile_chunks(spark, batch.ref, batch.schema, batch.chunks + batch.rereconcile, floors)
     if history is not None:
         out.history = history(records)
     return out

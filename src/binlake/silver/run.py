@@ -14,9 +14,11 @@ One run:
 5. last, the progress rows (:mod:`binlake.silver.progress`). A run killed anywhere before
    that simply re-applies the same records, which changes nothing.
 
-A table stopped by an incompatible schema change, or by an error of its own while it was
-prepared or applied, keeps its progress and the reason; every other table is applied and its
-progress written, and the run then raises :class:`~binlake.errors.SchemaChangeError` (or
+A table stopped by an incompatible schema change, by a change the binlog holds only in part
+(:mod:`binlake.silver.partial`), or by an error of its own while it was prepared or applied,
+keeps its progress and the reason; every other table is applied and its progress written, and
+the run then raises :class:`~binlake.errors.SchemaChangeError` (or
+:class:`~binlake.errors.IncompleteChangeError` when every stop is one, or
 :class:`~binlake.errors.SilverTableError` when a table stopped for another reason) naming
 each stopped table and why.
 
@@ -46,6 +48,8 @@ from binlake.contract.lakehouse import (
     DELETE,
     EMPTYING_OPS,
     HEARTBEAT_OP,
+    INSERT,
+    STATEMENT_OP,
     UPDATE,
     Lakehouse,
     ProgressRow,
@@ -55,7 +59,14 @@ from binlake.contract.lakehouse import (
     remember_position_facts,
 )
 from binlake.contract.position import BinlogPosition
-from binlake.errors import BinlakeError, NotReadyError, SchemaChangeError, SilverTableError, cause_of
+from binlake.errors import (
+    BinlakeError,
+    IncompleteChangeError,
+    NotReadyError,
+    SchemaChangeError,
+    SilverTableError,
+    cause_of,
+)
 from binlake.silver import history as hist
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch, TableNews, prepare
@@ -68,6 +79,21 @@ log = logging.getLogger("binlake.silver")
 
 # A TRUNCATE-like record as TableNews.emptied holds it: its _cdc_seq's parts and its commit time.
 EMPTIED_SQL = "named_struct('file_index', file_index, 'pos', pos, 'row', `row`, 'commit_ts', commit_ts)"
+# A statement-format change as TableNews holds it (its database's ones also with their commit version).
+STATEMENT_SQL = (
+    "named_struct('file_index', file_index, 'pos', pos, 'row', `row`, 'binlog_file', binlog_file, 'ddl', ddl)"
+)
+DATABASE_STATEMENT_SQL = (
+    "named_struct('version', _commit_version, 'file_index', file_index, 'pos', pos, 'row', `row`, "
+    "'binlog_file', binlog_file, 'ddl', ddl)"
+)
+# A change whose row image lacks columns of its schema version (``_widths``: the column count
+# of each of the table's versions): a writer session with binlog_row_image MINIMAL or NOBLOB.
+PARTIAL_SQL = (
+    f"CASE WHEN op IN ('{INSERT}', '{UPDATE}', '{DELETE}') THEN (CASE op WHEN '{INSERT}' THEN size(after) "
+    f"WHEN '{DELETE}' THEN size(before) ELSE least(size(before), size(after)) END) "
+    "< try_element_at(_widths, schema_version) END"
+)
 
 # Silver tables decoded and applied at the same time by one run: most of a small table's
 # time is driver-side latency (Delta log reads, commits), not work.
@@ -91,6 +117,7 @@ class TableResult:
     zero_dates: int = 0
     schema_changes: list[str] = field(default_factory=list)
     error: str | None = None  # why the table was stopped (it keeps its progress)
+    error_class: type | None = None  # the stop's error class (None: an error of its own)
     unexpected: bool = False  # stopped by an error of its own, not by a schema change
     recreated: bool = False
     bulk_loaded: bool = False
@@ -193,9 +220,10 @@ def _learn_position_facts(spark, lh: Lakehouse, new: NewBronze, start: int, rows
         remember_position_facts(lh.changelog, new.applied, g["gtid"] if g else None, t["ts"] if t else None)
 
 
-def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[str, str]]) -> NewBronze:
+def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[str, str]], widths: dict) -> NewBronze:
     """The new commits of the change log and the manifest, summed up per table in one pass:
-    a table with nothing new costs no Spark job after this."""
+    a table with nothing new costs no Spark job after this. ``widths``: per table, the column
+    count of each schema version (how a partial row image is told)."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
@@ -220,13 +248,15 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
             StorageLevel.MEMORY_AND_DISK
         )
         firsts = spark.createDataFrame(
-            [(db, t, v) for (db, t), v in sorted(starts.items())], "db STRING, `table` STRING, _first BIGINT"
+            [(db, t, v, widths.get((db, t), {})) for (db, t), v in sorted(starts.items())],
+            "db STRING, `table` STRING, _first BIGINT, _widths MAP<STRING, INT>",
         )
         # One pass over the new commits: per table what they hold for it (from its own first
         # version), and, over everything, the largest heartbeat (commits append heartbeats in
         # binlog order, so the newest is the largest; it is where the change log is applied
         # up to) and the GTID and commit time of the last change there, which gold publishes.
         data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
+        statement = f"op = '{STATEMENT_OP}'"
         own = "_first IS NOT NULL AND _commit_version >= _first"
         rows = (
             new.changes.join(F.broadcast(firsts), ["db", "table"], "left")
@@ -236,6 +266,14 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
                 F.expr(f"count_if({own} AND op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
                 F.expr(f"count_if({own} AND op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
                 F.expr(f"collect_list(CASE WHEN {own} AND op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
+                F.expr(f"count_if({own} AND {PARTIAL_SQL})").alias("partial"),
+                F.expr(f"count_if({own} AND {statement})").alias("statements"),
+                F.expr(f"min(CASE WHEN {own} AND {statement} THEN {STATEMENT_SQL} END)").alias("first_statement"),
+                F.expr(f"max(CASE WHEN {own} AND {statement} THEN {STATEMENT_SQL} END)").alias("last_statement"),
+                # Capture could not tell the table: every captured table of the database.
+                F.expr(
+                    f"collect_list(CASE WHEN `table` IS NULL AND {statement} THEN {DATABASE_STATEMENT_SQL} END)"
+                ).alias("database_statements"),
                 F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file"))).alias("hb"),
                 *position_fact_columns(),
             )
@@ -247,13 +285,38 @@ def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[st
         for r in rows:
             if r["db"] is None or (r["db"], r["table"]) not in starts:
                 continue
-            news = TableNews(int(r["changes"]), int(r["updates_deletes"]), int(r["ddl"]), tuple(r["emptied"] or ()))
+            news = TableNews(
+                int(r["changes"]),
+                int(r["updates_deletes"]),
+                int(r["ddl"]),
+                tuple(r["emptied"] or ()),
+                partial=int(r["partial"]),
+                statements=int(r["statements"]),
+                first_statement=_statement(r["first_statement"]),
+                last_statement=_statement(r["last_statement"]),
+            )
             if news.any:
                 new.news[(r["db"], r["table"])] = news
+        database_statements = {r["db"]: r["database_statements"] for r in rows if r["db"] and r["table"] is None}
+        for (db, t), start in starts.items():
+            mine = [_statement(s) for s in database_statements.get(db) or () if s["version"] >= start]
+            if mine:
+                new.news[(db, t)] = new.news.get((db, t), TableNews()).with_statements(mine)
     ch_starts = [s for s in new.chunks_start.values() if s is not None]
     if ch_starts:
         new.manifest = [r.asDict() for r in lh.snapshot_chunks.read_changes(spark, min(ch_starts), ch_end).collect()]
     return new
+
+
+def _statement(found) -> dict | None:
+    """A statement struct of the aggregate as TableNews holds it."""
+    if found is None:
+        return None
+    return {
+        "seq": (found["file_index"], found["pos"], found["row"]),
+        "binlog_file": found["binlog_file"],
+        "ddl": found["ddl"],
+    }
 
 
 def _in_list(values) -> str:
@@ -363,8 +426,9 @@ def _progress_row(
 def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     """Apply every new bronze record to silver; returns what was done per table.
 
-    Raises :class:`SchemaChangeError` after all other tables were processed and their
-    progress written, if any table was stopped by an incompatible schema change.
+    Raises :class:`SchemaChangeError` (:class:`IncompleteChangeError` when every stop is one)
+    after all other tables were processed and their progress written, if any table was stopped
+    by an incompatible schema change or a change the binlog holds only in part.
     """
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -380,7 +444,8 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     previous = read_progress(spark, lh)
     histories = se.load_histories(spark, lh)
     tables = sorted(t for t in histories if config.source.captures(*t))
-    new = _read_new_bronze(spark, lh, previous, tables)
+    widths = {t: {e.version: len(e.schema.columns) for e in histories[t]} for t in tables}
+    new = _read_new_bronze(spark, lh, previous, tables, widths)
     # A table new to silver is prepared even with nothing to apply: that creates its table.
     work = sorted(set(_to_prepare(new, histories, tables)) | {t for t in tables if t not in previous})
     floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in new.manifest})
@@ -405,6 +470,7 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
             new.news.get((db, table), TableNews()),
             new.chunks_of(db, table),
             applied_before=(db, table) in previous,
+            recorded=previous.get((db, table)),
         )
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
         res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
@@ -514,11 +580,15 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
     return result
 
 
-def stopped_error(result: SilverResult) -> SchemaChangeError | SilverTableError:
+def stopped_error(result: SilverResult) -> SchemaChangeError | SilverTableError | IncompleteChangeError:
     """The run's one-line error naming each stopped table and why: a schema change's exit code
     when schema changes stopped them all, else :class:`SilverTableError`'s."""
     failed = result.failed
-    error = SilverTableError if any(t.unexpected for t in failed) else SchemaChangeError
+    error: type[SchemaChangeError | SilverTableError | IncompleteChangeError] = SchemaChangeError
+    if any(t.unexpected for t in failed):
+        error = SilverTableError
+    elif all(t.error_class is IncompleteChangeError for t in failed):
+        error = IncompleteChangeError
     return error(
         f"{len(failed)} silver table(s) stopped, the others were applied: " + " | ".join(t.error or "" for t in failed),
         result=result,
@@ -547,8 +617,8 @@ def _own_trouble(res: TableResult, work: Callable[..., T], *args) -> T | None:
     A run-wide problem (the config, a lease) stops the run."""
     try:
         return work(*args)
-    except (SchemaChangeError, NotReadyError) as exc:
-        res.error = str(exc)
+    except (SchemaChangeError, IncompleteChangeError, NotReadyError) as exc:
+        res.error, res.error_class = str(exc), type(exc)
         log.error("%s", exc)
     except BinlakeError:
         raise
