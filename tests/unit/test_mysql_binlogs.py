@@ -276,3 +276,24 @@ def test_a_rows_query_event_whose_text_is_not_utf8_changes_nothing():
     struct.pack_into("<I", raw, len(raw) - 4, zlib.crc32(raw[:-4]))
     parser = EventParser(checksum=True)
     assert isinstance(parser.parse(bytes(raw)), Passive)
+
+
+def test_a_batch_stops_only_between_compressed_transactions_and_resumes_there(tmp_path):
+    """A capture batch ends at a transaction boundary; a compressed transaction is one event,
+    so the boundary is its end. Reading on from the heartbeat (what the run after a kill does)
+    gives exactly the rows the first read did not, once."""
+    name = archive_name("mysql-enum-string-set.000001")
+    (tmp_path / name).write_bytes(compress("mysql-enum-string-set.000001"))
+    source = SourceConfig(host="h", port=3306, user="u", password=Secret("p"), server_id=1, tables=("*.*",))
+
+    def read(start: int, max_rows: int | None) -> list[dict]:
+        rng = ReadRange(0, name, start, None, last=True, max_rows=max_rows, archive=str(tmp_path))
+        return [r for r in pa.Table.from_batches(list(read_range(source, rng))).to_pylist() if r["op"] != "stats"]
+
+    whole = [(r["op"], r["pos"], r["row"]) for r in read(4, None) if r["op"] in DATA_OPS]
+    first = read(4, max_rows=1)
+    beat = next(r for r in first if r["op"] == "heartbeat")
+    firsts = [(r["op"], r["pos"], r["row"]) for r in first if r["op"] in DATA_OPS]
+    assert firsts == whole[:1] and beat["pos"] == whole[0][1], "the batch ends at the first payload's end"
+    rest = [(r["op"], r["pos"], r["row"]) for r in read(beat["pos"], None) if r["op"] in DATA_OPS]
+    assert firsts + rest == whole
