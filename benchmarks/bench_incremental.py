@@ -208,8 +208,8 @@ def _published_positions(log_path: Path) -> list[str]:
 def freshness(ctx, db: str, config: Path) -> tuple[float, float, int]:
     """(p50, p99 seconds, changes measured) of ``run --continuous`` under the write load."""
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
     from binlake.contract.position import BinlogPosition
+    from binlake.contract.tables import Lakehouse
 
     lh = Lakehouse(load_config(config))
     names = [f"t{i:03d}" for i in range(16)]

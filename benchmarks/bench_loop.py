@@ -156,7 +156,7 @@ def _position(spark, lh) -> tuple[int, int]:
 
 def run(ctx) -> list[dict]:
     from binlake.bronze.snapshot import run_snapshot
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
 
     spark = ctx.spark
     db = "loopbench"

@@ -74,7 +74,7 @@ def _changes(spark, schema, changes: int, small_rows: int):
 
 
 def run(ctx) -> list[dict]:
-    from binlake.contract.lakehouse import TableRef
+    from binlake.contract.tables import TableRef
     from binlake.silver.merge import merge_into_silver
 
     spark = ctx.spark

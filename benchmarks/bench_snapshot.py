@@ -148,7 +148,7 @@ def warm_up(ctx):
     """Both readers once on a small table, untimed; returns its binlake config. It also leaves
     the bronze tables in place, as they are in steady state."""
     from binlake.bronze.tables import ensure_bronze_tables
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
 
     load_sbtest(ctx.mariadb, "bench_snap_warm", 20_000)
     warm = binlake_config(ctx, "bench_snap_warm", "sbtest")

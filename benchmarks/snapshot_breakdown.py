@@ -64,7 +64,7 @@ class _Probe:
 
     def __init__(self):
         from binlake.bronze import snapshot
-        from binlake.contract.lakehouse import TableRef
+        from binlake.contract.tables import TableRef
 
         self.noop, self.rows_seconds = False, 0.0
         real_write, real_save = snapshot._write_snapshot_rows, TableRef.save

@@ -58,8 +58,8 @@ def diff_with_source(spark, config, layer: str = "gold", examples: int = 3) -> l
 def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", examples: int = 3) -> TableDiff:
     from pyspark.sql import functions as F
 
-    from binlake.contract.lakehouse import Lakehouse
     from binlake.contract.sql import qualified
+    from binlake.contract.tables import Lakehouse
     from binlake.contract.types import encode_value, spark_decode_sql
     from binlake.source.catalog import table_schema
     from binlake.source.mysql import exact_value_sql, stream

@@ -143,7 +143,7 @@ def main(argv: Sequence[str] | None = None, config=None) -> int:
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
         if args.debug:
             raise
-        from binlake.contract.lakehouse import storage_error
+        from binlake.contract.write_errors import storage_error
 
         if (refused := storage_error(exc)) is not None:
             print(f"error: {refused}", file=sys.stderr)

@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show(config_path: Path, db) -> int:
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
     from binlake.spark import get_spark
 
     config = load_config(config_path)
@@ -245,7 +245,7 @@ def _continuous(config_path: Path, db) -> int:
     import threading
 
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
     from binlake.ops.continuous import read_state, run_continuous
     from binlake.spark import get_spark
 

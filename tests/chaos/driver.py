@@ -435,7 +435,7 @@ def scenario_continuous(h: Harness, out: Outcome) -> None:
     """kill -9 of ``binlake run --continuous`` at random instants of its loops (capture, silver
     or gold of whichever loop is running) under a write load."""
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
     from binlake.ops.continuous import read_state
 
     db, config = h.new_scenario("continuous", seed_rows=2000)
@@ -616,7 +616,7 @@ def scenario_ddl(h: Harness, out: Outcome) -> None:
     h.compare(config, db, out)
     # Names that are gone from the source must be gone from gold too (published empty).
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
 
     lh = Lakehouse(load_config(config))
     for gone in ("tags", "doomed", "_ledger_gho", "_ledger_del"):
@@ -664,7 +664,7 @@ def scenario_unwritable(h: Harness, out: Outcome) -> None:
     h.converge(config, out)
     lakehouse = config.parent / "lakehouse"
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
 
     lh = Lakehouse(load_config(config))
     published = _published_versions(h, lh)
@@ -875,7 +875,7 @@ def scenario_failover(h: Harness, out: Outcome) -> None:
 def _switched(h: Harness, config: Path) -> bool:
     from binlake.bronze.capture_state import capture_state
     from binlake.config import load_config
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
 
     state = capture_state(h.spark, Lakehouse(load_config(config)))
     return state is not None and state.position.epoch >= 1

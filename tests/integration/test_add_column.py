@@ -7,7 +7,7 @@ from __future__ import annotations
 from mysql_types import EDGE_ROW, NULL_ROW, ODD_ROW, TYPES  # tests/mysql_types.py
 from source_diff import diff_with_source  # tests/source_diff.py
 
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.ops.pipeline import run_pipeline
 
 

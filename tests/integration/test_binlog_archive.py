@@ -22,7 +22,7 @@ from source_diff import diff_with_source
 
 from binlake.bronze.capture import capture_position, run_capture
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.errors import BinlogPurgedError
 from binlake.ops.commands import run_gold, run_silver
 from binlake.source.mysql import master_status

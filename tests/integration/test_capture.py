@@ -10,7 +10,8 @@ from binlake.bronze.capture import (
     reset_capture,
     run_capture,
 )
-from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
+from binlake.contract.changelog import HEARTBEAT_OP
+from binlake.contract.tables import Lakehouse
 from binlake.errors import BinlogPurgedError, InternalInvariantError
 from binlake.source.mysql import master_status
 
@@ -254,7 +255,7 @@ def test_a_lakehouse_from_before_servers_were_recorded_learns_them_at_its_next_r
     import json
 
     from binlake.bronze.capture_state import capture_state
-    from binlake.contract.lakehouse import CHANGELOG_SCHEMA, heartbeat_row
+    from binlake.contract.changelog import CHANGELOG_SCHEMA, heartbeat_row
 
     mariadb.execute(f"CREATE TABLE `{database}`.t (id INT PRIMARY KEY)")
     config = _latest(make_config, database)

@@ -18,7 +18,7 @@ import time
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import BARRIER_ENV, run_snapshot
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.silver.run import run_silver
 
 

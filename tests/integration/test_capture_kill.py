@@ -10,7 +10,7 @@ from pathlib import Path
 
 from binlake.bronze.capture import run_capture
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 
 ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")

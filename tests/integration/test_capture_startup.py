@@ -6,7 +6,7 @@ import datetime as dt
 import time
 
 from binlake.bronze.capture import capture_position, run_capture
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.source.mysql import master_status
 
 

@@ -13,8 +13,8 @@ from mysql_types import COLUMNS, EDGE_ROW, NULL_ROW, ODD_ROW  # tests/mysql_type
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import run_snapshot
-from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.sql import qualified, quote_ident, spark_string
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema, encode_value, spark_decode_sql
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, query

@@ -17,7 +17,7 @@ import pytest
 from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.ops.continuous import read_state
 from binlake.ops.status import collect_status
 

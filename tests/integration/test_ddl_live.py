@@ -4,7 +4,7 @@ its old name while the rows reappear under the new one."""
 
 from __future__ import annotations
 
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.ops.pipeline import run_pipeline
 
 

@@ -10,7 +10,7 @@ from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake import cli
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 
 CANARY = "ann.canary@example.org"
 

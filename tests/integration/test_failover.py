@@ -25,7 +25,7 @@ from binlake import cli
 from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import capture_state
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.errors import SourceChangedError
 from binlake.local.mariadb import LocalMariaDB
 from binlake.ops.pipeline import run_pipeline

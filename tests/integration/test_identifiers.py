@@ -173,7 +173,7 @@ def test_snapshot_capture_and_silver_carry_odd_names_end_to_end(mariadb, odd, tm
     ``packedCdc.`back`tick```), a known gap reported to the silver owner."""
     from binlake.bronze.capture import run_capture
     from binlake.bronze.snapshot import run_snapshot
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
     from binlake.silver.run import run_silver
 
     mariadb.execute(f"ALTER TABLE {qualified(DB, TABLE)} DROP COLUMN {quote_ident('back`tick')}")

@@ -19,9 +19,10 @@ from source_diff import diff_with_source  # tests/source_diff.py
 from binlake import cli, gold_as_of
 from binlake.config import load_config
 from binlake.contract import layout
-from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA, Lakehouse
 from binlake.contract.layout import LAYOUT_VERSION
 from binlake.contract.leases import LAYOUT_PROPERTY
+from binlake.contract.schemas import SNAPSHOT_ROWS_SCHEMA
+from binlake.contract.tables import Lakehouse
 from binlake.errors import LayoutOutdatedError
 
 # What layout 0's publish log and progress table lacked.

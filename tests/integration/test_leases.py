@@ -17,8 +17,8 @@ from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake import cli
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.leases import current_holders
+from binlake.contract.tables import Lakehouse
 
 BINLAKE = str(Path(sys.executable).with_name("binlake"))
 

@@ -12,7 +12,7 @@ from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import BARRIER_ENV, run_snapshot
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.ops.maintain import run_maintain
 from binlake.ops.pipeline import run_pipeline
 from binlake.silver.run import run_silver

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from binlake import cli
 from binlake.config import load_config
 from binlake.contract.columns import masked_text
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 
 SALT = "salt-4b1d"
 # One canary per place a value must never be stored: the excluded column, in rows read by

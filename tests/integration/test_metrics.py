@@ -17,7 +17,7 @@ import pytest
 
 from binlake import cli
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.deploy.dashboard import METRICS, dashboard, lag_alert_query
 from binlake.deploy.entrypoints import parse_job_args, run_job
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake.config import load_config_text
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.deploy.entrypoints import parse_job_args, run_job
 
 ROOT = Path(__file__).resolve().parents[2]

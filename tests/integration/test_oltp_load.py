@@ -30,7 +30,7 @@ import pytest
 from binlake.bronze.capture import run_capture
 from binlake.cli import main as binlake_cli
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 
 TABLES = 2
 TABLE_SIZE = 20_000

@@ -29,8 +29,8 @@ from binlake.bronze.snapshot_source import (
     combine_checksum,
     reader_options,
 )
-from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.sql import qualified
+from binlake.contract.tables import Lakehouse
 from binlake.errors import ConfigError
 from binlake.ops import commands
 from binlake.source.catalog import table_schema
@@ -310,7 +310,7 @@ def test_each_snapshot_has_one_typed_table_whose_files_hold_only_the_rows_and_th
 def test_a_lakehouse_with_map_form_snapshot_rows_keeps_them_and_writes_new_snapshots_typed(
     spark, mariadb, database, make_config
 ):
-    from binlake.contract.lakehouse import SNAPSHOT_ROWS_SCHEMA
+    from binlake.contract.schemas import SNAPSHOT_ROWS_SCHEMA
 
     mariadb.execute(
         "CREATE TABLE t (id INT PRIMARY KEY, v VARCHAR(10))",

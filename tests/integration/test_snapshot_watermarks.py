@@ -20,8 +20,8 @@ import pymysql
 import pytest
 
 from binlake.bronze.snapshot_source import ChunkPartition, read_chunk, reader_options, text_column
-from binlake.contract.lakehouse import SNAPSHOT_CHUNK_STATS
 from binlake.contract.position import BinlogPosition
+from binlake.contract.schemas import SNAPSHOT_CHUNK_STATS
 from binlake.source.catalog import table_schema
 from binlake.source.mysql import connect, master_status
 

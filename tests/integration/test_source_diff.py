@@ -10,7 +10,7 @@ from source_diff import diff_with_source  # tests/source_diff.py
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.snapshot import run_snapshot
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.silver.run import run_silver
 
 

@@ -13,7 +13,7 @@ from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
 
 from binlake import cli
 from binlake.config import load_config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.errors import ConfigError, VerifyMismatch
 from binlake.ops.verify import run_verify
 

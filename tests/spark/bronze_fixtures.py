@@ -23,18 +23,16 @@ from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
 
 from binlake.bronze.tables import ensure_bronze_tables
 from binlake.config import load_config_text
-from binlake.contract.lakehouse import (
-    CHANGELOG_SCHEMA,
+from binlake.contract.changelog import CHANGELOG_SCHEMA, ChangeRow, heartbeat_row
+from binlake.contract.position import BinlogPosition
+from binlake.contract.schemas import (
     SCHEMA_HISTORY_SCHEMA,
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_ROWS_SCHEMA,
     TYPED_ROWS,
-    ChangeRow,
-    Lakehouse,
     ManifestRow,
-    heartbeat_row,
 )
-from binlake.contract.position import BinlogPosition
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import Column, Kind, TableSchema
 
 T0 = datetime(2026, 11, 1, 12, 0, 0)
@@ -170,7 +168,7 @@ class Bronze:
     def plan(self, schema, snapshot_id, bounds, version=None):
         """The plan of a snapshot: chunk i is ``[bounds[i], bounds[i + 1])``, ``bounds`` from
         None to None (key values as lists)."""
-        from binlake.contract.lakehouse import SNAPSHOT_PLAN_SCHEMA
+        from binlake.contract.schemas import SNAPSHOT_PLAN_SCHEMA
 
         enc = lambda k: None if k is None else json.dumps([str(x) for x in k])  # noqa: E731
         rows = [

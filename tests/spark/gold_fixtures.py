@@ -21,11 +21,8 @@ from delta_rollback import delta_versions, roll_back  # tests/delta_rollback.py
 
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import load_config_text
-from binlake.contract.lakehouse import (
-    PROGRESS_SCHEMA,
-    SILVER_METADATA_COLUMNS,
-    Lakehouse,
-)
+from binlake.contract.schemas import PROGRESS_SCHEMA, SILVER_METADATA_COLUMNS
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import Column, Kind, TableSchema
 
 BINLOG = "mysql-bin.{:06d}"
@@ -125,7 +122,7 @@ class Lake:
 
     def heartbeats(self, beats: Sequence[tuple[int, int, str | None, str | None]]) -> None:
         """Capture-batch heartbeats (file_index, pos, gtid, commit_ts), in one change-log commit."""
-        from binlake.contract.lakehouse import CHANGELOG_SCHEMA
+        from binlake.contract.changelog import CHANGELOG_SCHEMA
 
         rows = [
             (
@@ -158,9 +155,7 @@ class Lake:
         planned_at: str = "2026-11-01 07:00:00",
     ) -> None:
         """Plan len(chunks) chunks; a chunk given as (lw, hw) is complete, None is not."""
-        from binlake.contract.lakehouse import (
-            SNAPSHOT_PLAN_SCHEMA,
-        )
+        from binlake.contract.schemas import SNAPSHOT_PLAN_SCHEMA
 
         key = list(self.schemas[(db, table)].key)
         plan = [(snapshot_id, db, table, i, key, None, None, "v1", ts(planned_at)) for i in range(len(chunks))]
@@ -198,7 +193,7 @@ class Lake:
             self.complete_chunks(done)
 
     def complete_chunks(self, rows: list[tuple]) -> None:
-        from binlake.contract.lakehouse import SNAPSHOT_CHUNKS_SCHEMA
+        from binlake.contract.schemas import SNAPSHOT_CHUNKS_SCHEMA
 
         self.lh.snapshot_chunks.save(
             self.spark.createDataFrame(rows, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")

@@ -15,8 +15,8 @@ import pytest
 
 from binlake.bronze.snapshot import create_snapshot_table
 from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
-from binlake.contract.lakehouse import (
-    CHANGELOG_SCHEMA,
+from binlake.contract.changelog import CHANGELOG_SCHEMA
+from binlake.contract.schemas import (
     HISTORY_METADATA_COLUMNS,
     PROGRESS_SCHEMA,
     PUBLISH_LOG_SCHEMA,
@@ -25,8 +25,8 @@ from binlake.contract.lakehouse import (
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_ROWS_SCHEMA,
     TYPED_ROWS,
-    Lakehouse,
 )
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import Column, Kind, TableSchema
 
 ROOT = Path(__file__).resolve().parents[2]

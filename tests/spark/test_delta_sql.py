@@ -14,8 +14,8 @@ from decimal import Decimal
 import pytest
 
 from binlake.contract.delta_sql import DeltaSql
-from binlake.contract.lakehouse import TableRef
 from binlake.contract.sql import spark_literal
+from binlake.contract.tables import TableRef
 
 ROWS = [(1, "a", 10), (2, "b", 20), (3, "c", 30), (4, "d", 40)]
 CHANGES = [(2, "B", 21), (3, "c", 29), (5, "e", 50), (4, None, 0)]

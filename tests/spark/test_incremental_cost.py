@@ -200,7 +200,7 @@ def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypat
 
 
 def test_two_runs_that_both_found_the_table_empty_load_its_rows_once(spark, tmp_path, monkeypatch):
-    from binlake.contract.lakehouse import TableRef
+    from binlake.contract.tables import TableRef
 
     b = killed_after_the_bulk_append(spark, tmp_path, monkeypatch)  # the first run appended the rows
     # The second run checked for emptiness before the first one's append committed.

@@ -16,15 +16,10 @@ import pytest
 
 from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
 from binlake.contract import layout
-from binlake.contract.lakehouse import (
-    CHECK_RESULTS_SCHEMA,
-    METRICS_SCHEMA,
-    SNAPSHOT_ROWS_SCHEMA,
-    Lakehouse,
-    TableRef,
-)
 from binlake.contract.layout import LAYOUT_VERSION, ensure_current_layout, layout_version, require_current_layout
 from binlake.contract.leases import LAYOUT_PROPERTY, Holder
+from binlake.contract.schemas import CHECK_RESULTS_SCHEMA, METRICS_SCHEMA, SNAPSHOT_ROWS_SCHEMA
+from binlake.contract.tables import Lakehouse, TableRef
 from binlake.errors import LayoutOutdatedError, LayoutTooNewError
 
 # The column sets of layout 0, as the earliest binlake with these tables created them.

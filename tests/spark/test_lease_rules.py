@@ -13,8 +13,9 @@ import time
 import pytest
 
 from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
-from binlake.contract.lakehouse import Lakehouse, with_retry
 from binlake.contract.leases import LAYERS, Holder, current_holders, ensure_leases_table, holding
+from binlake.contract.tables import Lakehouse
+from binlake.contract.write_errors import with_retry
 from binlake.errors import LeaseHeldError, LeaseLostError
 
 

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from binlake.contract import lakehouse as lh
+from binlake.contract import changelog as cl
+from binlake.contract import schemas
 from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition
 
 
@@ -29,9 +30,9 @@ def columns(schema_ddl: str) -> list[str]:
 @pytest.mark.parametrize(
     "row_type,schema",
     [
-        (lh.ChangeRow, lh.CHANGELOG_SCHEMA),
-        (lh.ManifestRow, lh.SNAPSHOT_CHUNKS_SCHEMA),
-        (lh.ProgressRow, lh.PROGRESS_SCHEMA),
+        (cl.ChangeRow, cl.CHANGELOG_SCHEMA),
+        (schemas.ManifestRow, schemas.SNAPSHOT_CHUNKS_SCHEMA),
+        (schemas.ProgressRow, schemas.PROGRESS_SCHEMA),
     ],
 )
 def test_a_row_type_names_its_table_columns_in_order(row_type, schema):
@@ -39,9 +40,9 @@ def test_a_row_type_names_its_table_columns_in_order(row_type, schema):
 
 
 def test_a_heartbeat_row_ends_a_batch_after_every_change_at_its_position():
-    row = lh.heartbeat_row(BinlogPosition("mysql-bin.000007", 1234), note="reset-capture")
+    row = cl.heartbeat_row(BinlogPosition("mysql-bin.000007", 1234), note="reset-capture")
     assert (row.op, row.file_index, row.pos, row.row, row.binlog_file, row.ddl) == (
-        lh.HEARTBEAT_OP,
+        cl.HEARTBEAT_OP,
         7,
         1234,
         HEARTBEAT_ROW,

@@ -23,7 +23,7 @@ import pytest
 
 from binlake.bronze.binlog_source import ReadRange, read_range
 from binlake.config import Secret, SourceConfig
-from binlake.contract.lakehouse import STATEMENT_OP
+from binlake.contract.changelog import STATEMENT_OP
 from binlake.errors import BinlogDecodeError
 from binlake.source.binlog.events import HEADER, TRANSACTION_PAYLOAD, EventParser, TransactionPayload
 

@@ -4,9 +4,11 @@ new position every round, for weeks."""
 
 from __future__ import annotations
 
-from binlake.contract import lakehouse
-from binlake.contract.lakehouse import TableRef, position_facts, remember_position_facts
+from binlake.contract import position_facts as facts
+from binlake.contract.memo import Memo
 from binlake.contract.position import BinlogPosition
+from binlake.contract.position_facts import position_facts, remember_position_facts
+from binlake.contract.tables import TableRef
 
 CHANGELOG = TableRef(path="/lake/bronze/changelog")
 ROUNDS = 5_000  # positions a continuous run applies in an hour or two
@@ -17,11 +19,11 @@ def at(pos: int) -> BinlogPosition:
 
 
 def test_a_long_run_keeps_the_facts_of_its_latest_positions_only(monkeypatch):
-    monkeypatch.setattr(lakehouse, "_POSITION_FACTS", {})
+    monkeypatch.setattr(facts, "_POSITION_FACTS", Memo(kept=facts.POSITION_FACTS_KEPT))
     for pos in range(4, 4 + ROUNDS):
         remember_position_facts(CHANGELOG, at(pos), f"0-1-{pos}", "2026-01-01 00:00:00.000000")
 
-    assert len(lakehouse._POSITION_FACTS) <= ROUNDS // 4
+    assert len(facts._POSITION_FACTS) <= ROUNDS // 4
     newest = 4 + ROUNDS - 1
     # Gold asks for the position silver applied last: still known.
     assert position_facts(CHANGELOG, at(newest)) == (f"0-1-{newest}", "2026-01-01 00:00:00.000000")
@@ -29,9 +31,9 @@ def test_a_long_run_keeps_the_facts_of_its_latest_positions_only(monkeypatch):
 
 
 def test_a_fact_remembered_again_counts_as_recent(monkeypatch):
-    monkeypatch.setattr(lakehouse, "_POSITION_FACTS", {})
+    monkeypatch.setattr(facts, "_POSITION_FACTS", Memo(kept=facts.POSITION_FACTS_KEPT))
     remember_position_facts(CHANGELOG, at(4), "0-1-4", None)
-    others = range(5, 4 + lakehouse.POSITION_FACTS_KEPT)  # the memo is full after these
+    others = range(5, 4 + facts.POSITION_FACTS_KEPT)  # the memo is full after these
     for pos in others:
         remember_position_facts(CHANGELOG, at(pos), None, None)
     remember_position_facts(CHANGELOG, at(4), "0-1-4", None)

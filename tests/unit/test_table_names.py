@@ -1,13 +1,13 @@
 """Names that cannot collide: every captured table gets lakehouse tables of its own, on Unity
 Catalog (``<db>__<table>``, case-insensitive) and locally alike; two source tables that would
-share one are refused with the fix (binlake.contract.lakehouse.name_clashes)."""
+share one are refused with the fix (binlake.contract.tables.name_clashes)."""
 
 from __future__ import annotations
 
 import pytest
 
 from binlake.config import Config, LakehouseConfig, Secret, SourceConfig
-from binlake.contract.lakehouse import Lakehouse, name_clashes
+from binlake.contract.tables import Lakehouse, name_clashes
 
 
 def test_distinct_tables_do_not_clash():

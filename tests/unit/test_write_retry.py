@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from binlake.contract import lakehouse
+from binlake.contract import write_errors
 
 
 class ConcurrentAppendException(Exception):
@@ -12,7 +12,7 @@ class ConcurrentAppendException(Exception):
 
 
 def test_a_concurrent_write_conflict_is_retried_until_it_succeeds(monkeypatch):
-    monkeypatch.setattr(lakehouse.time, "sleep", lambda s: None)
+    monkeypatch.setattr(write_errors.time, "sleep", lambda s: None)
     calls = []
 
     def write():
@@ -21,12 +21,12 @@ def test_a_concurrent_write_conflict_is_retried_until_it_succeeds(monkeypatch):
             raise ConcurrentAppendException("Files were added to the root of the table by a concurrent update")
         return "done"
 
-    assert lakehouse.with_retry("MERGE into t", write) == "done"
+    assert write_errors.with_retry("MERGE into t", write) == "done"
     assert len(calls) == 3
 
 
 def test_other_errors_are_not_retried_and_retries_are_bounded(monkeypatch):
-    monkeypatch.setattr(lakehouse.time, "sleep", lambda s: None)
+    monkeypatch.setattr(write_errors.time, "sleep", lambda s: None)
     calls = []
 
     def broken():
@@ -34,7 +34,7 @@ def test_other_errors_are_not_retried_and_retries_are_bounded(monkeypatch):
         raise ValueError("bad data")
 
     with pytest.raises(ValueError):
-        lakehouse.with_retry("MERGE into t", broken)
+        write_errors.with_retry("MERGE into t", broken)
     assert len(calls) == 1
 
     def always_conflicting():
@@ -42,5 +42,5 @@ def test_other_errors_are_not_retried_and_retries_are_bounded(monkeypatch):
         raise ConcurrentAppendException("conflict")
 
     with pytest.raises(ConcurrentAppendException):
-        lakehouse.with_retry("MERGE into t", always_conflicting, retries=3)
+        write_errors.with_retry("MERGE into t", always_conflicting, retries=3)
     assert len(calls) == 4

@@ -30,9 +30,9 @@ from typing import Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from binlake.config import BINLOG_READERS, ColumnRule, SourceConfig
+from binlake.contract.changelog import CHANGELOG_SCHEMA, HEARTBEAT_OP, INSERT, STATEMENT_OP, UPDATE
 from binlake.contract.columns import FlatMasker, stored_schema
 from binlake.contract.ddl import ddl_effects, statement_targets
-from binlake.contract.lakehouse import CHANGELOG_SCHEMA, HEARTBEAT_OP, INSERT, STATEMENT_OP, UPDATE
 from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition, file_index, log_index
 from binlake.contract.types import Column, Kind, TableSchema, UnsupportedTypeError
 from binlake.errors import (

@@ -45,19 +45,19 @@ from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
 from binlake.console import QUIET, Console
-from binlake.contract.lakehouse import (
+from binlake.contract.changelog import (
     CHANGELOG_SCHEMA,
     DATA_OPS,
     DDL_OPS,
     HEARTBEAT_OP,
     RENAMED_INTO_OP,
     STATEMENT_OP,
-    Lakehouse,
     heartbeat_row,
-    storage_error,
 )
 from binlake.contract.position import EPOCH_SHIFT, BinlogPosition, file_name
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
+from binlake.contract.write_errors import storage_error
 from binlake.errors import (
     BinlakeError,
     BinlogPurgedError,

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
+from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.position import BinlogPosition
+from binlake.contract.tables import Lakehouse
 from binlake.errors import SourceChangedError
 
 # How many of the change log's newest commits are searched for capture's latest tag.

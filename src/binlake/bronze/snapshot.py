@@ -5,7 +5,7 @@ planning, plan key-range chunks (:mod:`binlake.bronze.chunking`), persist the pl
 ``snapshot_plan``, then read the chunks in waves of ``snapshot.wave_size`` as Spark tasks
 (:mod:`binlake.bronze.snapshot_source`). A chunk is read with one known schema version, so
 its rows are stored typed: each snapshot has its own Delta table
-(:meth:`~binlake.contract.lakehouse.Lakehouse.snapshot_table`), whose rows are the stored
+(:meth:`~binlake.contract.tables.Lakehouse.snapshot_table`), whose rows are the stored
 schema's columns plus the chunk's identity. A wave is one Delta append of its rows and marker
 rows per snapshot in it (side by side); only then are its manifest rows, built from the
 markers (collected by a Spark observation of that write, else read back), appended to
@@ -62,7 +62,9 @@ from binlake.bronze.tables import (
 from binlake.config import Config
 from binlake.console import QUIET, Console
 from binlake.contract.columns import stored_schema
-from binlake.contract.lakehouse import (
+from binlake.contract.memo import once_per_version
+from binlake.contract.position import epoch_of, file_index, log_index
+from binlake.contract.schemas import (
     SNAPSHOT_ATTEMPT_ID,
     SNAPSHOT_CHUNK_ID,
     SNAPSHOT_CHUNK_STATS,
@@ -72,12 +74,10 @@ from binlake.contract.lakehouse import (
     TYPED_ROWS,
     TYPED_SNAPSHOT_META,
     TYPED_SNAPSHOT_PROPERTIES,
-    Lakehouse,
     ManifestRow,
-    once_per_version,
 )
-from binlake.contract.position import epoch_of, file_index, log_index
 from binlake.contract.sql import spark_string
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema, encode_value
 from binlake.errors import LakehouseError, PreflightError
 from binlake.source.catalog import table_arguments, table_schema

@@ -38,8 +38,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from binlake.bronze.chunking import key_from_json, range_condition
 from binlake.config import ColumnRule, SourceConfig
 from binlake.contract.columns import masked_text
-from binlake.contract.lakehouse import SNAPSHOT_ATTEMPT_ID, SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS
 from binlake.contract.position import BinlogPosition
+from binlake.contract.schemas import SNAPSHOT_ATTEMPT_ID, SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS
 from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, Kind, TableSchema, spark_decode_sql
 from binlake.errors import SchemaChangeError, SourceChangedError

@@ -5,16 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from binlake.contract.lakehouse import (
-    CHANGELOG_SCHEMA,
-    SCHEMA_HISTORY_SCHEMA,
-    SNAPSHOT_CHUNKS_SCHEMA,
-    SNAPSHOT_PLAN_SCHEMA,
-    Lakehouse,
-    once_per_version,
-    with_retry,
-)
+from binlake.contract.changelog import CHANGELOG_SCHEMA
+from binlake.contract.memo import once_per_version
+from binlake.contract.schemas import SCHEMA_HISTORY_SCHEMA, SNAPSHOT_CHUNKS_SCHEMA, SNAPSHOT_PLAN_SCHEMA
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
+from binlake.contract.write_errors import with_retry
 
 # Silver reads the change log and the chunk manifest incrementally through the change
 # data feed; the log is append-only by contract.
@@ -81,7 +77,7 @@ def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, i
     """
     from datetime import datetime, timezone
 
-    from binlake.contract.lakehouse import SCHEMA_HISTORY_SCHEMA
+    from binlake.contract.schemas import SCHEMA_HISTORY_SCHEMA
 
     if not entries:
         return 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from binlake.contract.lakehouse import DDL_OP, DROP_OP, RENAMED_INTO_OP, TRUNCATE_OP
+from binlake.contract.changelog import DDL_OP, DROP_OP, RENAMED_INTO_OP, TRUNCATE_OP
 from binlake.contract.sql import IDENT_PATTERN, unquote_ident
 
 _NAME = rf"(?:{IDENT_PATTERN}|[\w$]+)"

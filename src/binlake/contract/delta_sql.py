@@ -6,7 +6,7 @@ client needs the Delta Connect plugin on the server, which a Spark Connect serve
 have unless someone installed it. Delta's SQL commands (``MERGE INTO``, ``UPDATE``,
 ``DELETE``, ``DESCRIBE HISTORY``, ``OPTIMIZE``, ``VACUUM``) need only Delta's SQL extension,
 which every Delta-enabled server has, so on a Connect session binlake runs those instead.
-:meth:`binlake.contract.lakehouse.TableRef.delta` chooses; callers write the same builder
+:meth:`binlake.contract.tables.TableRef.delta` chooses; callers write the same builder
 chain either way::
 
     ref.delta(spark).alias("t").merge(source.alias("s"), "t.id = s.id") \\

@@ -30,7 +30,7 @@ Layout 0 is every lakehouse written before layouts were numbered. The steps to l
    :func:`binlake.gold.publish_log.gold_as_of` reads, are unchanged (the gold tables it time
    travels in do not move).
 2. ``bronze/snapshot_rows`` gets the properties that make writing it cheaper
-   (:data:`~binlake.contract.lakehouse.SNAPSHOT_ROWS_PROPERTIES`, or the unpartitioned set
+   (:data:`~binlake.contract.schemas.SNAPSHOT_ROWS_PROPERTIES`, or the unpartitioned set
    for a table from before the partitions, which Delta cannot repartition in place).
 3. Locally, the system files (the continuous mode's state) move from ``<path>/_system`` to
    ``<path>/system/files``.
@@ -51,7 +51,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import NamedTuple
 
-from binlake.contract.lakehouse import (
+from binlake.contract.leases import LAYERS, LAYOUT_PROPERTY, Holder, ensure_leases_table, holding
+from binlake.contract.schemas import (
     CHECK_RESULTS_SCHEMA,
     METRICS_COMMENT,
     METRICS_SCHEMA,
@@ -63,12 +64,10 @@ from binlake.contract.lakehouse import (
     SNAPSHOT_ROWS_LAYOUT,
     SNAPSHOT_ROWS_PROPERTIES,
     UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
-    Lakehouse,
-    TableRef,
-    with_retry,
 )
-from binlake.contract.leases import LAYERS, LAYOUT_PROPERTY, Holder, ensure_leases_table, holding
 from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.tables import Lakehouse, TableRef
+from binlake.contract.write_errors import with_retry
 from binlake.errors import LayoutOutdatedError, LayoutTooNewError
 
 log = logging.getLogger("binlake.layout")

@@ -40,8 +40,9 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from binlake.contract.lakehouse import Lakehouse, with_retry
 from binlake.contract.sql import spark_string
+from binlake.contract.tables import Lakehouse
+from binlake.contract.write_errors import with_retry
 from binlake.errors import LakehouseError, LeaseHeldError, LeaseLostError
 
 log = logging.getLogger("binlake.leases")

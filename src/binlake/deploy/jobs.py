@@ -105,7 +105,7 @@ def last_publish(config: Config, spark: Any = None) -> dict[str, Any] | None:
         spark = SparkSession.getActiveSession()
         if spark is None:
             return None
-    from binlake.contract.lakehouse import Lakehouse
+    from binlake.contract.tables import Lakehouse
 
     log = Lakehouse(config).publish_log
     try:

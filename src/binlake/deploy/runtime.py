@@ -30,7 +30,7 @@ from typing import Any
 
 from binlake.config import Config, LakehouseConfig, load_config
 from binlake.config.secrets import notebook_dbutils, resolve_secret, workspace_client
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.errors import ConfigError, DatabricksApiError, SecretError
 from binlake.spark import on_databricks
 

@@ -46,18 +46,13 @@ from binlake import faults
 from binlake.bronze.tables import latest_schemas
 from binlake.config import Config
 from binlake.console import QUIET, Console
-from binlake.contract.lakehouse import (
-    SILVER_METADATA_COLUMNS,
-    Lakehouse,
-    TableRef,
-    position_fact_columns,
-    position_facts,
-    remember_position_facts,
-    storage_refusal,
-)
 from binlake.contract.position import BinlogPosition, describe_key
+from binlake.contract.position_facts import position_fact_columns, position_facts, remember_position_facts
+from binlake.contract.schemas import SILVER_METADATA_COLUMNS
 from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.types import TableSchema
+from binlake.contract.write_errors import storage_refusal
 from binlake.errors import (
     BinlakeError,
     LakehouseError,

@@ -11,15 +11,16 @@ from datetime import datetime, timezone
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import (
+from binlake.contract.layout import require_current_layout
+from binlake.contract.memo import Memo
+from binlake.contract.position import BinlogPosition, describe_key, position_key
+from binlake.contract.schemas import (
     CHECK_RESULTS_SCHEMA,
     PUBLISH_LOG_COMMENT,
     PUBLISH_LOG_PROPERTIES,
     PUBLISH_LOG_SCHEMA,
-    Lakehouse,
 )
-from binlake.contract.layout import require_current_layout
-from binlake.contract.position import BinlogPosition, describe_key, position_key
+from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError
 
 STATUS_PUBLISHED = "published"
@@ -48,7 +49,7 @@ def ensure_publish_log(spark, lh: Lakehouse) -> None:
 # version and the tables asked for: a log at the same version gives the same answer, and a
 # publish of this process moves the answer on by its own rows (append_log), so a continuous
 # process reads the log only when someone else wrote it.
-_latest: dict[tuple[str, frozenset | None], tuple[tuple, dict[str, dict]]] = {}
+_latest: Memo[dict[str, dict]] = Memo()
 
 
 def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
@@ -62,11 +63,9 @@ def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
         return {}
     key = (str(lh.publish_log), None if tables is None else frozenset(tables))
     head = lh.publish_log.newest_commit(spark)
-    known = _latest.get(key)
-    if known is not None and known[0] == head:
-        return {name: dict(row) for name, row in known[1].items()}
-    found = _last_published(spark, lh, None if tables is None else set(tables), head[0])
-    _latest[key] = (head, found)
+    found = _latest.get(key, head)
+    if found is None:
+        found = _latest.put(key, _last_published(spark, lh, None if tables is None else set(tables), head[0]), head)
     return {name: dict(row) for name, row in found.items()}
 
 
@@ -163,15 +162,18 @@ def append_log(
         .mode("append")
     )
     after = ref.newest_commit(spark)
-    for key, (head, found) in list(_latest.items()):
-        if key[0] != str(ref) or head != before or after[0] != before[0] + 1:
+    if after[0] != before[0] + 1:
+        return  # another commit came in between: the next read finds out
+    for key in _latest.keys():
+        found = _latest.get(key, before)
+        if key[0] != str(ref) or found is None:
             continue
         moved = dict(found)
         if status == STATUS_PUBLISHED:
             moved.update(
                 {f"{r['db']}.{r['table']}": r for r in written if key[1] is None or f"{r['db']}.{r['table']}" in key[1]}
             )
-        _latest[key] = (after, moved)
+        _latest.put(key, moved, after)
 
 
 def append_check_results(

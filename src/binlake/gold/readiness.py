@@ -20,8 +20,9 @@ from datetime import datetime
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.memo import Memo
 from binlake.contract.position import BinlogPosition
+from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError
 from binlake.silver.progress import progress_rows
 
@@ -115,7 +116,7 @@ def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | 
 # Per snapshot plan (by location): the plan and manifest versions and the group's applied
 # manifest versions of the last check that found no blocker, with its target. The same
 # versions and a later target cannot find one either (a continuous process asks every loop).
-_clear: dict[tuple, tuple] = {}
+_clear: Memo[tuple] = Memo()
 
 
 def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: BinlogPosition) -> dict[str, list[str]]:
@@ -132,13 +133,13 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
         tuple(sorted((s.name, s.chunks_version) for s in states)),
     )
     memo = (str(lh.snapshot_plan), tuple(sorted(s.name for s in states)))  # one entry per publish group
-    clear = _clear.get(memo)
-    if clear is not None and clear[0] == versions and target.key() >= clear[1]:
+    clear_up_to = _clear.get(memo, versions)
+    if clear_up_to is not None and target.key() >= clear_up_to:
         return blockers
     names = {(s.db, s.table): s for s in states}
     planned = _latest_snapshots(spark, lh, names)
     if not planned:
-        _clear[memo] = (versions, target.key())
+        _clear.put(memo, target.key(), versions)
         return blockers
     snapshot_ids = {sid for sid, _ in planned.values()}
     manifests: dict[int | None, dict] = {}
@@ -181,7 +182,7 @@ def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: Bi
                     "not yet applied to silver: run binlake silver"
                 )
     if not blockers:
-        _clear[memo] = (versions, target.key())
+        _clear.put(memo, target.key(), versions)
     return blockers
 
 

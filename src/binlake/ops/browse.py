@@ -5,7 +5,7 @@ tables."""
 from __future__ import annotations
 
 from binlake.config import Config
-from binlake.contract.lakehouse import Lakehouse, TableRef
+from binlake.contract.tables import Lakehouse, TableRef
 from binlake.errors import NotReadyError
 
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.layout import require_current_layout
+from binlake.contract.tables import Lakehouse
 from binlake.errors import ConfigError, NotReadyError
 
 

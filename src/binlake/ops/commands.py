@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from binlake.config import Config
 from binlake.console import QUIET, Console
-from binlake.contract.lakehouse import Lakehouse
 from binlake.contract.layout import LAYOUT_VERSION, Step, ensure_current_layout
 from binlake.contract.leases import CAPTURE, GOLD, LAYERS, SILVER, Holder, Leases, holding
+from binlake.contract.tables import Lakehouse
 from binlake.ops.metrics import JOB_RUN_ENV
 
 log = logging.getLogger("binlake.commands")

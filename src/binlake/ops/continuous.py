@@ -46,7 +46,7 @@ from pathlib import Path
 from binlake.bronze.capture import run_capture
 from binlake.config import Config
 from binlake.console import QUIET, Console
-from binlake.contract.lakehouse import Lakehouse
+from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
 from binlake.gold.publish import run_gold
 from binlake.ops.metrics import MetricsRecorder, source_head

@@ -35,8 +35,9 @@ from binlake.bronze.tables import (
 )
 from binlake.config import Config
 from binlake.contract.columns import masked_text
-from binlake.contract.lakehouse import SNAPSHOT_VERSION_PROPERTY, Lakehouse, TableRef, delete_where
+from binlake.contract.schemas import SNAPSHOT_VERSION_PROPERTY
 from binlake.contract.sql import qualified, quote_ident, spark_string
+from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import ConfigError, ErasureRefused
 from binlake.gold.readiness import silver_progress, snapshot_blockers

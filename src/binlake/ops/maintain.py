@@ -20,7 +20,7 @@ and a re-run simply does what is left (docs/maintenance.md):
 4. **VACUUM** of every table at ``maintenance.vacuum_retention_hours``.
 
 Deletes and compactions that lose a race with a concurrent writer are retried
-(:func:`binlake.contract.lakehouse.with_retry`); they are correct against any newer version.
+(:func:`binlake.contract.write_errors.with_retry`); they are correct against any newer version.
 """
 
 from __future__ import annotations
@@ -34,16 +34,12 @@ from datetime import datetime, timedelta, timezone
 from binlake import faults
 from binlake.bronze.tables import changelog_deletable, restore_append_only
 from binlake.config import Config
-from binlake.contract.lakehouse import (
-    HEARTBEAT_OP,
-    SNAPSHOT_ATTEMPT_ID,
-    Lakehouse,
-    TableRef,
-    delete_where,
-    with_retry,
-)
+from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.position import DERIVED_ROW, describe_key, seq_literal
+from binlake.contract.schemas import SNAPSHOT_ATTEMPT_ID
 from binlake.contract.sql import spark_string
+from binlake.contract.tables import Lakehouse, TableRef, delete_where
+from binlake.contract.write_errors import with_retry
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
 

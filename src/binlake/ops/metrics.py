@@ -4,7 +4,7 @@ Each command that reads or writes the lakehouse (snapshot, capture, silver, gold
 run --continuous, maintain, verify) appends one row per step it ran (``table`` NULL: the
 step as a whole, with its duration and status) and one row per table the step touched: rows
 in, changes applied, rows out, the position reached, lag behind the source, check results.
-Schema: :data:`binlake.contract.lakehouse.METRICS_SCHEMA`.
+Schema: :data:`binlake.contract.schemas.METRICS_SCHEMA`.
 
 Lag is measured once, when the command ends: the source's binlog end (``SHOW BINARY LOGS``
 and the server's position) against the position each step reached. ``lag_seconds`` is 0
@@ -36,8 +36,10 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from binlake.config import Config
-from binlake.contract.lakehouse import METRICS_COMMENT, METRICS_SCHEMA, Lakehouse, with_retry
 from binlake.contract.position import BinlogPosition
+from binlake.contract.schemas import METRICS_COMMENT, METRICS_SCHEMA
+from binlake.contract.tables import Lakehouse
+from binlake.contract.write_errors import with_retry
 from binlake.errors import BinlakeError
 
 log = logging.getLogger("binlake.metrics")

@@ -23,9 +23,10 @@ from typing import Any
 
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
-from binlake.contract.lakehouse import HEARTBEAT_OP, Lakehouse
+from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.layout import require_current_layout
 from binlake.contract.leases import current_holders
+from binlake.contract.tables import Lakehouse
 from binlake.errors import BinlakeError, LagExceededError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress

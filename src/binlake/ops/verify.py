@@ -55,9 +55,10 @@ from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.snapshot import plan_table, resnapshot_chunks
 from binlake.config import Config
 from binlake.console import QUIET, Console
-from binlake.contract.lakehouse import DATA_OPS, EMPTYING_OPS, Lakehouse
+from binlake.contract.changelog import DATA_OPS, EMPTYING_OPS
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_sql
 from binlake.contract.sql import quote_ident
+from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
 from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
 from binlake.ops.verify_sql import chunk_stats_sql, spark_row_hash_sql

@@ -16,18 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from binlake.contract.lakehouse import (
-    DATA_OPS,
-    DELETE,
-    SNAPSHOT_ATTEMPT_ID,
-    SNAPSHOT_CHUNK_ID,
-    SNAPSHOT_CHUNK_STATS,
-    TYPED_ROWS,
-    UPDATE,
-    Lakehouse,
-    ProgressRow,
-    TableRef,
-)
+from binlake.contract.changelog import DATA_OPS, DELETE, UPDATE
 from binlake.contract.position import (
     CHANGELOG_SEQ_SQL,
     DERIVED_ROW,
@@ -36,7 +25,15 @@ from binlake.contract.position import (
     seq_literal,
     seq_sql,
 )
+from binlake.contract.schemas import (
+    SNAPSHOT_ATTEMPT_ID,
+    SNAPSHOT_CHUNK_ID,
+    SNAPSHOT_CHUNK_STATS,
+    TYPED_ROWS,
+    ProgressRow,
+)
 from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.types import TableSchema, is_zero_date_sql, spark_decode_sql
 from binlake.errors import NotReadyError, SchemaChangeError
 from binlake.silver import partial

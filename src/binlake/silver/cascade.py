@@ -34,7 +34,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from binlake.contract.lakehouse import DELETE, UPDATE
+from binlake.contract.changelog import DELETE, UPDATE
 from binlake.contract.position import seq_literal
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import FK_ACTIONS

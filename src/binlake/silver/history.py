@@ -1,7 +1,7 @@
 """SCD type 2 history tables for the tables ``history.tables`` names (docs/history.md).
 
 A history table ``silver/<db>/<table>__history`` holds one row per version of each key: the
-table's columns plus :data:`~binlake.contract.lakehouse.HISTORY_METADATA_COLUMNS`. It is
+table's columns plus :data:`~binlake.contract.schemas.HISTORY_METADATA_COLUMNS`. It is
 built from the same records silver applies (:func:`binlake.silver.merge.apply`), after
 silver's own writes, in three steps:
 
@@ -42,19 +42,13 @@ from dataclasses import dataclass
 
 from binlake import faults
 from binlake.config import HistoryTable
-from binlake.contract.lakehouse import (
-    CDC_SEQ_TYPE,
-    DELETE,
-    HISTORY_METADATA_COLUMNS,
-    SILVER_METADATA_COLUMNS,
-    TRUNCATE_OP,
-    Lakehouse,
-    TableRef,
-    with_retry,
-)
+from binlake.contract.changelog import CDC_SEQ_TYPE, DELETE, TRUNCATE_OP
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, parse_seq, seq_literal
+from binlake.contract.schemas import HISTORY_METADATA_COLUMNS, SILVER_METADATA_COLUMNS
 from binlake.contract.sql import quote_ident, spark_literal
+from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.types import TableSchema
+from binlake.contract.write_errors import with_retry
 from binlake.errors import ConfigError, SchemaChangeError
 from binlake.silver import schema_evolution as se
 from binlake.silver.ranges import reconcile_range_predicate

@@ -18,10 +18,12 @@ import logging
 from dataclasses import dataclass
 
 from binlake import faults
-from binlake.contract.lakehouse import TRUNCATE_OP, TableRef, with_retry
+from binlake.contract.changelog import TRUNCATE_OP
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_literal, seq_text
 from binlake.contract.sql import quote_ident, spark_literal, spark_string
+from binlake.contract.tables import TableRef
 from binlake.contract.types import TableSchema
+from binlake.contract.write_errors import with_retry
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch
 from binlake.silver.cascade import derived_records

@@ -5,7 +5,7 @@ A writer session may override the server's binlog settings (docs/capture.md, "Wh
 does not hold as rows"): with ``binlog_row_image=MINIMAL`` or ``NOBLOB`` a row event carries
 only some columns, with ``binlog_format=STATEMENT`` or ``MIXED`` a change is logged as SQL text
 (capture also keeps a ROWS event it cannot name the columns of as a statement row). Capture
-keeps what the binlog says (:data:`~binlake.contract.lakehouse.CHANGELOG_SCHEMA`): a row image
+keeps what the binlog says (:data:`~binlake.contract.changelog.CHANGELOG_SCHEMA`): a row image
 holds the columns the event carried, a missing column was not logged (not NULL), and SQL text
 becomes a ``statement`` row. For a table whose batch holds either, silver:
 
@@ -41,7 +41,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from binlake.contract.lakehouse import DELETE, INSERT, UPDATE
+from binlake.contract.changelog import DELETE, INSERT, UPDATE
 from binlake.contract.position import SNAPSHOT_ROW, seq_literal
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import TableSchema

@@ -12,13 +12,10 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from binlake.contract.lakehouse import (
-    PROGRESS_COMMENT,
-    PROGRESS_SCHEMA,
-    Lakehouse,
-    ProgressRow,
-    with_retry,
-)
+from binlake.contract.memo import Memo
+from binlake.contract.schemas import PROGRESS_COMMENT, PROGRESS_SCHEMA, ProgressRow
+from binlake.contract.tables import Lakehouse
+from binlake.contract.write_errors import with_retry
 
 log = logging.getLogger("binlake.silver")
 
@@ -29,7 +26,7 @@ _ROW_WRITES = ("MERGE", "UPDATE", "WRITE", "DELETE", "STREAMING UPDATE", "RESTOR
 # (version and commit time): at the same commit the table holds exactly them, so a loop that
 # wrote progress (silver) and then reads it (gold, the next silver run) asks Delta only for
 # its newest commit, not for a snapshot of the table and a scan.
-_known: dict[str, tuple[tuple, dict[tuple[str, str], ProgressRow]]] = {}
+_known: Memo[dict[tuple[str, str], ProgressRow]] = Memo()
 
 
 def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
@@ -47,9 +44,9 @@ def progress_rows(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | 
     if not ref.exists(spark):
         return None
     head = ref.newest_commit(spark)
-    known = _known.get(str(ref))
-    if known is not None and known[0] == head:
-        return dict(known[1])
+    known = _known.get(str(ref), head)
+    if known is not None:
+        return dict(known)
     return _read(spark, lh, head)
 
 
@@ -64,7 +61,7 @@ def _read(spark, lh: Lakehouse, head: tuple | None = None) -> dict[tuple[str, st
         # A lakehouse from before progress was one row per table may hold several: the latest counts.
         if key not in rows or progress_rank(row) > progress_rank(rows[key]):
             rows[key] = row
-    _known[str(ref)] = (head, rows)
+    _known.put(str(ref), rows, head)
     return dict(rows)
 
 
@@ -90,7 +87,7 @@ def write_progress(spark, lh: Lakehouse, rows: list[ProgressRow], previous: dict
     with_retry("silver progress", run)
     after = ref.newest_commit(spark)
     if after[0] == before[0] + 1:  # this write's commit, no other in between: its rows are the table
-        _known[str(ref)] = (after, {(r.db, r.table): r for r in rows + kept})
+        _known.put(str(ref), {(r.db, r.table): r for r in rows + kept}, after)
 
 
 def state_after_last_run(spark, ref, schema, recorded: ProgressRow | None, fresh: bool):

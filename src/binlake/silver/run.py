@@ -41,8 +41,7 @@ from typing import TypeVar
 from binlake import faults
 from binlake.config import Config
 from binlake.console import QUIET, Console
-from binlake.contract.columns import rule_digest
-from binlake.contract.lakehouse import (
+from binlake.contract.changelog import (
     DATA_OPS,
     DDL_OPS,
     DELETE,
@@ -51,14 +50,17 @@ from binlake.contract.lakehouse import (
     INSERT,
     STATEMENT_OP,
     UPDATE,
-    Lakehouse,
-    ProgressRow,
+)
+from binlake.contract.columns import rule_digest
+from binlake.contract.position import BinlogPosition
+from binlake.contract.position_facts import (
     facts_through,
     position_fact_columns,
     remember_facts_through,
     remember_position_facts,
 )
-from binlake.contract.position import BinlogPosition
+from binlake.contract.schemas import ProgressRow
+from binlake.contract.tables import Lakehouse
 from binlake.errors import (
     BinlakeError,
     IncompleteChangeError,

@@ -21,8 +21,10 @@ import re
 from dataclasses import dataclass
 
 from binlake.contract.ddl import column_renames
-from binlake.contract.lakehouse import SILVER_METADATA_COLUMNS, TableRef, once_per_version
+from binlake.contract.memo import once_per_version
+from binlake.contract.schemas import SILVER_METADATA_COLUMNS
 from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.tables import TableRef
 from binlake.contract.types import Column, TableSchema
 from binlake.errors import SchemaChangeError
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 import pymysql
 
 from binlake.config import SourceConfig
-from binlake.contract.lakehouse import name_clashes
 from binlake.contract.sql import qualified
+from binlake.contract.tables import name_clashes
 from binlake.contract.types import TableSchema, column_from_information_schema
 from binlake.errors import ConfigError, TableNameClash
 from binlake.source.mysql import query
@@ -31,7 +31,7 @@ def matching_tables(conn: pymysql.connections.Connection, source: SourceConfig) 
 def captured_tables(conn: pymysql.connections.Connection, source: SourceConfig) -> list[tuple[str, str]]:
     """The tables binlake captures: :func:`matching_tables`, refused with
     :class:`~binlake.errors.TableNameClash` when two of them would share a lakehouse table
-    (:func:`binlake.contract.lakehouse.name_clashes`) before anything is written for them."""
+    (:func:`binlake.contract.tables.name_clashes`) before anything is written for them."""
     tables = matching_tables(conn, source)
     clashes = name_clashes(tables)
     if clashes:
