@@ -91,6 +91,30 @@ class BinlogArchiveError(BinlogDecodeError):
     short before its end, or missing a position capture needs; the message names the file."""
 
 
+class BinlogEndedEarly(RuntimeError):
+    """A binlog dump ended before the planned end of its range (the server lost the tail of a
+    file, a restart): not a BinlakeError, because planning the batch again from the server's
+    files is the fix, so capture retries it."""
+
+
+class GtidNotFound(Exception):
+    """The server's binlog does not hold the GTID position (the reason is the message):
+    capture then takes the re-snapshot path (:class:`SourceChangedError`)."""
+
+
+class UnsupportedTypeError(ValueError):
+    """A MySQL column type binlake has no mapping for (preflight lists them with the fix)."""
+
+
+class TableDefinitionChanged(Exception):
+    """A snapshot chunk's table changed definition after its read's consistent snapshot
+    began (MySQL error 1412): the chunk is read again while attempts remain."""
+
+
+class LocalMariaDBError(RuntimeError):
+    """The local MariaDB of ``make demo`` and the tests cannot be set up or reached."""
+
+
 class BinlogReadError(ValueError):
     """What the binlog parser could not read, before anyone knows where it is: the reader of a
     range turns it into :class:`BinlogDecodeError` with the position, or, when only one table's

@@ -14,7 +14,7 @@ import random
 import pyarrow as pa
 from library_oracle import encode_image, library_stream
 
-from binlake.bronze.binlog_source import ReadRange, read_range
+from binlake.bronze.binlog_reader import ReadRange, read_range
 from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import qualified
 from binlake.contract.types import encode_value

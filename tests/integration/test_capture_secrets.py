@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from binlake.bronze.binlog_source import ReadRange, read_dataframe
+from binlake.bronze.binlog_reader import ReadRange
+from binlake.bronze.binlog_source import read_dataframe
 from binlake.source.mysql import master_status
 
 

@@ -7,17 +7,11 @@ import json
 
 import pytest
 
-from binlake.bronze.binlog_source import (
-    BinlogEndedEarly,
-    EventHandlers,
-    RangeStats,
-    ReadRange,
-    TablePlanner,
-    captured_ddl,
-)
+from binlake.bronze.binlog_plan import TablePlanner
+from binlake.bronze.binlog_reader import EventHandlers, RangeStats, ReadRange, captured_ddl
 from binlake.config import ColumnRule, Secret, SourceConfig
 from binlake.contract.columns import stored_schema
-from binlake.errors import BinlogDecodeError
+from binlake.errors import BinlogDecodeError, BinlogEndedEarly
 from binlake.source.binlog import table_map as T
 from binlake.source.binlog.events import Event, Passive, Rows, TableMapEvent, Xid
 from binlake.source.binlog.table_map import ColumnDef, TableMap

@@ -1,7 +1,7 @@
 """Binlog files MySQL 5.6 to 9.6 wrote, read by capture's own reader as a binlog archive.
 
 Each file of tests/data/mysql-binlogs (see its README) is put in an archive directory and read
-by :func:`binlake.bronze.binlog_source.read_range`, the code a Spark task runs for a capture
+by :func:`binlake.bronze.binlog_reader.read_range`, the code a Spark task runs for a capture
 batch. The expected values come from the statements in the files' own QUERY events and from
 rust_mysql_common's published expectations for the same files (``src/binlog/mod.rs``,
 ``binlog_event_roundtrip`` and the GTID tests), never from binlake's output. A file whose
@@ -21,7 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from binlake.bronze.binlog_source import ReadRange, read_range
+from binlake.bronze.binlog_reader import ReadRange, read_range
 from binlake.config import Secret, SourceConfig
 from binlake.contract.changelog import STATEMENT_OP
 from binlake.errors import BinlogDecodeError

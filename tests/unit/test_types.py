@@ -22,13 +22,13 @@ from binlake.contract.types import (
     Column,
     Kind,
     TableSchema,
-    UnsupportedTypeError,
     column_from_information_schema,
     encode_value,
     format_time,
     parse_labels,
     spark_decode_sql,
 )
+from binlake.errors import UnsupportedTypeError
 
 settings.register_profile("binlake", max_examples=200, deadline=None)
 settings.load_profile("binlake")

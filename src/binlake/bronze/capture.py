@@ -34,12 +34,8 @@ from dataclasses import dataclass, field, replace
 from pyspark.errors import AnalysisException
 
 from binlake import faults
-from binlake.bronze.binlog_source import (
-    MAX_PARALLEL_FILES,
-    SIDE_OPS,
-    ReadRange,
-    read_dataframe,
-)
+from binlake.bronze.binlog_reader import SIDE_OPS, ReadRange
+from binlake.bronze.binlog_source import MAX_PARALLEL_FILES, read_dataframe
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
 from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
@@ -61,6 +57,7 @@ from binlake.contract.write_errors import storage_error
 from binlake.errors import (
     BinlakeError,
     BinlogPurgedError,
+    GtidNotFound,
     InternalInvariantError,
     SourceChangedError,
     SourceConnectionError,
@@ -473,7 +470,7 @@ def _switch(
     if state.gtid and is_mariadb(conn):
         try:
             found = gtids.position_after(config.source, config.source.server_id, conn, state.gtid)
-        except gtids.GtidNotFound as exc:
+        except GtidNotFound as exc:
             detail = f"{problem}; it cannot resume by GTID {state.gtid} there ({exc})"
         else:
             new = CaptureState(found.in_epoch(epoch), sid, state.gtid)

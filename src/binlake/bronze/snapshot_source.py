@@ -42,7 +42,7 @@ from binlake.contract.position import BinlogPosition
 from binlake.contract.schemas import SNAPSHOT_ATTEMPT_ID, SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS
 from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, Kind, TableSchema, spark_decode_sql
-from binlake.errors import SchemaChangeError, SourceChangedError
+from binlake.errors import SchemaChangeError, SourceChangedError, TableDefinitionChanged
 
 if TYPE_CHECKING:  # imported where used: the driver never loads them
     import numpy as np
@@ -54,10 +54,6 @@ ER_TABLE_DEF_CHANGED = 1412  # a DDL committed after the read's snapshot began
 TABLE_DEF_ATTEMPTS = 5
 
 
-class _TableDefChanged(Exception):
-    """The chunk's table changed definition after its read's snapshot began (error 1412)."""
-
-
 def _read_again(exc: Exception, attempt: int) -> bool:
     """True if ``exc`` is error 1412 and an attempt remains to read the chunk again."""
     return exc.args[0] == ER_TABLE_DEF_CHANGED and attempt < TABLE_DEF_ATTEMPTS
@@ -65,7 +61,7 @@ def _read_again(exc: Exception, attempt: int) -> bool:
 
 def _first_access_checked(blocks, attempt: int):
     """``blocks``, with error 1412 before the first one (the server opens the table as the
-    rows start to stream) turned into :class:`_TableDefChanged` while attempts remain."""
+    rows start to stream) turned into :class:`TableDefinitionChanged` while attempts remain."""
     import pymysql
 
     first = True
@@ -76,7 +72,7 @@ def _first_access_checked(blocks, attempt: int):
             return
         except pymysql.err.OperationalError as exc:
             if first and _read_again(exc, attempt):
-                raise _TableDefChanged() from exc
+                raise TableDefinitionChanged() from exc
             raise
         first = False
         yield block
@@ -571,7 +567,7 @@ def read_chunk(options: Mapping[str, str], p: ChunkPartition) -> Iterator[pa.Rec
                     _barrier(options, p, "lw")
                     count, checksum, zero = yield from _read_rows(conn, plan, attempt, batches, zero_date_columns)
                     _barrier(options, p, "select")
-            except _TableDefChanged:
+            except TableDefinitionChanged:
                 continue
             break
         hw = read.high.in_epoch(epoch)
@@ -622,7 +618,7 @@ def _read_rows(conn, plan: ChunkRead, attempt: int, batches: ChunkBatches, zero_
 
 def _execute(cur, plan: ChunkRead, attempt: int) -> list[str] | None:
     """Run the chunk's SELECT, after the probe if there is one; returns the column names the
-    probe saw (None without a probe). Error 1412 becomes :class:`_TableDefChanged` while
+    probe saw (None without a probe). Error 1412 becomes :class:`TableDefinitionChanged` while
     attempts remain, a vanished column (1054) a :class:`SchemaChangeError`."""
     import pymysql
 
@@ -635,7 +631,7 @@ def _execute(cur, plan: ChunkRead, attempt: int) -> list[str] | None:
         cur.execute(plan.select, plan.params)
     except pymysql.err.OperationalError as exc:
         if _read_again(exc, attempt):
-            raise _TableDefChanged() from exc
+            raise TableDefinitionChanged() from exc
         if exc.args[0] != ER_BAD_FIELD_ERROR:
             raise
         raise SchemaChangeError(

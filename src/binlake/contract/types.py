@@ -35,6 +35,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+from binlake.errors import UnsupportedTypeError
+
 ZERO_DATE = "0000-00-00"
 ZERO_DATETIME = "0000-00-00 00:00:00"
 
@@ -56,10 +58,6 @@ class Kind(str, enum.Enum):
     JSON = "json"
     BINARY = "binary"
     BIT = "bit"
-
-
-class UnsupportedTypeError(ValueError):
-    """A MySQL column type binlake has no mapping for."""
 
 
 _INT_BITS = {"tinyint": 8, "smallint": 16, "mediumint": 24, "int": 32, "integer": 32, "bigint": 64}

@@ -23,12 +23,10 @@ from pathlib import Path
 
 import pymysql
 
+from binlake.errors import LocalMariaDBError
+
 CDC_USER = "cdc"
 CDC_GRANTS = "SELECT, REPLICATION CLIENT, REPLICATION SLAVE"
-
-
-class LocalMariaDBError(RuntimeError):
-    pass
 
 
 def free_port() -> int:

@@ -19,14 +19,11 @@ import pymysql
 
 from binlake.config import SourceConfig
 from binlake.contract.position import BinlogPosition
+from binlake.errors import GtidNotFound
 from binlake.source.mysql import master_status, query
 
 _GTID = re.compile(r"^\d+-\d+-\d+$")
 _EVENT_GTID = re.compile(r"GTID (\d+-\d+-\d+)")
-
-
-class GtidNotFound(Exception):
-    """The server's binlog does not hold the GTID position (the reason is the message)."""
 
 
 def parse(position: str | None) -> dict[int, tuple[int, int]]:

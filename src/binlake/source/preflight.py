@@ -29,8 +29,8 @@ from binlake.config import BINLOG_READERS, Config, SourceConfig
 from binlake.contract.columns import stored_schema
 from binlake.contract.sql import mysql_string, quote_ident, unquote_ident
 from binlake.contract.tables import name_clashes
-from binlake.contract.types import TableSchema, UnsupportedTypeError, column_from_information_schema
-from binlake.errors import ConfigError, PreflightError
+from binlake.contract.types import TableSchema, column_from_information_schema
+from binlake.errors import ConfigError, PreflightError, UnsupportedTypeError
 from binlake.source import catalog
 from binlake.source.mysql import connect, query
 

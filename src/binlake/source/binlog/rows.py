@@ -156,7 +156,7 @@ class RowsDecoder:
 
 def compile_rows_decoder(table: tm.TableMap, schema: TableSchema) -> RowsDecoder:
     """A decoder for the TABLE_MAP's columns; ``schema`` is the binlake typing of the same
-    columns (:func:`binlake.bronze.binlog_source.schema_from_table_map`). Raises
+    columns (:func:`binlake.source.binlog.schema.schema_from_table_map`). Raises
     :class:`~binlake.errors.UnsupportedColumnError` for a column it cannot decode."""
     readers = [_reader(raw, col, table.mariadb) for raw, col in zip(table.columns, schema.columns)]
     return RowsDecoder(table, [c.name for c in schema.columns], readers)
