@@ -42,16 +42,16 @@ browser-package:
 # once here so parallel test sessions never race for the cache. It also writes the class
 # archive every later local Spark JVM starts from (~/.cache/binlake, once per JDK/Spark).
 spark-jars: $(STAMP)
-	@$(PY) -m binlake.local.warm
+	@$(PY) -m binlake.devtools.warm
 
 mysql-up: venv mariadb-package
-	@$(PY) -m binlake.local.mariadb up --dir .local/mariadb
+	@$(PY) -m binlake.devtools.mariadb up --dir .local/mariadb
 
 mysql-down:
-	@test -x $(PY) && $(PY) -m binlake.local.mariadb down --dir .local/mariadb || true
+	@test -x $(PY) && $(PY) -m binlake.devtools.mariadb down --dir .local/mariadb || true
 
 demo: setup mysql-up
-	$(PY) -m binlake.demo --mariadb-dir .local/mariadb --workdir .local/demo
+	$(PY) -m binlake.devtools.demo --mariadb-dir .local/mariadb --workdir .local/demo
 
 # The gates: ruff's lint rules and format check, mypy on the public API and the contract
 # package, import-linter's layer contract (pyproject.toml configures each).

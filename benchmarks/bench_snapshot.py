@@ -58,7 +58,7 @@ def warm_pages(mariadb, db: str, table: str) -> None:
 
 def jdbc_connection(mariadb, db: str) -> tuple[str, dict[str, str]]:
     """Spark's JDBC url and properties for ``db`` on the bench's MariaDB, as binlake's user."""
-    from binlake.local.mariadb import CDC_USER
+    from binlake.devtools.mariadb import CDC_USER
 
     # The jdbc:mysql scheme (Connector/J accepts it with permitMysqlScheme) selects Spark's
     # MySQLDialect, which quotes identifiers with backticks; jdbc:mariadb gets the generic

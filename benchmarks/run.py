@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(argv)
 
     from binlake.console import setup_logging
-    from binlake.local.mariadb import LocalMariaDB
+    from binlake.devtools.mariadb import LocalMariaDB
     from binlake.spark import get_spark
 
     setup_logging()

@@ -100,7 +100,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="100k sbtest rows and lineitem SF0.01")
     ns = ap.parse_args()
 
-    from binlake.local.mariadb import LocalMariaDB
+    from binlake.devtools.mariadb import LocalMariaDB
     from binlake.spark import get_spark
 
     work = ROOT / ".local" / "snapshot_breakdown"

@@ -112,7 +112,7 @@ def spark_with_code_generation(spark):
 @pytest.fixture(scope="session")
 def mariadb(tmp_path_factory):
     """A MariaDB with ROW binlog + FULL row image + FULL metadata, and a `cdc` user."""
-    from binlake.local.mariadb import LocalMariaDB
+    from binlake.devtools.mariadb import LocalMariaDB
 
     db = LocalMariaDB(tmp_path_factory.mktemp("mariadb"))
     db.start()

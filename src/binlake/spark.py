@@ -160,7 +160,7 @@ def get_spark(
         return active
     remote = os.environ.get(REMOTE_ENV)
     if remote:
-        # The server has its own settings (and Delta, see binlake.local.connect_server):
+        # The server has its own settings (and Delta, see binlake.devtools.connect_server):
         # nothing of the local configuration applies to it.
         session = SparkSession.builder.remote(remote).getOrCreate()
         require_delta(session)
@@ -203,7 +203,7 @@ def require_delta(spark) -> None:
         raise ConnectWithoutDeltaError(
             f"the Spark Connect server at {os.environ.get(REMOTE_ENV) or 'the remote address'} has no Delta Lake "
             f"(spark.sql.extensions does not name {DELTA_EXTENSION}): start it with Delta's extension and catalog "
-            "(python -m binlake.local.connect_server does), or run binlake on Databricks serverless compute or a "
+            "(python -m binlake.devtools.connect_server does), or run binlake on Databricks serverless compute or a "
             "Databricks cluster, where Delta is built in"
         )
 

@@ -212,7 +212,7 @@ class Writer(threading.Thread):
 
 class Harness:
     def __init__(self, workdir: Path, full: bool, seed: int = 7):
-        from binlake.local.mariadb import LocalMariaDB
+        from binlake.devtools.mariadb import LocalMariaDB
 
         self.workdir = workdir
         self.full = full
@@ -812,7 +812,7 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
 def scenario_failover(h: Harness, out: Outcome) -> None:
     """The primary stops under a write load, its GTID replica is promoted and binlake is
     pointed at it; kill -9 of binlake before, at and after the switch."""
-    from binlake.local.mariadb import LocalMariaDB
+    from binlake.devtools.mariadb import LocalMariaDB
 
     servers = []
     for name, sid, extra in (("primary", 21, []), ("replica", 22, ["--log-slave-updates"])):

@@ -26,8 +26,8 @@ from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import capture_state
 from binlake.config import load_config
 from binlake.contract.tables import Lakehouse
+from binlake.devtools.mariadb import LocalMariaDB
 from binlake.errors import SourceChangedError
-from binlake.local.mariadb import LocalMariaDB
 from binlake.ops.pipeline import run_pipeline
 
 ROOT = Path(__file__).resolve().parents[2]

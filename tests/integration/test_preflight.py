@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from binlake.config import load_config_text
+from binlake.devtools.mariadb import LocalMariaDB
 from binlake.errors import PreflightError, SourceConnectionError
-from binlake.local.mariadb import LocalMariaDB
 from binlake.source.preflight import Status, check_source, run_preflight
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -377,7 +377,7 @@ def test_every_problem_is_reported_together(broken_server):
 
 
 def test_a_wrong_port_is_one_line_naming_host_and_port(mariadb):
-    from binlake.local.mariadb import free_port
+    from binlake.devtools.mariadb import free_port
 
     port = free_port()
     with pytest.raises(SourceConnectionError) as info:
@@ -447,7 +447,7 @@ def test_cli_exits_4_with_every_problem_on_one_stderr_line(broken_server, tmp_pa
 
 
 def test_cli_exits_3_on_a_connection_failure(mariadb, tmp_path):
-    from binlake.local.mariadb import free_port
+    from binlake.devtools.mariadb import free_port
 
     server = LocalMariaDB(mariadb.datadir, port=free_port())  # same password, nothing listening on the port
     res = _cli(tmp_path, server, ["x.*"])

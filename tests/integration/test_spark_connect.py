@@ -1,5 +1,5 @@
 """binlake on a Spark Connect session, the kind serverless compute and standard access mode
-clusters give: a local Spark Connect server with Delta (binlake.local.connect_server), and the
+clusters give: a local Spark Connect server with Delta (binlake.devtools.connect_server), and the
 `binlake` commands pointed at it with SPARK_REMOTE. Snapshot, capture, silver and gold run
 through it against MariaDB, and gold equals the source value for value.
 
@@ -35,7 +35,7 @@ SERVER_CONF = {
 @pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
     """One Spark Connect server with Delta for the test session."""
-    from binlake.local.connect_server import start
+    from binlake.devtools.connect_server import start
 
     began = time.monotonic()
     server = start(workdir=tmp_path_factory.mktemp("connect-server"), extra_conf=SERVER_CONF)
@@ -79,7 +79,7 @@ import contextlib, io, json, sys, time
 from pathlib import Path
 from binlake.cli import main
 from binlake.config import load_config
-from binlake.local.mariadb import LocalMariaDB
+from binlake.devtools.mariadb import LocalMariaDB
 from binlake.spark import get_spark, is_connect
 from source_diff import diff_with_source
 
@@ -176,7 +176,7 @@ def _python_without_binlake(where: Path) -> str:
 
 
 def test_a_connect_server_without_delta_or_binlake_is_refused_in_one_line(tmp_path):
-    from binlake.local.connect_server import start
+    from binlake.devtools.connect_server import start
 
     server = start(
         workdir=tmp_path / "server",
@@ -193,7 +193,7 @@ def test_a_connect_server_without_delta_or_binlake_is_refused_in_one_line(tmp_pa
         done = _binlake(server.url, config, "status")
         assert done.returncode == 14
         (line,) = done.stderr.strip().splitlines()
-        assert "has no Delta Lake" in line and "python -m binlake.local.connect_server" in line
+        assert "has no Delta Lake" in line and "python -m binlake.devtools.connect_server" in line
         assert "Databricks serverless compute or a Databricks cluster" in line
 
         done = _python(

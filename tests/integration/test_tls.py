@@ -21,8 +21,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from binlake.config import load_config_text
+from binlake.devtools.mariadb import LocalMariaDB
 from binlake.errors import SourceConnectionError
-from binlake.local.mariadb import LocalMariaDB
 from binlake.source.mysql import connect, connection_kwargs, master_status, query
 from binlake.source.preflight import run_preflight
 

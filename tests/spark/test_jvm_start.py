@@ -10,7 +10,7 @@ from binlake.spark import SPARK_CONF_ENV
 
 def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
     path = archive_path()
-    assert path is not None and path.is_file(), "make setup (python -m binlake.local.warm) writes the class archive"
+    assert path is not None and path.is_file(), "make setup (python -m binlake.devtools.warm) writes the class archive"
     # -Xshare:on turns "the archive does not fit this JVM" from a silent fallback into a
     # failed start, so this run proves the archive is used, not merely present.
     code = (

@@ -3,7 +3,7 @@
 Why: every ``binlake`` command on a laptop or CI box starts a fresh Spark JVM, which spends
 seconds loading and verifying the same ~20,000 Spark classes before it does any work. The
 JVM can map those classes from an archive instead (JDK 13+ "dynamic CDS"). ``make setup``
-(:mod:`binlake.local.warm`) writes the archive once, from a JVM that ran a small Delta
+(:mod:`binlake.devtools.warm`) writes the archive once, from a JVM that ran a small Delta
 workload; :func:`binlake.spark.get_spark` then starts local JVMs with it, so every local
 ``binlake`` command, test session and benchmark starts seconds sooner.
 

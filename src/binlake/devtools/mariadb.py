@@ -1,6 +1,6 @@
 """A throwaway local MariaDB with the binlog set up the way binlake needs it.
 
-Used by ``make demo`` / ``make test`` (``python -m binlake.local.mariadb up``) and by the
+Used by ``make demo`` / ``make test`` (``python -m binlake.devtools.mariadb up``) and by the
 integration-test fixtures. It runs ``mariadbd`` directly (no Docker) in its own datadir, on
 loopback, on a free port, with ``log_bin``, ``binlog_format=ROW``, ``binlog_row_image=FULL``
 and ``binlog_row_metadata=FULL``, and creates a ``cdc`` user holding only SELECT,
@@ -322,7 +322,7 @@ def _port_free(port: int) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m binlake.local.mariadb", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m binlake.devtools.mariadb", description=__doc__.splitlines()[0])
     ap.add_argument("action", choices=["up", "down", "env", "destroy"])
     ap.add_argument("--dir", default=".local/mariadb", help="datadir and state (default: .local/mariadb)")
     ns = ap.parse_args(argv)

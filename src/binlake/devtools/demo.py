@@ -114,14 +114,14 @@ ORDER BY revenue_eur DESC
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m binlake.demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m binlake.devtools.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--mariadb-dir", default=".local/mariadb")
     ap.add_argument("--workdir", default=".local/demo")
     ns = ap.parse_args(argv)
 
     import os
 
-    from binlake.local.mariadb import LocalMariaDB
+    from binlake.devtools.mariadb import LocalMariaDB
 
     db = LocalMariaDB(Path(ns.mariadb_dir)).start()
     os.environ["MYSQL_PASSWORD"] = db.cdc_password

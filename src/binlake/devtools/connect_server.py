@@ -4,7 +4,7 @@ Serverless compute and standard access mode clusters (Databricks' defaults for U
 give binlake a Spark Connect session: no ``sparkContext``, no JVM in the Python process. This
 server gives a laptop or CI box the same kind of session, so that path is tested here:
 
-    python -m binlake.local.connect_server                 # serves until Ctrl-C, prints the URL
+    python -m binlake.devtools.connect_server                 # serves until Ctrl-C, prints the URL
     SPARK_REMOTE=sc://127.0.0.1:15002 binlake --config binlake.yml run
 
 The server is PySpark's own ``SparkConnectServer`` (``pyspark/jars`` has spark-connect) run
@@ -170,7 +170,7 @@ def start(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m binlake.local.connect_server",
+        prog="python -m binlake.devtools.connect_server",
         description="Serve a local Spark Connect server with Delta until interrupted.",
     )
     parser.add_argument("--port", type=int, default=15002, help="gRPC port (default 15002, Spark Connect's own)")

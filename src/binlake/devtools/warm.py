@@ -1,11 +1,11 @@
 """Prepare local Spark once (``make spark-jars``): the Delta jars in the Ivy cache, then the
 class archive that makes every later local Spark JVM start faster
 (:mod:`binlake.local.class_archive`). A local Spark Connect server
-(:mod:`binlake.local.connect_server`) starts from the same jars and archive: it needs nothing
+(:mod:`binlake.devtools.connect_server`) starts from the same jars and archive: it needs nothing
 more.
 
-    python -m binlake.local.warm              # jars, then the archive if it is missing
-    python -m binlake.local.warm --archive    # (internal) the JVM that writes the archive
+    python -m binlake.devtools.warm              # jars, then the archive if it is missing
+    python -m binlake.devtools.warm --archive    # (internal) the JVM that writes the archive
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def write_class_archive() -> bool:
     # started without the dump option. (That JVM maps no archive, none exists yet: a
     # dynamic archive cannot be written on top of another.)
     done = subprocess.run(
-        [sys.executable, "-m", "binlake.local.warm", "--archive", str(partial)], capture_output=True, text=True
+        [sys.executable, "-m", "binlake.devtools.warm", "--archive", str(partial)], capture_output=True, text=True
     )
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
