@@ -3,9 +3,9 @@
 Per table, the key space is cut into chunks as the snapshot cuts it
 (:func:`binlake.bronze.snapshot.plan_table`). Per chunk, both sides compute the row count and
 an order-independent checksum: the sum, as an exact DECIMAL, of each row's hash (the first 15
-hex digits of the MD5 of the row's canonical "verify text", as an integer). The texts are
-defined twice over one encoding (:mod:`binlake.ops.verify_sql`): once in MySQL/MariaDB SQL over
-the source columns, once in Spark SQL over silver's typed columns, byte-identical for
+hex digits of the MD5 of the row's canonical "verify text", as an integer). Each type's text
+is defined once (:func:`binlake.ops.verify_sql.text_sql`) and spelled in MySQL/MariaDB SQL
+over the source columns and in Spark SQL over silver's typed columns, byte-identical for
 identical values (FLOAT/DOUBLE included: they are compared through their exact IEEE
 significand and exponent, not a decimal rendering).
 
