@@ -448,3 +448,34 @@ def test_a_full_types_difference_on_either_side_is_found_and_repair_clears_it(fu
         mariadb.execute(
             "SET SESSION sql_log_bin = 0", "UPDATE full_types SET tiny_un_z_c = 255 WHERE id = 1", database=database
         )
+
+
+# HotSpot compiles no method longer than this many bytes of bytecode (-XX:+DontCompileHugeMethods,
+# the default; Spark's spark.sql.codegen.hugeMethodLimit documents it): such a method runs interpreted.
+HOTSPOT_HUGE_METHOD = 8000
+
+
+def _whole_stage_method_sizes(frame) -> list[int]:
+    """The largest method of each whole-stage code generation stage of ``frame``'s executed
+    plan, in bytes of bytecode; -1 for a stage whose code does not compile."""
+    jvm = frame.sparkSession._jvm
+    debug = getattr(getattr(jvm.org.apache.spark.sql.execution.debug, "package$"), "MODULE$")
+    stages = debug.codegenStringSeq(frame._jdf.queryExecution().executedPlan())
+    return [stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())]
+
+
+def test_a_wide_tables_silver_side_runs_whole_stage_compiled_in_methods_hotspot_compiles(
+    full_types, spark_with_code_generation
+):
+    from binlake.ops import verify
+
+    spark = spark_with_code_generation
+    config, _, database = full_types
+    schema = _full_types_schema(config, database)
+    assert len(schema.columns) == 59
+
+    frame = verify._silver_stats_frame(spark, Lakehouse(config), schema, [(0, None, None)])
+    assert [r["n"] for r in frame.collect()] == [2]
+    sizes = _whole_stage_method_sizes(frame)
+    assert sizes, "the query runs in whole-stage generated code"
+    assert all(0 < size <= HOTSPOT_HUGE_METHOD for size in sizes), sizes

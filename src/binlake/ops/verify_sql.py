@@ -1,12 +1,11 @@
 """The canonical "verify text" of a row and its hash, in MySQL/MariaDB SQL over the source
 columns and in Spark SQL over silver's typed columns (:mod:`binlake.ops.verify`).
 
-Both engines must give byte-identical text for identical values, so that the row hash
-(first 15 hex digits of the MD5 of the row's UTF-8 text, as an integer) and the per-chunk
-sum of it can be computed by the server on one side and by Spark on the other. Each kind's
-text is defined once (:func:`text_sql`), over an :class:`Engine` that spells its pieces
-for MySQL or for Spark. Per kind (silver types: docs/architecture.md, "Types",
-:attr:`binlake.contract.types.Column.spark_type`):
+Both engines must give byte-identical text for identical values, so that the row hash and
+the per-chunk sum of it can be computed by the server on one side and by Spark on the
+other. Each kind's text is defined once (:func:`text_sql`), over an :class:`Engine` that
+spells its pieces for MySQL or for Spark. Per kind (silver types: docs/architecture.md,
+"Types", :attr:`binlake.contract.types.Column.spark_type`):
 
 ======================  =============================================================
 INT / UINT / YEAR       decimal digits of the value (never a ``ZEROFILL`` display's padding)
@@ -27,9 +26,18 @@ STRING / ENUM / SET     the UTF-8 text (MySQL: ``CONVERT(... USING utf8mb4)``); 
 BINARY                  upper-case hex (BLOB, BINARY, VARBINARY, GEOMETRY)
 ======================  =============================================================
 
-A column contributes ``N`` when NULL, else ``<byte length>:<text>``; the row text joins the
-columns with ``,``. The NULL marker keeps ``(NULL, '1')`` and ``('1', NULL)`` apart and the
-length keeps ``'a,b'`` splits apart.
+A column contributes ``N`` when NULL, else ``<byte length>:<text>``. The NULL marker keeps
+``(NULL, '1')`` and ``('1', NULL)`` apart and the length keeps ``'a,b'`` splits apart.
+
+The row is hashed in parts (:func:`hash_parts`) of at most :data:`HASH_PART_COLUMNS`
+columns: part ``j`` (from 1) is the text ``j,<key columns>,<its columns>``, joined with
+``,``, and hashes to the first 15 hex digits of its UTF-8 text's MD5, as an integer; the row
+hash is the sum of its parts' hashes. The number and the key in every part make the parts
+of all rows one set in which no part can stand in for another: since silver holds one row
+per key, equal sums mean equal rows, as one hash of the whole row would. Parts keep Spark's
+generated code small: each part's hash compiles into a method of its own (its own ``SUM``),
+where one hash of a wide row outgrew the JVM's 64 KB method limit (docs/silver.md,
+"Verify").
 
 Chunk assignment on the source side compares keys the way
 :func:`binlake.silver.ranges.key_range_predicate` compares silver's typed keys: numbers and
@@ -65,7 +73,7 @@ class Engine:
     length: str  # the byte length of a text
     date: str  # date_format pattern of YYYY-MM-DD
     datetime: str  # date_format pattern of YYYY-MM-DD HH:MM:SS.ffffff
-    hash_type: str  # the CAST target of a row's hash (15 hex digits as an integer)
+    hash_type: str  # the CAST target of a part's hash (15 hex digits as an integer)
 
     @property
     def is_mysql(self) -> bool:
@@ -125,7 +133,7 @@ MYSQL = Engine(
     datetime="'%%Y-%%m-%%d %%H:%%i:%%s.%%f'",
     hash_type="UNSIGNED",
 )
-# Spark sums the row hashes as exact decimals.
+# Spark sums the part hashes as exact decimals.
 SPARK = Engine(
     "spark",
     text="STRING",
@@ -141,20 +149,23 @@ def _float_text(x: str, e: Engine) -> str:
 
     ``E0 = FLOOR(LOG2(|x|))`` may be one off near powers of two; scaling ``|x|`` by
     ``2^(52-E0)`` (in two halves, so no factor overflows) is exact, and one doubling or
-    halving brings the significand into ``[2^52, 2^53)``.
+    halving (``corr``) brings the significand into ``[2^52, 2^53)``. Zero has no logarithm
+    (``LOG2(0)`` is NULL in both engines): its text comes from the COALESCE.
+
+    No sub-expression repeats inside a CASE branch: Spark computes an expression that every
+    row evaluates once, in a method of its own, but copies what a branch holds into every
+    place that uses it.
     """
     a = f"ABS({x})"
     e0 = f"FLOOR(LOG2({a}))"
     k = f"(52 - {e0})"
     y = f"({a} * POW(2, {k} DIV 2) * POW(2, {k} - {k} DIV 2))"
-    m = f"(CASE WHEN {y} >= POW(2, 53) THEN {y} / 2 WHEN {y} < POW(2, 52) THEN {y} * 2 ELSE {y} END)"
-    exp = f"({e0} + CASE WHEN {y} >= POW(2, 53) THEN 1 WHEN {y} < POW(2, 52) THEN -1 ELSE 0 END)"
+    corr = f"(CASE WHEN {y} >= POW(2, 53) THEN -1 WHEN {y} < POW(2, 52) THEN 1 ELSE 0 END)"
+    m = f"({y} * POW(2, {corr}))"
     sign = f"CASE WHEN {x} < 0 THEN '-' ELSE '' END"
     # MySQL's FLOOR of a DOUBLE is a DOUBLE: both numbers go through an integer type.
-    return (
-        f"CASE WHEN {x} = 0 THEN '0' ELSE CONCAT({sign}, CAST({e.integer(m)} AS {e.text}), 'p', "
-        f"CAST({e.integer(exp)} AS {e.text})) END"
-    )
+    text = f"CONCAT({sign}, CAST({e.integer(m)} AS {e.text}), 'p', CAST({e.integer(f'{e0} - {corr}')} AS {e.text}))"
+    return f"COALESCE({text}, CASE WHEN {x} = 0 THEN '0' END)"
 
 
 def text_sql(col: Column, x: str, e: Engine) -> str:
@@ -192,28 +203,51 @@ def spark_text_sql(col: Column, v: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Row hashes
+# Row hashes, in parts
+
+# Columns per part, the key's included. A part of 16 compiles to about 4.5 KB of JVM
+# bytecode (docs/silver.md, "Verify"), under the 8,000 bytes up to which HotSpot compiles
+# a method at all.
+HASH_PART_COLUMNS = 16
+
+
+def hash_parts(schema: TableSchema) -> list[tuple[Column, ...]]:
+    """The row's parts: each the key columns and the next non-key columns in table order,
+    :data:`HASH_PART_COLUMNS` columns in all (at least one non-key column when there is one)."""
+    key = schema.key_columns
+    rest = [c for c in schema.columns if c.name not in schema.key]
+    size = max(1, HASH_PART_COLUMNS - len(key))
+    return [key + tuple(rest[i : i + size]) for i in range(0, len(rest), size)] or [key]
 
 
 def _column_part(col: Column, x: str, e: Engine) -> str:
-    """``<byte length>:<text>``, ``N`` for NULL."""
+    """``<byte length>:<text>``, ``N`` for NULL. The text is used twice, both times on every
+    row, so Spark computes it once."""
     t = text_sql(col, x, e)
-    return f"CASE WHEN ({t}) IS NULL THEN 'N' ELSE CONCAT(CAST({e.length}({t}) AS {e.text}), ':', {t}) END"
+    return f"COALESCE(CONCAT(CAST({e.length}({t}) AS {e.text}), ':', {t}), 'N')"
 
 
-def _row_hash_sql(columns: Sequence[Column], exprs: Sequence[str], e: Engine) -> str:
-    text = f"CONCAT_WS(',', {', '.join(_column_part(c, x, e) for c, x in zip(columns, exprs))})"
+def part_hash_sql(number: int, columns: Sequence[Column], exprs: Sequence[str], e: Engine) -> str:
+    """Part ``number``'s hash in engine ``e``, ``exprs`` the expressions of its ``columns``."""
+    text = f"CONCAT_WS(',', '{int(number)}', {', '.join(_column_part(c, x, e) for c, x in zip(columns, exprs))})"
     return f"CAST(CONV(SUBSTRING(MD5({e.utf8_bytes(text)}), 1, 15), 16, 10) AS {e.hash_type})"
 
 
-def mysql_row_hash_sql(schema: TableSchema) -> str:
-    """The row hash as a BIGINT UNSIGNED expression (sum it for the chunk checksum)."""
-    return _row_hash_sql(schema.columns, [quote_ident(c.name) for c in schema.columns], MYSQL)
+def mysql_part_hashes_sql(schema: TableSchema) -> list[str]:
+    """The part hashes of a source row, BIGINT UNSIGNED expressions."""
+    return [
+        part_hash_sql(j, part, [quote_ident(c.name) for c in part], MYSQL)
+        for j, part in enumerate(hash_parts(schema), 1)
+    ]
 
 
-def spark_row_hash_sql(schema: TableSchema, aliases: Sequence[str]) -> str:
-    """The same row hash in Spark as ``DECIMAL(38,0)``, over silver's typed columns."""
-    return _row_hash_sql(schema.columns, aliases, SPARK)
+def spark_part_hashes_sql(schema: TableSchema, aliases: Sequence[str]) -> list[str]:
+    """The part hashes of a silver row as ``DECIMAL(38,0)``, over its typed columns named
+    ``aliases`` (in ``schema.columns`` order)."""
+    alias = {c.name: a for c, a in zip(schema.columns, aliases)}
+    return [
+        part_hash_sql(j, part, [alias[c.name] for c in part], SPARK) for j, part in enumerate(hash_parts(schema), 1)
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -332,7 +366,7 @@ def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]])
     """One scan of the table: per chunk id ``g``, the row count ``n`` and checksum ``h``."""
     chunk, params = chunk_of_sql(schema, chunks)
     sql = (
-        f"SELECT {chunk} AS g, COUNT(*) AS n, SUM({mysql_row_hash_sql(schema)}) AS h "
+        f"SELECT {chunk} AS g, COUNT(*) AS n, {' + '.join(f'SUM({h})' for h in mysql_part_hashes_sql(schema))} AS h "
         f"FROM {qualified(schema.database, schema.table)} GROUP BY 1"
     )
     return sql, params
@@ -341,12 +375,15 @@ def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]])
 __all__ = [
     "chunk_of_sql",
     "chunk_stats_sql",
+    "HASH_PART_COLUMNS",
     "MYSQL",
     "SPARK",
     "Engine",
-    "mysql_row_hash_sql",
+    "hash_parts",
+    "mysql_part_hashes_sql",
     "mysql_text_sql",
-    "spark_row_hash_sql",
+    "part_hash_sql",
+    "spark_part_hashes_sql",
     "spark_text_sql",
     "text_sql",
 ]
