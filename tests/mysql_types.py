@@ -7,7 +7,8 @@ the TIMESTAMP literals are written for a session in ``time_zone = '+05:30'``.
 
 ``COLUMNS``, ``EDGE_ROW``, ``NULL_ROW`` and ``ODD_ROW`` build the ``types`` table used by
 tests/integration/test_capture_types.py; tests/spark/test_randomized_end_to_end.py mixes the
-literals at random.
+literals at random. ``FULL_TYPES`` and its two rows are Flink CDC's every-type table, for
+tests/integration/test_verify.py.
 """
 
 from __future__ import annotations
@@ -93,3 +94,123 @@ def row(key: int, literals: list[str]) -> str:
 EDGE_ROW = row(1, [lits[0] for _, _, lits in TYPES])
 NULL_ROW = row(2, ["NULL"] * len(TYPES))
 ODD_ROW = row(3, [lits[1] for _, _, lits in TYPES])
+
+
+# ---------------------------------------------------------------------------------------
+# Flink CDC's every-type table: `full_types` of apache/flink-cdc's MySQL connector test
+# resources (flink-connector-mysql-cdc/src/test/resources/ddl/column_type_test.sql, Apache
+# License 2.0), its CREATE TABLE and its row as they are there, but for one value: MariaDB
+# 10.11's ST_GeomFromText reads no parenthesized points in a MULTIPOINT (it returns NULL for
+# 'MULTIPOINT((1 1),(2 2))', without a warning), so that one is written 'MULTIPOINT(1 1, 2 2)'.
+# FULL_TYPES_ROW_2 is ours: another value in every column (ZEROFILL numbers narrower than
+# their display width, a zero FLOAT, all 64 bits set, NULL in VARCHAR(0)).
+
+FULL_TYPES = """CREATE TABLE full_types
+(
+    id                   SERIAL,
+    tiny_c               TINYINT,
+    tiny_un_c            TINYINT UNSIGNED,
+    tiny_un_z_c          TINYINT UNSIGNED ZEROFILL,
+    small_c              SMALLINT,
+    small_un_c           SMALLINT UNSIGNED,
+    small_un_z_c         SMALLINT UNSIGNED ZEROFILL,
+    medium_c             MEDIUMINT,
+    medium_un_c          MEDIUMINT UNSIGNED,
+    medium_un_z_c        MEDIUMINT UNSIGNED ZEROFILL,
+    int_c                INTEGER,
+    int_un_c             INTEGER UNSIGNED,
+    int_un_z_c           INTEGER UNSIGNED ZEROFILL,
+    int11_c              INT(11),
+    big_c                BIGINT,
+    big_un_c             BIGINT UNSIGNED,
+    big_un_z_c           BIGINT UNSIGNED ZEROFILL,
+    varchar_c            VARCHAR(255),
+    char_c               CHAR(3),
+    real_c               REAL,
+    float_c              FLOAT,
+    float_un_c           FLOAT UNSIGNED,
+    float_un_z_c         FLOAT UNSIGNED ZEROFILL,
+    double_c             DOUBLE,
+    double_un_c          DOUBLE UNSIGNED,
+    double_un_z_c        DOUBLE UNSIGNED ZEROFILL,
+    decimal_c            DECIMAL(8, 4),
+    decimal_un_c         DECIMAL(8, 4) UNSIGNED,
+    decimal_un_z_c       DECIMAL(8, 4) UNSIGNED ZEROFILL,
+    numeric_c            NUMERIC(6, 0),
+    big_decimal_c        DECIMAL(65, 1),
+    bit1_c               BIT,
+    tiny1_c              TINYINT(1),
+    boolean_c            BOOLEAN,
+    date_c               DATE,
+    time_c               TIME(0),
+    datetime3_c          DATETIME(3),
+    datetime6_c          DATETIME(6),
+    timestamp_c          TIMESTAMP,
+    file_uuid            BINARY(16),
+    bit_c                BIT(64),
+    text_c               TEXT,
+    tiny_blob_c          TINYBLOB,
+    blob_c               BLOB,
+    medium_blob_c        MEDIUMBLOB,
+    long_blob_c          LONGBLOB,
+    year_c YEAR,
+    enum_c               enum('red', 'white') default 'red',
+    set_c SET('a', 'b'),
+    json_c               JSON,
+    point_c              POINT,
+    geometry_c           GEOMETRY,
+    linestring_c         LINESTRING,
+    polygon_c            POLYGON,
+    multipoint_c         MULTIPOINT,
+    multiline_c          MULTILINESTRING,
+    multipolygon_c       MULTIPOLYGON,
+    geometrycollection_c GEOMETRYCOLLECTION,
+    varchar_len0_c        VARCHAR(0),
+    PRIMARY KEY (id)
+) DEFAULT CHARSET=utf8"""
+
+FULL_TYPES_ROW_1 = """INSERT INTO full_types
+VALUES (DEFAULT, 127, 255, 255, 32767, 65535, 65535, 8388607, 16777215, 16777215, 2147483647,
+        4294967295, 4294967295, 2147483647, 9223372036854775807,
+        18446744073709551615, 18446744073709551615,
+        'Hello World', 'abc', 123.102, 123.102, 123.103, 123.104, 404.4443, 404.4444, 404.4445,
+        123.4567, 123.4568, 123.4569, 345.6, 34567892.1, 0, 1, true,
+        '2020-07-17', '18:00:22', '2020-07-17 18:00:22.123', '2020-07-17 18:00:22.123456',
+        '2020-07-17 18:00:22',
+        unhex(replace('651aed08-390f-4893-b2f1-36923e7b7400', '-', '')),
+        b'0000010000000100000001000000010000000100000001000000010000000100',
+        'text', UNHEX(HEX(16)), UNHEX(HEX(16)), UNHEX(HEX(16)), UNHEX(HEX(16)), 2021,
+        'red', 'a,b,a', '{
+    "key1": "value1"
+  }',
+        ST_GeomFromText('POINT(1 1)'),
+        ST_GeomFromText('POLYGON((1 1, 2 1, 2 2,  1 2, 1 1))'),
+        ST_GeomFromText('LINESTRING(3 0, 3 3, 3 5)'),
+        ST_GeomFromText('POLYGON((1 1, 2 1, 2 2,  1 2, 1 1))'),
+        ST_GeomFromText('MULTIPOINT(1 1, 2 2)'),
+        ST_GeomFromText('MultiLineString((1 1,2 2,3 3),(4 4,5 5))'),
+        ST_GeomFromText('MULTIPOLYGON(((0 0, 10 0, 10 10, 0 10, 0 0)), ((5 5, 7 5, 7 7, 5 7, 5 5)))'),
+        ST_GeomFromText('GEOMETRYCOLLECTION(POINT(10 10), POINT(30 30), LINESTRING(15 15, 20 20))'),
+        '')"""
+
+FULL_TYPES_ROW_2 = """INSERT INTO full_types
+VALUES (DEFAULT, -128, 0, 7, -32768, 0, 42, -8388608, 0, 123, -2147483648,
+        0, 5, -1, -9223372036854775808,
+        0, 9,
+        'Hello, second row', 'xy', -0.5, 1.5, 0, 2.5, -1e-300, 1e300, 3.5,
+        -1.5, 0.0001, 1.5, -12, -1234567.8, 1, 0, false,
+        '1999-12-31', '-838:59:59', '1999-12-31 23:59:59.999', '1999-12-31 23:59:59.000001',
+        '1999-12-31 23:59:59',
+        unhex('00000000000000000000000000000001'),
+        b'1111111111111111111111111111111111111111111111111111111111111111',
+        'text, second', x'', x'00', x'ff', x'0102', 1901,
+        'white', 'b', '[1, 2]',
+        ST_GeomFromText('POINT(0 0)'),
+        ST_GeomFromText('POINT(1 2)'),
+        ST_GeomFromText('LINESTRING(0 0, 1 1)'),
+        ST_GeomFromText('POLYGON((0 0, 1 0, 1 1, 0 0))'),
+        ST_GeomFromText('MULTIPOINT(0 0)'),
+        ST_GeomFromText('MultiLineString((0 0, 1 1))'),
+        ST_GeomFromText('MULTIPOLYGON(((0 0, 1 0, 1 1, 0 0)))'),
+        ST_GeomFromText('GEOMETRYCOLLECTION(POINT(1 1))'),
+        NULL)"""

@@ -318,3 +318,164 @@ def test_a_case_insensitive_string_key_is_chunked_by_bytes_on_both_sides(
         run_verify(spark, config)
     [(_, bad)] = info.value.result.mismatches
     assert bad.source_rows == bad.silver_rows, "the same key in the same chunk on both sides"
+
+
+# ---------------------------------------------------------------------------------------
+# Flink CDC's every-type table (tests/mysql_types.py): row 1 read by the snapshot, row 2 by
+# the binlog, on an idle source.
+
+
+@pytest.fixture(scope="module")
+def shared_full_types(mariadb, spark, tmp_path_factory):
+    from mysql_types import FULL_TYPES, FULL_TYPES_ROW_1, FULL_TYPES_ROW_2
+
+    from binlake.bronze.capture import run_capture
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.silver.run import run_silver
+
+    database = f"verify_types_{uuid.uuid4().hex[:8]}"
+    mariadb.execute(f"CREATE DATABASE `{database}`")
+    mariadb.execute(FULL_TYPES, FULL_TYPES_ROW_1, database=database)
+    path = tmp_path_factory.mktemp("verify_types") / "binlake.yml"
+    path.write_text(
+        mariadb.config_yaml(
+            str(path.parent / "lakehouse"), [f"{database}.*"], server_id=5991, snapshot={"chunk_size": 1}
+        )
+    )
+    config = load_config(path)
+    run_snapshot(spark, config)
+    mariadb.execute(FULL_TYPES_ROW_2, database=database)
+    run_capture(spark, config)
+    run_silver(spark, config)
+    yield config, Lakehouse(config).silver(database, "full_types"), database
+    mariadb.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+@pytest.fixture
+def full_types(shared_full_types, spark):
+    """The mirrored full_types; each test's lakehouse changes are rolled back. Yields
+    (config, silver ref, database)."""
+    config = shared_full_types[0]
+    versions = delta_versions(Path(config.lakehouse_root))
+    yield shared_full_types
+    roll_back(spark, Path(config.lakehouse_root), versions)
+
+
+def _full_types_schema(config, database):
+    from binlake.source.catalog import table_schema
+    from binlake.source.mysql import connect
+
+    with connect(config.source) as conn:
+        return table_schema(conn, config.source, database, "full_types")
+
+
+def test_every_full_types_column_has_the_sources_verify_text_in_silver(full_types, spark):
+    from pyspark.sql import functions as F
+
+    from binlake.contract.sql import qualified, quote_ident
+    from binlake.ops.verify_sql import mysql_text_sql, spark_text_sql
+    from binlake.source.mysql import connect
+
+    config, ref, database = full_types
+    schema = _full_types_schema(config, database)
+    texts = ", ".join(mysql_text_sql(c) for c in schema.columns)
+    with connect(config.source) as conn, conn.cursor() as cur:  # connect() reads in UTC, as verify does
+        # With parameters (none), as verify runs them: the texts write a literal % as %%.
+        cur.execute(f"SELECT {texts} FROM {qualified(database, 'full_types')} ORDER BY id", ())
+        source = [[v.decode() if isinstance(v, bytes) else v for v in row] for row in cur.fetchall()]
+    aliases = [f"_v{i}" for i in range(len(schema.columns))]
+    typed = (
+        ref.read(spark)
+        .where("NOT _cdc_deleted")
+        .orderBy("id")
+        .select(*[F.col(quote_ident(c.name)).cast(c.spark_type).alias(v) for c, v in zip(schema.columns, aliases)])
+    )
+    silver = [
+        list(r)
+        for r in typed.select(*[F.expr(spark_text_sql(c, v)) for c, v in zip(schema.columns, aliases)]).collect()
+    ]
+
+    differing = {
+        f"{c.name} {c.mysql_type}": {"source": [row[i] for row in source], "silver": [row[i] for row in silver]}
+        for i, c in enumerate(schema.columns)
+        if [row[i] for row in source] != [row[i] for row in silver]
+    }
+    assert differing == {}, "each column's text is the same on both sides, for both rows"
+    assert [c.name for i, c in enumerate(schema.columns) if source[0][i] == source[1][i]] == [], (
+        "and tells the two rows apart in every column"
+    )
+    nulls = [[c.name for i, c in enumerate(schema.columns) if row[i] is None] for row in source]
+    assert nulls == [[], ["varchar_len0_c"]], "no value the rows were written with became NULL"
+
+
+def test_full_types_verifies_clean_with_one_row_by_snapshot_and_one_by_the_binlog(full_types, spark, capsys):
+    from binlake.contract.position import SNAPSHOT_ROW
+
+    config, ref, database = full_types
+    origin = {r["id"]: r["_cdc_seq"]["row"] for r in ref.read(spark).collect()}
+    assert origin[1] == SNAPSHOT_ROW and origin[2] >= 0, "row 1 from the snapshot, row 2 from the binlog"
+
+    cfg_file = next(Path(config.base_dir).glob("binlake*.yml"))
+    capsys.readouterr()
+    assert cli.main(["--config", str(cfg_file), "verify"]) == 0
+    assert f"  {database}.full_types: 2 chunk(s), 2 rows, ok" in capsys.readouterr().out.splitlines()
+
+
+def test_a_full_types_difference_on_either_side_is_found_and_repair_clears_it(full_types, mariadb, spark, capsys):
+    config, ref, database = full_types
+    cfg_file = next(Path(config.base_dir).glob("binlake*.yml"))
+    # Silver: row 2's ZEROFILL decimal changes behind binlake's back. Source: row 1's ZEROFILL
+    # tinyint changes with the binlog off for that session, so capture never hears of it.
+    spark.sql(f"UPDATE {ref.sql} SET decimal_un_z_c = 1.5001 WHERE id = 2")
+    mariadb.execute(
+        "SET SESSION sql_log_bin = 0", "UPDATE full_types SET tiny_un_z_c = 254 WHERE id = 1", database=database
+    )
+    try:
+        capsys.readouterr()
+        assert cli.main(["--config", str(cfg_file), "verify"]) == 8
+        errors = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("error:")]
+        assert errors == [
+            f"error: verify: 2 chunk(s) differ between source and silver: {database}.full_types chunk 0 "
+            f'[-inf, ["2"]): 1 row(s) on both sides, checksums differ; {database}.full_types chunk 1 [["2"], '
+            "+inf): 1 row(s) on both sides, checksums differ: run binlake verify --repair to re-read only these chunks"
+        ]
+
+        assert cli.main(["--config", str(cfg_file), "verify", "--repair"]) == 0
+        assert "repair: re-read 2 chunk(s) and verified again: clean" in capsys.readouterr().out
+        live = {r["id"]: r for r in ref.read(spark).where("NOT _cdc_deleted").collect()}
+        assert (live[1]["tiny_un_z_c"], live[2]["decimal_un_z_c"]) == (254, Decimal("1.5000"))
+    finally:
+        mariadb.execute(
+            "SET SESSION sql_log_bin = 0", "UPDATE full_types SET tiny_un_z_c = 255 WHERE id = 1", database=database
+        )
+
+
+# HotSpot compiles no method longer than this many bytes of bytecode (-XX:+DontCompileHugeMethods,
+# the default; Spark's spark.sql.codegen.hugeMethodLimit documents it): such a method runs interpreted.
+HOTSPOT_HUGE_METHOD = 8000
+
+
+def _whole_stage_method_sizes(frame) -> list[int]:
+    """The largest method of each whole-stage code generation stage of ``frame``'s executed
+    plan, in bytes of bytecode; -1 for a stage whose code does not compile."""
+    jvm = frame.sparkSession._jvm
+    debug = getattr(getattr(jvm.org.apache.spark.sql.execution.debug, "package$"), "MODULE$")
+    stages = debug.codegenStringSeq(frame._jdf.queryExecution().executedPlan())
+    return [stages.apply(i)._3().maxMethodCodeSize() for i in range(stages.size())]
+
+
+def test_a_wide_tables_silver_side_runs_whole_stage_compiled_in_methods_hotspot_compiles(
+    full_types, spark_with_code_generation
+):
+    from binlake.ops import verify
+
+    spark = spark_with_code_generation
+    config, _, database = full_types
+    schema = _full_types_schema(config, database)
+    assert len(schema.columns) == 59
+
+    frame = verify._silver_stats_frame(spark, Lakehouse(config), schema, [(0, None, None)])
+    assert [r["n"] for r in frame.collect()] == [2]
+    sizes = _whole_stage_method_sizes(frame)
+    assert sizes, "the query runs in whole-stage generated code"
+    assert all(0 < size <= HOTSPOT_HUGE_METHOD for size in sizes), sizes

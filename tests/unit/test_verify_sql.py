@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from binlake.contract.types import Column, Kind, TableSchema
-from binlake.ops.verify_sql import chunk_of_sql, chunk_stats_sql
+from binlake.ops.verify_sql import HASH_PART_COLUMNS, chunk_of_sql, chunk_stats_sql, hash_parts, mysql_part_hashes_sql
 
 
 def _schema(key_kind: Kind, name: str = "id") -> TableSchema:
@@ -44,3 +44,31 @@ def test_names_are_quoted_and_values_are_parameters():
     sql, params = chunk_stats_sql(_schema(Kind.INT, "i`d"), _chunks("7"))
     assert "FROM `shop`.`or``ders`" in sql and "`i``d` >= %s" in sql
     assert params == [7]
+
+
+def _wide(n_columns: int, key: tuple[str, ...]) -> TableSchema:
+    columns = tuple(Column(f"c{i}", Kind.INT, bits=32) for i in range(n_columns))
+    return TableSchema("shop", "wide", columns, key)
+
+
+def test_a_wide_row_is_hashed_in_parts_that_each_hold_the_key_and_the_next_columns():
+    schema = _wide(40, key=("c5", "c0"))
+    parts = [[c.name for c in part] for part in hash_parts(schema)]
+    rest = [f"c{i}" for i in range(40) if i not in (0, 5)]
+    assert parts == [["c5", "c0", *rest[0:14]], ["c5", "c0", *rest[14:28]], ["c5", "c0", *rest[28:38]]]
+    assert all(len(part) <= HASH_PART_COLUMNS for part in parts)
+
+
+def test_a_narrow_row_is_one_part_and_a_key_wider_than_a_part_still_leaves_room_for_a_column():
+    assert [[c.name for c in part] for part in hash_parts(_wide(3, key=("c1",)))] == [["c1", "c0", "c2"]]
+    assert [[c.name for c in part] for part in hash_parts(_wide(2, key=("c0", "c1")))] == [["c0", "c1"]]
+    wide_key = _wide(20, key=tuple(f"c{i}" for i in range(18)))
+    assert [len(part) for part in hash_parts(wide_key)] == [19, 19]
+
+
+def test_the_parts_are_numbered_and_the_chunk_checksum_sums_every_part():
+    schema = _wide(40, key=("c0",))
+    hashes = mysql_part_hashes_sql(schema)
+    assert [h.count(f"CONCAT_WS(',', '{j}', ") for j, h in enumerate(hashes, 1)] == [1, 1, 1]
+    sql, _ = chunk_stats_sql(schema, _chunks("7"))
+    assert sql.count("SUM(") == 3 and " + SUM(" in sql

@@ -2,12 +2,13 @@
 
 Per table, the key space is cut into chunks as the snapshot cuts it
 (:func:`binlake.bronze.snapshot.plan_table`). Per chunk, both sides compute the row count and
-an order-independent checksum: the sum, as an exact DECIMAL, of each row's hash (the first 15
-hex digits of the MD5 of the row's canonical "verify text", as an integer). The texts are
-defined twice over one encoding (:mod:`binlake.ops.verify_sql`): once in MySQL/MariaDB SQL over
-the source columns, once in Spark SQL over silver's typed columns, byte-identical for
-identical values (FLOAT/DOUBLE included: they are compared through their exact IEEE
-significand and exponent, not a decimal rendering).
+an order-independent checksum: the sum, as an exact DECIMAL, of each row's hash (the sum of
+its parts' hashes, :func:`binlake.ops.verify_sql.hash_parts`: the first 15 hex digits of the
+MD5 of the part's canonical "verify text", as an integer). Each type's text is defined once
+(:func:`binlake.ops.verify_sql.text_sql`) and spelled in MySQL/MariaDB SQL over the source
+columns and in Spark SQL over silver's typed columns, byte-identical for identical values
+(FLOAT/DOUBLE included: they are compared through their exact IEEE significand and
+exponent, not a decimal rendering).
 
 - the source side is one aggregate query run by the server (``SELECT chunk, COUNT(*),
   SUM(hash) ... GROUP BY chunk``): only one small row per chunk comes back, read in a
@@ -61,7 +62,7 @@ from binlake.contract.sql import quote_ident
 from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
 from binlake.errors import ConfigError, NotReadyError, VerifyMismatch
-from binlake.ops.verify_sql import chunk_stats_sql, spark_row_hash_sql
+from binlake.ops.verify_sql import chunk_stats_sql, hash_parts, spark_part_hashes_sql
 from binlake.silver import schema_evolution as se
 from binlake.silver.batch import Decoder
 from binlake.silver.ranges import key_range_predicate, key_range_sql
@@ -387,6 +388,14 @@ def _source_side(spark, config: Config, lh: Lakehouse, schema: TableSchema, chun
 
 
 def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
+    rows = _silver_stats_frame(spark, lh, schema, chunks).collect()
+    parts = range(1, len(hash_parts(schema)) + 1)
+    return {int(r["g"]): (int(r["n"]), sum((Decimal(r[f"h{j}"] or 0) for j in parts), Decimal(0))) for r in rows}
+
+
+def _silver_stats_frame(spark, lh: Lakehouse, schema: TableSchema, chunks):
+    """Per chunk ``g`` of silver's live rows: the row count ``n`` and one sum ``h<j>`` per
+    hash part (:func:`binlake.ops.verify_sql.hash_parts`), whose total is the checksum."""
     from pyspark.sql import functions as F
 
     silver = lh.silver(schema.database, schema.table).read(spark)
@@ -402,13 +411,13 @@ def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int,
             for c, v in zip(schema.columns, _typed_columns(schema))
         ]
     )
-    row_hash = F.expr(spark_row_hash_sql(schema, _typed_columns(schema)))
-    rows = (
-        typed.groupBy(_chunk_of(schema, chunks).alias("g"))
-        .agg(F.count(F.lit(1)).alias("n"), F.sum(row_hash).alias("h"))
-        .collect()
-    )
-    return {int(r["g"]): (int(r["n"]), Decimal(r["h"] or 0)) for r in rows}
+    # One SUM per part: Spark compiles each aggregate's update into a method of its own. A
+    # part hash is never NULL (MD5 is hex); saying so lets SUM evaluate it once, not twice.
+    sums = [
+        F.sum(F.coalesce(F.expr(h), F.lit(0).cast("DECIMAL(38,0)"))).alias(f"h{j}")
+        for j, h in enumerate(spark_part_hashes_sql(schema, _typed_columns(schema)), 1)
+    ]
+    return typed.groupBy(_chunk_of(schema, chunks).alias("g")).agg(F.count(F.lit(1)).alias("n"), *sums)
 
 
 # ---------------------------------------------------------------------------------------

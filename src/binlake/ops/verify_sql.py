@@ -1,15 +1,17 @@
-"""The canonical "verify text" of a row, defined twice: in MySQL/MariaDB SQL over the source
+"""The canonical "verify text" of a row and its hash, in MySQL/MariaDB SQL over the source
 columns and in Spark SQL over silver's typed columns (:mod:`binlake.ops.verify`).
 
-Both definitions must give byte-identical text for identical values, so that the row hash
-(first 15 hex digits of the MD5 of the row's UTF-8 text, as an integer) and the per-chunk
-sum of it can be computed by the server on one side and by Spark on the other. Per kind
-(silver types: docs/architecture.md, "Types", :attr:`binlake.contract.types.Column.spark_type`):
+Both engines must give byte-identical text for identical values, so that the row hash and
+the per-chunk sum of it can be computed by the server on one side and by Spark on the
+other. Each kind's text is defined once (:func:`text_sql`), over an :class:`Engine` that
+spells its pieces for MySQL or for Spark. Per kind (silver types: docs/architecture.md,
+"Types", :attr:`binlake.contract.types.Column.spark_type`):
 
 ======================  =============================================================
-INT / UINT / YEAR       decimal digits
+INT / UINT / YEAR       decimal digits of the value (never a ``ZEROFILL`` display's padding)
 BIT                     the signed 64-bit integer silver holds (two's complement)
-DECIMAL                 fixed-point with every scale digit (``1.50``); > 38 digits: as stored
+DECIMAL                 fixed-point with every scale digit (``1.50``), no ``ZEROFILL``
+                        padding; > 38 digits: as stored
 FLOAT / DOUBLE          the exact IEEE value as ``[-]MpE``: the 53-bit integer significand
                         ``M`` (``2^52 <= M < 2^53``) and the exponent ``E`` with value
                         ``M * 2^(E-52)``; ``0`` for zero. Powers of two scale exactly in
@@ -24,9 +26,18 @@ STRING / ENUM / SET     the UTF-8 text (MySQL: ``CONVERT(... USING utf8mb4)``); 
 BINARY                  upper-case hex (BLOB, BINARY, VARBINARY, GEOMETRY)
 ======================  =============================================================
 
-A column contributes ``N`` when NULL, else ``<byte length>:<text>``; the row text joins the
-columns with ``,``. The NULL marker keeps ``(NULL, '1')`` and ``('1', NULL)`` apart and the
-length keeps ``'a,b'`` splits apart.
+A column contributes ``N`` when NULL, else ``<byte length>:<text>``. The NULL marker keeps
+``(NULL, '1')`` and ``('1', NULL)`` apart and the length keeps ``'a,b'`` splits apart.
+
+The row is hashed in parts (:func:`hash_parts`) of at most :data:`HASH_PART_COLUMNS`
+columns: part ``j`` (from 1) is the text ``j,<key columns>,<its columns>``, joined with
+``,``, and hashes to the first 15 hex digits of its UTF-8 text's MD5, as an integer; the row
+hash is the sum of its parts' hashes. The number and the key in every part make the parts
+of all rows one set in which no part can stand in for another: since silver holds one row
+per key, equal sums mean equal rows, as one hash of the whole row would. Parts keep Spark's
+generated code small: each part's hash compiles into a method of its own (its own ``SUM``),
+where one hash of a wide row outgrew the JVM's 64 KB method limit (docs/silver.md,
+"Verify").
 
 Chunk assignment on the source side compares keys the way
 :func:`binlake.silver.ranges.key_range_predicate` compares silver's typed keys: numbers and
@@ -42,6 +53,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -49,76 +61,56 @@ from binlake.contract.sql import qualified, quote_ident
 from binlake.contract.types import Column, Kind, TableSchema
 
 # ---------------------------------------------------------------------------------------
-# Column texts
+# Column texts: one definition per kind, spelled for each engine
 
 
-def _float_text(x: str, *, mysql: bool) -> str:
-    """``[-]MpE`` of the double ``x`` (an SQL expression), see the module docstring.
+@dataclass(frozen=True)
+class Engine:
+    """How one engine spells the pieces the verify texts and hashes are made of."""
 
-    ``E0 = FLOOR(LOG2(|x|))`` may be one off near powers of two; scaling ``|x|`` by
-    ``2^(52-E0)`` (in two halves, so no factor overflows) is exact, and one doubling or
-    halving brings the significand into ``[2^52, 2^53)``.
-    """
-    a = f"ABS({x})"
-    e0 = f"FLOOR(LOG2({a}))"
-    k = f"(52 - {e0})"
-    y = f"({a} * POW(2, {k} DIV 2) * POW(2, {k} - {k} DIV 2))"
-    m = f"(CASE WHEN {y} >= POW(2, 53) THEN {y} / 2 WHEN {y} < POW(2, 52) THEN {y} * 2 ELSE {y} END)"
-    e = f"({e0} + CASE WHEN {y} >= POW(2, 53) THEN 1 WHEN {y} < POW(2, 52) THEN -1 ELSE 0 END)"
-    integer = "SIGNED" if mysql else "BIGINT"
-    text = "CHAR" if mysql else "STRING"
-    sign = f"CASE WHEN {x} < 0 THEN '-' ELSE '' END"
-    # MySQL's FLOOR of a DOUBLE is a DOUBLE: both numbers go through an integer type before
-    # becoming text, so no engine prints them in a floating-point format.
-    return (
-        f"CASE WHEN {x} = 0 THEN '0' ELSE CONCAT({sign}, CAST(CAST({m} AS {integer}) AS {text}), 'p', "
-        f"CAST(CAST({e} AS {integer}) AS {text})) END"
-    )
+    name: str
+    text: str  # the CAST target for text
+    length: str  # the byte length of a text
+    date: str  # date_format pattern of YYYY-MM-DD
+    datetime: str  # date_format pattern of YYYY-MM-DD HH:MM:SS.ffffff
+    hash_type: str  # the CAST target of a part's hash (15 hex digits as an integer)
 
+    @property
+    def is_mysql(self) -> bool:
+        return self.name == "mysql"
 
-def _zero_date_null(c: str, formatted: str) -> str:
-    return f"CASE WHEN YEAR({c}) = 0 OR MONTH({c}) = 0 OR DAYOFMONTH({c}) = 0 THEN NULL ELSE {formatted} END"
+    def number_type(self, col: Column) -> str:
+        """The CAST target that holds ``col``'s number as a value. On MySQL this is what drops
+        a ``ZEROFILL`` column's display padding (``CAST(int_z AS CHAR)`` is ``'007'``); in
+        Spark the typed silver column already is the value."""
+        if not self.is_mysql:
+            return col.spark_type
+        if col.kind is Kind.DECIMAL:
+            return f"DECIMAL({col.precision},{col.scale})"
+        return "UNSIGNED" if col.kind in (Kind.UINT, Kind.YEAR) else "SIGNED"
 
+    def integer(self, x: str) -> str:
+        """``x`` (integral) as a 64-bit integer, so no engine prints it in a floating-point format."""
+        return f"CAST({x} AS {'SIGNED' if self.is_mysql else 'BIGINT'})"
 
-def mysql_text_sql(col: Column) -> str:
-    """The MySQL/MariaDB expression for ``col``'s verify text (NULL where silver has NULL)."""
-    c = quote_ident(col.name)
-    k = col.kind
-    if k in (Kind.INT, Kind.UINT, Kind.DECIMAL):
-        return f"CAST({c} AS CHAR)"
-    if k is Kind.YEAR:
-        return f"CAST({c} + 0 AS CHAR)"
-    if k is Kind.BIT:
-        return f"CAST(CAST({c} + 0 AS SIGNED) AS CHAR)"
-    if k in (Kind.FLOAT, Kind.DOUBLE):
-        return _float_text(f"CAST({c} AS DOUBLE)", mysql=True)
-    if k is Kind.DATE:
-        return _zero_date_null(c, f"DATE_FORMAT({c}, '%%Y-%%m-%%d')")
-    if k in (Kind.DATETIME, Kind.TIMESTAMP):
-        return _zero_date_null(c, f"DATE_FORMAT({c}, '%%Y-%%m-%%d %%H:%%i:%%s.%%f')")
-    if k is Kind.TIME:
-        return f"CAST({c} AS CHAR)"
-    if k in (Kind.STRING, Kind.ENUM, Kind.SET, Kind.JSON):
-        return f"CONVERT({c} USING utf8mb4)"
-    if k is Kind.BINARY:
-        return f"HEX({c})"
-    raise ValueError(f"no verify text for kind {k}")
+    def utf8(self, x: str) -> str:
+        return f"CONVERT({x} USING utf8mb4)" if self.is_mysql else f"CAST({x} AS STRING)"
 
+    def utf8_bytes(self, text: str) -> str:
+        return f"CONVERT({text} USING utf8mb4)" if self.is_mysql else f"CAST({text} AS BINARY)"
 
-def spark_text_sql(col: Column, v: str) -> str:
-    """The Spark SQL expression for the verify text of silver's typed column ``v``."""
-    k = col.kind
-    if k in (Kind.INT, Kind.UINT, Kind.YEAR, Kind.BIT, Kind.DECIMAL):
-        return f"CAST({v} AS STRING)"
-    if k in (Kind.FLOAT, Kind.DOUBLE):
-        return _float_text(f"CAST({v} AS DOUBLE)", mysql=False)
-    if k is Kind.DATE:
-        return f"date_format({v}, 'yyyy-MM-dd')"
-    if k is Kind.DATETIME:
-        return f"date_format({v}, 'yyyy-MM-dd HH:mm:ss.SSSSSS')"
-    if k is Kind.TIMESTAMP:
+    def calendar(self, x: str, pattern: str) -> str:
+        formatted = f"DATE_FORMAT({x}, {pattern})"
+        if not self.is_mysql:
+            return formatted  # silver holds zero dates as NULL
+        return f"CASE WHEN YEAR({x}) = 0 OR MONTH({x}) = 0 OR DAYOFMONTH({x}) = 0 THEN NULL ELSE {formatted} END"
+
+    def instant(self, x: str) -> str:
+        """A TIMESTAMP as its UTC wall clock, ``YYYY-MM-DD HH:MM:SS.ffffff``."""
+        if self.is_mysql:  # connect() reads in time_zone '+00:00'
+            return self.calendar(x, self.datetime)
         # By arithmetic on the instant: date_format would render in the session time zone.
-        us = f"unix_micros({v})"
+        us = f"unix_micros({x})"
         day = 86_400_000_000
         r = f"pmod({us}, {day})"
 
@@ -130,31 +122,132 @@ def spark_text_sql(col: Column, v: str) -> str:
             f"{two(f'{r} div 3600000000')}, ':', {two(f'({r} div 60000000) % 60')}, ':', "
             f"{two(f'({r} div 1000000) % 60')}, '.', lpad(CAST({r} % 1000000 AS STRING), 6, '0'))"
         )
-    if k in (Kind.TIME, Kind.STRING, Kind.ENUM, Kind.SET, Kind.JSON):
-        return f"CAST({v} AS STRING)"
+
+
+# The MySQL texts run with pymysql parameters, so a literal % is written %%.
+MYSQL = Engine(
+    "mysql",
+    text="CHAR",
+    length="LENGTH",
+    date="'%%Y-%%m-%%d'",
+    datetime="'%%Y-%%m-%%d %%H:%%i:%%s.%%f'",
+    hash_type="UNSIGNED",
+)
+# Spark sums the part hashes as exact decimals.
+SPARK = Engine(
+    "spark",
+    text="STRING",
+    length="octet_length",
+    date="'yyyy-MM-dd'",
+    datetime="'yyyy-MM-dd HH:mm:ss.SSSSSS'",
+    hash_type="DECIMAL(38,0)",
+)
+
+
+def _float_text(x: str, e: Engine) -> str:
+    """``[-]MpE`` of the double ``x`` (an SQL expression), see the module docstring.
+
+    ``E0 = FLOOR(LOG2(|x|))`` may be one off near powers of two; scaling ``|x|`` by
+    ``2^(52-E0)`` (in two halves, so no factor overflows) is exact, and one doubling or
+    halving (``corr``) brings the significand into ``[2^52, 2^53)``. Zero has no logarithm
+    (``LOG2(0)`` is NULL in both engines): its text comes from the COALESCE.
+
+    No sub-expression repeats inside a CASE branch: Spark computes an expression that every
+    row evaluates once, in a method of its own, but copies what a branch holds into every
+    place that uses it.
+    """
+    a = f"ABS({x})"
+    e0 = f"FLOOR(LOG2({a}))"
+    k = f"(52 - {e0})"
+    y = f"({a} * POW(2, {k} DIV 2) * POW(2, {k} - {k} DIV 2))"
+    corr = f"(CASE WHEN {y} >= POW(2, 53) THEN -1 WHEN {y} < POW(2, 52) THEN 1 ELSE 0 END)"
+    m = f"({y} * POW(2, {corr}))"
+    sign = f"CASE WHEN {x} < 0 THEN '-' ELSE '' END"
+    # MySQL's FLOOR of a DOUBLE is a DOUBLE: both numbers go through an integer type.
+    text = f"CONCAT({sign}, CAST({e.integer(m)} AS {e.text}), 'p', CAST({e.integer(f'{e0} - {corr}')} AS {e.text}))"
+    return f"COALESCE({text}, CASE WHEN {x} = 0 THEN '0' END)"
+
+
+def text_sql(col: Column, x: str, e: Engine) -> str:
+    """``col``'s verify text in engine ``e``, over the expression ``x``: on MySQL the source
+    column, in Spark silver's column cast to :attr:`Column.spark_type`. NULL where silver has
+    NULL (SQL NULL, zero dates)."""
+    k = col.kind
+    if k in (Kind.INT, Kind.UINT, Kind.YEAR, Kind.BIT, Kind.DECIMAL):
+        return f"CAST(CAST({x} AS {e.number_type(col)}) AS {e.text})"
+    if k in (Kind.FLOAT, Kind.DOUBLE):
+        return _float_text(f"CAST({x} AS DOUBLE)", e)
+    if k is Kind.DATE:
+        return e.calendar(x, e.date)
+    if k is Kind.DATETIME:
+        return e.calendar(x, e.datetime)
+    if k is Kind.TIMESTAMP:
+        return e.instant(x)
+    if k is Kind.TIME:
+        return f"CAST({x} AS {e.text})"
+    if k in (Kind.STRING, Kind.ENUM, Kind.SET, Kind.JSON):
+        return e.utf8(x)
     if k is Kind.BINARY:
-        return f"hex({v})"
+        return f"HEX({x})"
     raise ValueError(f"no verify text for kind {k}")
 
 
-def mysql_row_hash_sql(schema: TableSchema) -> str:
-    """The row hash as a BIGINT UNSIGNED expression (sum it for the chunk checksum)."""
-    parts = []
-    for col in schema.columns:
-        t = mysql_text_sql(col)
-        parts.append(f"CASE WHEN ({t}) IS NULL THEN 'N' ELSE CONCAT(LENGTH({t}), ':', {t}) END")
-    row = f"CONVERT(CONCAT_WS(',', {', '.join(parts)}) USING utf8mb4)"
-    return f"CAST(CONV(SUBSTRING(MD5({row}), 1, 15), 16, 10) AS UNSIGNED)"
+def mysql_text_sql(col: Column) -> str:
+    """The MySQL/MariaDB expression for ``col``'s verify text."""
+    return text_sql(col, quote_ident(col.name), MYSQL)
 
 
-def spark_row_hash_sql(schema: TableSchema, aliases: Sequence[str]) -> str:
-    """The same row hash in Spark as ``DECIMAL(38,0)``, over silver's typed columns."""
-    parts = []
-    for col, v in zip(schema.columns, aliases):
-        t = spark_text_sql(col, v)
-        parts.append(f"CASE WHEN ({t}) IS NULL THEN 'N' ELSE concat(CAST(octet_length({t}) AS STRING), ':', {t}) END")
-    row = f"concat_ws(',', {', '.join(parts)})"
-    return f"CAST(conv(substr(md5(CAST({row} AS BINARY)), 1, 15), 16, 10) AS DECIMAL(38,0))"
+def spark_text_sql(col: Column, v: str) -> str:
+    """The Spark SQL expression for the verify text of silver's typed column ``v``."""
+    return text_sql(col, v, SPARK)
+
+
+# ---------------------------------------------------------------------------------------
+# Row hashes, in parts
+
+# Columns per part, the key's included. A part of 16 compiles to about 4.5 KB of JVM
+# bytecode (docs/silver.md, "Verify"), under the 8,000 bytes up to which HotSpot compiles
+# a method at all.
+HASH_PART_COLUMNS = 16
+
+
+def hash_parts(schema: TableSchema) -> list[tuple[Column, ...]]:
+    """The row's parts: each the key columns and the next non-key columns in table order,
+    :data:`HASH_PART_COLUMNS` columns in all (at least one non-key column when there is one)."""
+    key = schema.key_columns
+    rest = [c for c in schema.columns if c.name not in schema.key]
+    size = max(1, HASH_PART_COLUMNS - len(key))
+    return [key + tuple(rest[i : i + size]) for i in range(0, len(rest), size)] or [key]
+
+
+def _column_part(col: Column, x: str, e: Engine) -> str:
+    """``<byte length>:<text>``, ``N`` for NULL. The text is used twice, both times on every
+    row, so Spark computes it once."""
+    t = text_sql(col, x, e)
+    return f"COALESCE(CONCAT(CAST({e.length}({t}) AS {e.text}), ':', {t}), 'N')"
+
+
+def part_hash_sql(number: int, columns: Sequence[Column], exprs: Sequence[str], e: Engine) -> str:
+    """Part ``number``'s hash in engine ``e``, ``exprs`` the expressions of its ``columns``."""
+    text = f"CONCAT_WS(',', '{int(number)}', {', '.join(_column_part(c, x, e) for c, x in zip(columns, exprs))})"
+    return f"CAST(CONV(SUBSTRING(MD5({e.utf8_bytes(text)}), 1, 15), 16, 10) AS {e.hash_type})"
+
+
+def mysql_part_hashes_sql(schema: TableSchema) -> list[str]:
+    """The part hashes of a source row, BIGINT UNSIGNED expressions."""
+    return [
+        part_hash_sql(j, part, [quote_ident(c.name) for c in part], MYSQL)
+        for j, part in enumerate(hash_parts(schema), 1)
+    ]
+
+
+def spark_part_hashes_sql(schema: TableSchema, aliases: Sequence[str]) -> list[str]:
+    """The part hashes of a silver row as ``DECIMAL(38,0)``, over its typed columns named
+    ``aliases`` (in ``schema.columns`` order)."""
+    alias = {c.name: a for c, a in zip(schema.columns, aliases)}
+    return [
+        part_hash_sql(j, part, [alias[c.name] for c in part], SPARK) for j, part in enumerate(hash_parts(schema), 1)
+    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -273,7 +366,7 @@ def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]])
     """One scan of the table: per chunk id ``g``, the row count ``n`` and checksum ``h``."""
     chunk, params = chunk_of_sql(schema, chunks)
     sql = (
-        f"SELECT {chunk} AS g, COUNT(*) AS n, SUM({mysql_row_hash_sql(schema)}) AS h "
+        f"SELECT {chunk} AS g, COUNT(*) AS n, {' + '.join(f'SUM({h})' for h in mysql_part_hashes_sql(schema))} AS h "
         f"FROM {qualified(schema.database, schema.table)} GROUP BY 1"
     )
     return sql, params
@@ -282,8 +375,15 @@ def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]])
 __all__ = [
     "chunk_of_sql",
     "chunk_stats_sql",
-    "mysql_row_hash_sql",
+    "HASH_PART_COLUMNS",
+    "MYSQL",
+    "SPARK",
+    "Engine",
+    "hash_parts",
+    "mysql_part_hashes_sql",
     "mysql_text_sql",
-    "spark_row_hash_sql",
+    "part_hash_sql",
+    "spark_part_hashes_sql",
     "spark_text_sql",
+    "text_sql",
 ]
