@@ -496,64 +496,80 @@ def _read_waves(
             # A fresh attempt id per wave: rows of a killed earlier attempt of the same chunk
             # stay in the snapshot's table but never match a manifest row.
             attempt_id = uuid.uuid4().hex
-            groups: dict[str, list[_Pending]] = {}
-            for p in wave:
-                groups.setdefault(p.snapshot_id, []).append(p)
-            writes = [
-                pool.submit(_write_snapshot_rows, spark, config, lh, chunks, attempt_id, barrier, source)
-                for chunks in groups.values()
-            ]
-            by_chunk: dict[tuple[str, int], dict] = {}
-            for future in writes:
-                by_chunk.update(future.result())  # re-raises the first failed write
+            stats = _write_wave(spark, config, lh, pool, wave, attempt_id, barrier, source)
             faults.point("snapshot.before_manifest")
             if plan_committed is not None:
                 plan_committed.result()  # re-raises a failed plan commit before any manifest row
-            now = datetime.now(timezone.utc).replace(tzinfo=None)
-            manifest = []
-            rows_in_wave = 0
-            for p in wave:
-                s = by_chunk.get((p.snapshot_id, p.chunk_id))
-                if s is None:
-                    raise LakehouseError(
-                        f"snapshot chunk {p.schema.name}#{p.chunk_id} left no marker row in "
-                        f"{lh.snapshot_table(p.schema.database, p.schema.table, p.snapshot_id)}: "
-                        "re-run binlake snapshot"
-                    )
-                n = int(s["row_count"])
-                rows_in_wave += n
-                lw_index = int(s["lw_file_index"])
-                manifest.append(
-                    ManifestRow(
-                        snapshot_id=p.snapshot_id,
-                        db=p.schema.database,
-                        table=p.schema.table,
-                        chunk_id=p.chunk_id,
-                        attempt_id=attempt_id,
-                        key_columns=list(p.schema.key),
-                        start_key=p.start_key,
-                        end_key=p.end_key,
-                        lw_file=s["lw_file"],
-                        lw_file_index=lw_index,
-                        lw_pos=int(s["lw_pos"]),
-                        hw_file=s["hw_file"],
-                        hw_file_index=log_index(epoch_of(lw_index), file_index(s["hw_file"])),
-                        hw_pos=int(s["hw_pos"]),
-                        row_count=n,
-                        checksum=s["checksum"],
-                        schema_version=p.version,
-                        committed_at=now,
-                        row_format=TYPED_ROWS,
-                        zero_dates=int(s.get("zero_dates") or 0),
-                    )
-                )
-                t = by_table[p.schema.name]
+            manifest = _manifest_rows(lh, wave, stats, attempt_id)
+            for row in manifest:
+                t = by_table[f"{row.db}.{row.table}"]
                 t.chunks_read += 1
-                t.rows += n
+                t.rows += row.row_count
             lh.snapshot_chunks.save(
                 spark.createDataFrame(manifest, SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
             )
-            bar.advance(len(wave), items=rows_in_wave)
+            bar.advance(len(wave), items=sum(row.row_count for row in manifest))
+
+
+def _write_wave(
+    spark, config: Config, lh: Lakehouse, pool, wave: list[_Pending], attempt_id: str, barrier, source
+) -> dict[tuple[str, int], dict]:
+    """A wave's rows, one Delta append per snapshot in it, side by side; returns each chunk's
+    marker stats by (snapshot id, chunk id)."""
+    groups: dict[str, list[_Pending]] = {}
+    for p in wave:
+        groups.setdefault(p.snapshot_id, []).append(p)
+    writes = [
+        pool.submit(_write_snapshot_rows, spark, config, lh, chunks, attempt_id, barrier, source)
+        for chunks in groups.values()
+    ]
+    by_chunk: dict[tuple[str, int], dict] = {}
+    for future in writes:
+        by_chunk.update(future.result())  # re-raises the first failed write
+    return by_chunk
+
+
+def _manifest_rows(
+    lh: Lakehouse, wave: list[_Pending], stats: dict[tuple[str, int], dict], attempt_id: str
+) -> list[ManifestRow]:
+    """The wave's manifest rows, from the marker stats its writes observed: a chunk without one
+    wrote nothing the manifest could name, which stops the snapshot before any is committed."""
+    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    manifest = []
+    for p in wave:
+        s = stats.get((p.snapshot_id, p.chunk_id))
+        if s is None:
+            raise LakehouseError(
+                f"snapshot chunk {p.schema.name}#{p.chunk_id} left no marker row in "
+                f"{lh.snapshot_table(p.schema.database, p.schema.table, p.snapshot_id)}: "
+                "re-run binlake snapshot"
+            )
+        lw_index = int(s["lw_file_index"])
+        manifest.append(
+            ManifestRow(
+                snapshot_id=p.snapshot_id,
+                db=p.schema.database,
+                table=p.schema.table,
+                chunk_id=p.chunk_id,
+                attempt_id=attempt_id,
+                key_columns=list(p.schema.key),
+                start_key=p.start_key,
+                end_key=p.end_key,
+                lw_file=s["lw_file"],
+                lw_file_index=lw_index,
+                lw_pos=int(s["lw_pos"]),
+                hw_file=s["hw_file"],
+                hw_file_index=log_index(epoch_of(lw_index), file_index(s["hw_file"])),
+                hw_pos=int(s["hw_pos"]),
+                row_count=int(s["row_count"]),
+                checksum=s["checksum"],
+                schema_version=p.version,
+                committed_at=now,
+                row_format=TYPED_ROWS,
+                zero_dates=int(s.get("zero_dates") or 0),
+            )
+        )
+    return manifest
 
 
 def _write_snapshot_rows(
