@@ -67,7 +67,7 @@ def odd(mariadb):
     mariadb.execute(f"DROP DATABASE IF EXISTS {quote_ident(DB)}")
 
 
-def config(mariadb, tmp_path, tables=None):
+def config(mariadb, tmp_path, tables=None, **sections):
     doc = {
         "source": {
             "host": "127.0.0.1",
@@ -78,6 +78,7 @@ def config(mariadb, tmp_path, tables=None):
             "tables": tables or [f"{DB}.*"],
         },
         "lakehouse": {"path": str(tmp_path / "lakehouse")},
+        **sections,
     }
     path = tmp_path / "binlake.yml"
     path.write_text(yaml.safe_dump(doc, allow_unicode=True), encoding="utf-8")
@@ -195,3 +196,59 @@ def test_snapshot_capture_and_silver_carry_odd_names_end_to_end(mariadb, odd, tm
     assert got == {(1, "a b"): "it's", (1, "ä`b"): '"dq"', (2, ""): None, (3, "数据"): "changed"}
     comments = {f.name: f.metadata.get("comment") for f in silver.schema.fields}
     assert comments['quote\'d "dq"'] == 'quote\'d "dq" comment'
+
+
+MAINT_DB = "maint`db"
+WIDE = "x' OR '1'='1"  # pasted inside quotes, a condition on every table
+DOTTED_DB = "maint.d"  # `maint` . `d.victim` would be another table
+VICTIM = "victim"
+
+
+def _changelog_counts(spark, cfg) -> dict[tuple[str, str], int]:
+    from binlake.contract.tables import Lakehouse
+
+    rows = Lakehouse(cfg).changelog.read(spark).where("op != 'heartbeat'").groupBy("db", "table").count()
+    return {(r["db"], r["table"]): r["count"] for r in rows.collect()}
+
+
+def test_maintain_prunes_each_odd_table_by_its_own_name(mariadb, tmp_path, spark):
+    """Change-log retention removes a re-snapshotted table's rows below its new snapshot and
+    nothing of the tables beside it (their snapshots are older than their changes), whose
+    database names hold a backtick or a dot."""
+    from binlake.bronze.snapshot import run_snapshot
+    from binlake.ops.maintain import run_maintain
+    from binlake.ops.pipeline import run_pipeline
+
+    tables = {
+        (MAINT_DB, WIDE): qualified(MAINT_DB, WIDE),
+        (MAINT_DB, VICTIM): qualified(MAINT_DB, VICTIM),
+        (DOTTED_DB, VICTIM): qualified(DOTTED_DB, VICTIM),
+    }
+    drop = [f"DROP DATABASE IF EXISTS {quote_ident(db)}" for db in (MAINT_DB, DOTTED_DB)]
+    mariadb.execute(
+        *drop,
+        *(f"CREATE DATABASE {quote_ident(db)}" for db in (MAINT_DB, DOTTED_DB)),
+        *(f"CREATE TABLE {t} (id INT PRIMARY KEY, v INT)" for t in tables.values()),
+        *(f"INSERT INTO {t} VALUES (1, 1), (2, 2)" for t in tables.values()),
+    )
+    try:
+        patterns = [f"{MAINT_DB}.*", f"maint*.{VICTIM}"]
+        cfg, _ = config(mariadb, tmp_path, tables=patterns, maintenance={"changelog_retention_days": 0})
+        assert run_pipeline(spark, cfg).ok
+        mariadb.execute(*(f"UPDATE {t} SET v = v + 10" for t in tables.values()))
+        assert run_pipeline(spark, cfg).ok
+        before_snapshot = _changelog_counts(spark, cfg)
+        assert before_snapshot == dict.fromkeys(tables, 2)
+
+        # A new snapshot of one table: its older change log is no longer needed, the others' is.
+        run_snapshot(spark, cfg, tables=[f"{MAINT_DB}.{WIDE}"])
+        mariadb.execute(*(f"INSERT INTO {t} VALUES (3, 3)" for t in tables.values()))
+        assert run_pipeline(spark, cfg).ok
+        before = _changelog_counts(spark, cfg)
+
+        result = run_maintain(spark, cfg)
+        wide = (MAINT_DB, WIDE)
+        assert _changelog_counts(spark, cfg) == {**before, wide: before[wide] - before_snapshot[wide]}
+        assert result.changelog_rows_removed >= before_snapshot[wide]
+    finally:
+        mariadb.execute(*drop)

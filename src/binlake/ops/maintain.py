@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -164,13 +165,15 @@ def _file_count(spark, ref: TableRef) -> int:
     return int(spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("numFiles").first()[0] or 0)
 
 
-def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[str, _Snapshots]:
+def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[tuple[str, str], _Snapshots]:
+    """What the snapshot tables say about each table, by ``(db, table)`` (a name ``db.table``
+    is ambiguous: a database name may hold a dot)."""
     from pyspark.sql import functions as F
 
-    facts = {s.name: _Snapshots() for s in states}
+    facts = {(s.db, s.table): _Snapshots() for s in states}
     if not (facts and lh.snapshot_plan.exists(spark) and lh.snapshot_chunks.exists(spark)):
         return facts
-    plans: dict[tuple[str, str], dict] = {}
+    plans: dict[tuple[tuple[str, str], str], dict] = {}
     for r in (
         lh.snapshot_plan.read(spark)
         .groupBy("db", "table", "snapshot_id")
@@ -181,10 +184,10 @@ def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[str,
         )
         .collect()
     ):
-        if f"{r['db']}.{r['table']}" in facts:
-            plans[(f"{r['db']}.{r['table']}", r["snapshot_id"])] = r.asDict()
+        if (r["db"], r["table"]) in facts:
+            plans[((r["db"], r["table"]), r["snapshot_id"])] = r.asDict()
     done = {
-        (f"{r['db']}.{r['table']}", r["snapshot_id"]): r
+        ((r["db"], r["table"]), r["snapshot_id"]): r
         for r in (
             lh.snapshot_chunks.read(spark)
             .groupBy("db", "table", "snapshot_id")
@@ -206,9 +209,9 @@ def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[str,
                 .collect()
             ):
                 lw = (r["lw"]["lw_file_index"], r["lw"]["lw_pos"])
-                f = facts[s.name]
+                f = facts[(s.db, s.table)]
                 f.unapplied_lw = lw if f.unapplied_lw is None else min(f.unapplied_lw, lw)
-                unapplied.add((s.name, r["snapshot_id"]))
+                unapplied.add(((s.db, s.table), r["snapshot_id"]))
     for (name, sid), plan in sorted(plans.items(), key=lambda kv: kv[1]["at"]):
         f = facts[name]
         m = done.get((name, sid))
@@ -241,7 +244,7 @@ def _compact_tombstones(
     config: Config,
     lh: Lakehouse,
     states: list[TableState],
-    facts: dict[str, _Snapshots],
+    facts: dict[tuple[str, str], _Snapshots],
     published: dict[str, tuple[int, int]],
     now: datetime,
     result: MaintainResult,
@@ -249,7 +252,7 @@ def _compact_tombstones(
     hours = config.maintenance.tombstone_retention_hours
     horizon = (now - timedelta(hours=hours)).strftime("%Y-%m-%d %H:%M:%S")
     for s in states:
-        f = facts[s.name]
+        f = facts[(s.db, s.table)]
         ref = lh.silver(s.db, s.table)
         if s.stopped:
             result.tombstones_kept[s.name] = "silver stopped the table"
@@ -278,17 +281,17 @@ def _prune_bronze(
     config: Config,
     lh: Lakehouse,
     states: list[TableState],
-    facts: dict[str, _Snapshots],
+    facts: dict[tuple[str, str], _Snapshots],
     now: datetime,
     result: MaintainResult,
 ) -> None:
     from pyspark.sql import functions as F
 
     for s in states:
-        _prune_typed_snapshots(spark, lh, s, facts[s.name], result)
+        _prune_typed_snapshots(spark, lh, s, facts[(s.db, s.table)], result)
     if lh.snapshot_rows.exists(spark):
         for s in states:
-            f = facts[s.name]
+            f = facts[(s.db, s.table)]
             same = (F.col("db") == s.db) & (F.col("table") == s.table)
             # The deletes take SQL text: a Delta command on a Spark Connect session takes no Column.
             same_sql = f"db = {spark_string(s.db)} AND `table` = {spark_string(s.table)}"
@@ -324,30 +327,42 @@ def _prune_bronze(
         return
     horizon = (now - timedelta(days=config.maintenance.changelog_retention_days)).strftime("%Y-%m-%d %H:%M:%S")
     bounds = {
-        s.name: min(s.position.key(), facts[s.name].base_lw)
+        (s.db, s.table): min(s.position.key(), facts[(s.db, s.table)].base_lw)
         for s in states
-        if facts[s.name].base_lw is not None and not s.stopped
+        if facts[(s.db, s.table)].base_lw is not None and not s.stopped
     }
     if not bounds:
         return
-    seq = "named_struct('a', file_index, 'b', pos)"
-
-    def below(key: tuple[int, int]) -> str:
-        return f"{seq} < named_struct('a', CAST({key[0]} AS BIGINT), 'b', CAST({key[1]} AS BIGINT))"
-
-    per_table = " OR ".join(
-        f"(db = '{name.split('.', 1)[0]}' AND `table` = '{name.split('.', 1)[1]}' AND {below(b)})"
-        for name, b in sorted(bounds.items())
-    )
     # Heartbeats below every table's bound; the newest (capture's resume position) is above them all.
     everyone = min(bounds.values()) if len(bounds) == len(states) else None
-    beats = f" OR (op = '{HEARTBEAT_OP}' AND {below(everyone)})" if everyone else ""
-    condition = f"captured_at < TIMESTAMP '{horizon}' AND (({per_table}){beats})"
+    condition = changelog_retention_condition(bounds, horizon, everyone)
 
     # The change log is append-only for every writer but this one: the guard is lifted for the
     # delete alone (readers take only its inserts).
     with changelog_deletable(spark, lh):
         result.changelog_rows_removed = delete_where(spark, lh.changelog, condition, "change-log retention")
+
+
+def changelog_retention_condition(
+    bounds: Mapping[tuple[str, str], tuple[int, int]], horizon: str, heartbeats_below: tuple[int, int] | None
+) -> str:
+    """The change-log rows retention removes, as Spark SQL: rows captured before ``horizon``
+    of each table ``(db, table)`` of ``bounds`` below its bound ``(file_index, pos)``, and
+    heartbeats below ``heartbeats_below`` (None: keep every heartbeat).
+
+    Names stay a pair and every one goes through :func:`spark_string`: a database name may
+    hold a dot and a table name a quote, and either must match that table alone."""
+    seq = "named_struct('a', file_index, 'b', pos)"
+
+    def below(key: tuple[int, int]) -> str:
+        return f"{seq} < named_struct('a', CAST({int(key[0])} AS BIGINT), 'b', CAST({int(key[1])} AS BIGINT))"
+
+    per_table = " OR ".join(
+        f"(db = {spark_string(db)} AND `table` = {spark_string(table)} AND {below(b)})"
+        for (db, table), b in sorted(bounds.items())
+    )
+    beats = "" if heartbeats_below is None else f" OR (op = {spark_string(HEARTBEAT_OP)} AND {below(heartbeats_below)})"
+    return f"captured_at < TIMESTAMP {spark_string(horizon)} AND (({per_table}){beats})"
 
 
 def _prune_typed_snapshots(spark, lh: Lakehouse, s: TableState, f: _Snapshots, result: MaintainResult) -> None:
