@@ -5,6 +5,19 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # types only: importing PySpark at runtime is left to where it is used
+    from typing import TypeAlias
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql.connect.session import SparkSession as ConnectSparkSession
+    from typing_extensions import TypeIs
+
+    # What binlake is given as ``spark``: a classic session (local Spark, a Databricks
+    # cluster) or a Spark Connect one (serverless, ``sc://`` servers); the two classes are
+    # unrelated, so code that needs the JVM narrows with :func:`is_connect` first.
+    SparkLike: TypeAlias = SparkSession | ConnectSparkSession
 
 # Hadoop's default file system for file: paths checksums every file into a hidden ".crc"
 # sidecar, and without Hadoop's native library (a pip install never has it) it forks a
@@ -88,7 +101,7 @@ SMALL_ROUND_CONF = {"spark.sql.codegen.wholeStage": "false"}
 
 
 @contextmanager
-def small_plans(spark, rows: int | None) -> Iterator[None]:
+def small_plans(spark: SparkLike, rows: int | None) -> Iterator[None]:
     """Run the block without whole-stage code generation when ``rows`` (the round's input,
     e.g. the row changes capture committed) is at most :data:`SMALL_ROUND_ROWS`; the
     session's settings are put back after. Give a thread of its own session
@@ -97,8 +110,8 @@ def small_plans(spark, rows: int | None) -> Iterator[None]:
         yield
         return
     saved = {key: spark.conf.get(key, None) for key in SMALL_ROUND_CONF}
-    for key, value in SMALL_ROUND_CONF.items():
-        spark.conf.set(key, value)
+    for key, small in SMALL_ROUND_CONF.items():
+        spark.conf.set(key, small)
     try:
         yield
     finally:
@@ -114,7 +127,7 @@ def small_plans(spark, rows: int | None) -> Iterator[None]:
 REMOTE_ENV = "SPARK_REMOTE"
 
 
-def is_connect(spark) -> bool:
+def is_connect(spark: SparkLike) -> TypeIs[ConnectSparkSession]:
     """True for a Spark Connect session: serverless compute, standard access mode clusters,
     ``sc://`` servers. Such a session has no ``sparkContext`` and no JVM to reach into.
 
@@ -123,7 +136,7 @@ def is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect.")
 
 
-def default_parallelism(spark, fallback: int = 2) -> int:
+def default_parallelism(spark: SparkLike, fallback: int = 2) -> int:
     """How many tasks the session runs at once: the SparkContext's number on a classic session;
     ``spark.default.parallelism`` where a Connect server sets it, else ``fallback``."""
     if not is_connect(spark):
@@ -140,7 +153,7 @@ def get_spark(
     master: str | None = None,
     extra_conf: dict[str, str] | None = None,
     extra_packages: list[str] | None = None,
-):
+) -> SparkLike:
     """Return the active session on Databricks, a Spark Connect session when
     :data:`REMOTE_ENV` names a server, or a local Spark + Delta session.
 
@@ -190,7 +203,7 @@ def get_spark(
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 
 
-def require_delta(spark) -> None:
+def require_delta(spark: SparkLike) -> None:
     """Refuse a Spark Connect server without Delta Lake, in one line, before anything is read
     or written. Databricks has Delta built in (and may not show its settings); a classic local
     session gets it from :func:`get_spark`."""
@@ -212,7 +225,7 @@ def require_delta(spark) -> None:
 _WORKERS_CHECKED: set[str] = set()
 
 
-def require_binlake_on_workers(spark) -> None:
+def require_binlake_on_workers(spark: SparkLike) -> None:
     """On a Spark Connect session, check once per session that the server's Python workers
     import the binlake this process runs, and refuse in one line if not: the snapshot and
     binlog readers are sent there by reference and run that code. On a classic session the
@@ -241,7 +254,7 @@ def require_binlake_on_workers(spark) -> None:
             return f"!{type(exc).__name__}: {exc}"
 
     try:
-        there = spark.range(1).select(F.udf(probe, "string")(F.lit(0))).first()[0]
+        there = spark.range(1).select(F.udf(probe, "string")(F.lit(0))).head(1)[0][0]
     except Exception as exc:  # noqa: BLE001 - a worker that cannot start at all fails the probe job
         lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
         there = "!" + next((line for line in reversed(lines) if "Error" in line), lines[0] if lines else repr(exc))
@@ -292,7 +305,7 @@ def with_java_options(conf: dict[str, str], options: str) -> dict[str, str]:
     return {**conf, key: joined} if joined else dict(conf)
 
 
-def _keep_jars_off_python_path(spark) -> None:
+def _keep_jars_off_python_path(spark: SparkSession) -> None:
     """PySpark puts every ``--packages`` jar (Delta's, here) on the workers' Python path, in
     case it holds Python code; these hold none, and each archive on that path costs every
     task time (see :mod:`binlake.local.worker_daemon`). The list is private to PySpark, so
@@ -307,8 +320,10 @@ def _keep_jars_off_python_path(spark) -> None:
 NOISY_LOGGERS = ("org.apache.spark.sql.delta.DeltaParquetFileFormat",)
 
 
-def _quiet_known_noise(spark) -> None:
+def _quiet_known_noise(spark: SparkSession) -> None:
     jvm = spark.sparkContext._jvm
+    if jvm is None:  # PySpark types the gateway optional; a started context has one
+        return
     try:
         level = jvm.org.apache.logging.log4j.Level.OFF
         for name in NOISY_LOGGERS:

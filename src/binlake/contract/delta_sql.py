@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import overload
+from typing import TYPE_CHECKING, overload
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 
 @overload
@@ -46,7 +49,7 @@ def _assignments(what: str, pairs: Mapping[str, str]) -> str:
 class DeltaSql:
     """A Delta table addressed by SQL (``delta.`/path``` or a table name)."""
 
-    def __init__(self, spark, table_sql: str, alias: str | None = None):
+    def __init__(self, spark: SparkLike, table_sql: str, alias: str | None = None):
         self._spark = spark
         self._table = table_sql
         self._alias = alias
@@ -91,7 +94,7 @@ class DeltaSql:
 
 
 class _Optimize:
-    def __init__(self, spark, table_sql: str):
+    def __init__(self, spark: SparkLike, table_sql: str):
         self._spark = spark
         self._table = table_sql
 
@@ -102,7 +105,7 @@ class _Optimize:
 class MergeSql:
     """``MERGE INTO`` built clause by clause, in the order the clauses are added."""
 
-    def __init__(self, spark, target: str, source, source_alias: str, condition: str):
+    def __init__(self, spark: SparkLike, target: str, source, source_alias: str, condition: str):
         self._spark = spark
         self._target = target
         self._source = source

@@ -49,7 +49,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from binlake.contract.leases import LAYERS, LAYOUT_PROPERTY, Holder, ensure_leases_table, holding
 from binlake.contract.schemas import (
@@ -69,6 +69,9 @@ from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.write_errors import with_retry
 from binlake.errors import LayoutOutdatedError, LayoutTooNewError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.layout")
 
@@ -97,14 +100,14 @@ _SYSTEM_TABLES = {
 # The steps
 
 
-def _move_system_tables(spark, lh: Lakehouse) -> None:
+def _move_system_tables(spark: SparkLike, lh: Lakehouse) -> None:
     for name, spec in _SYSTEM_TABLES.items():
         _move(spark, lh.layout_0_table(name), getattr(lh, name), spec)
     for old, new in lh.layout_0_quarantine(spark):
         _move(spark, old, new, None)
 
 
-def _snapshot_rows_properties(spark, lh: Lakehouse) -> None:
+def _snapshot_rows_properties(spark: SparkLike, lh: Lakehouse) -> None:
     missing = _missing_snapshot_rows_properties(spark, lh)
     if missing:
         props = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in missing.items())
@@ -112,7 +115,7 @@ def _snapshot_rows_properties(spark, lh: Lakehouse) -> None:
         with_retry("snapshot_rows properties", lambda: spark.sql(statement))
 
 
-def _missing_snapshot_rows_properties(spark, lh: Lakehouse) -> dict[str, str]:
+def _missing_snapshot_rows_properties(spark: SparkLike, lh: Lakehouse) -> dict[str, str]:
     ref = lh.snapshot_rows
     if not ref.exists(spark):
         return {}
@@ -121,7 +124,7 @@ def _missing_snapshot_rows_properties(spark, lh: Lakehouse) -> dict[str, str]:
     return {k: v for k, v in wanted.items() if current.get(k) != v}
 
 
-def _manifest_row_format(spark, lh: Lakehouse) -> None:
+def _manifest_row_format(spark: SparkLike, lh: Lakehouse) -> None:
     ref = lh.snapshot_chunks
     if not ref.exists(spark):
         return
@@ -133,7 +136,7 @@ def _manifest_row_format(spark, lh: Lakehouse) -> None:
         with_retry("snapshot_chunks row_format", lambda: spark.sql(statement))
 
 
-def _move_system_files(spark, lh: Lakehouse) -> None:
+def _move_system_files(spark: SparkLike, lh: Lakehouse) -> None:
     old = lh.layout_0_files
     if old is None or not Path(old).is_dir():
         return
@@ -178,7 +181,7 @@ def forget_checked_layouts() -> None:
     _current.clear()
 
 
-def layout_version(spark, lh: Lakehouse) -> int | None:
+def layout_version(spark: SparkLike, lh: Lakehouse) -> int | None:
     """The lakehouse's layout version; None when no binlake table of a command exists yet (a
     new lakehouse, which starts at :data:`LAYOUT_VERSION`)."""
     if lh.leases.exists(spark):
@@ -186,7 +189,7 @@ def layout_version(spark, lh: Lakehouse) -> int | None:
     return 0 if _written_by_layout_0(spark, lh) else None
 
 
-def _written_by_layout_0(spark, lh: Lakehouse) -> bool:
+def _written_by_layout_0(spark: SparkLike, lh: Lakehouse) -> bool:
     """Whether an earlier binlake wrote here: a system table at its old place, or a
     snapshot_rows table without the properties this binlake creates it with (a lakehouse an
     earlier binlake only ever snapshotted). Asked once, when the leases table is created."""
@@ -201,7 +204,7 @@ def _refuse_newer(lh: Lakehouse, version: int) -> None:
         )
 
 
-def require_current_layout(spark, lh: Lakehouse) -> None:
+def require_current_layout(spark: SparkLike, lh: Lakehouse) -> None:
     """For commands that only read: refuse a lakehouse an earlier binlake laid out (they would
     look for its tables in the wrong places) with the command that moves it."""
     key = str(lh.leases)
@@ -220,7 +223,7 @@ def require_current_layout(spark, lh: Lakehouse) -> None:
     _current.add(key)
 
 
-def ensure_current_layout(spark, lh: Lakehouse, holder: Holder) -> list[Step]:
+def ensure_current_layout(spark: SparkLike, lh: Lakehouse, holder: Holder) -> list[Step]:
     """For commands that write: bring the lakehouse to :data:`LAYOUT_VERSION`, running the
     missing steps under every layer's lease; returns the steps run (none, nearly always).
     Raises :class:`~binlake.errors.LeaseHeldError` when another process writes a layer
@@ -244,11 +247,11 @@ def ensure_current_layout(spark, lh: Lakehouse, holder: Holder) -> list[Step]:
     return ran
 
 
-def _stamped(spark, lh: Lakehouse) -> int:
+def _stamped(spark: SparkLike, lh: Lakehouse) -> int:
     return int(lh.leases.properties(spark).get(LAYOUT_PROPERTY, "0"))
 
 
-def _stamp(spark, lh: Lakehouse, version: int) -> None:
+def _stamp(spark: SparkLike, lh: Lakehouse, version: int) -> None:
     statement = f"ALTER TABLE {lh.leases.sql} SET TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '{int(version)}')"
     with_retry("layout version", lambda: spark.sql(statement))
 
@@ -257,7 +260,7 @@ def _stamp(spark, lh: Lakehouse, version: int) -> None:
 # Moving one table
 
 
-def _move(spark, old: TableRef, new: TableRef, spec: _Table | None) -> None:
+def _move(spark: SparkLike, old: TableRef, new: TableRef, spec: _Table | None) -> None:
     """Copy ``old`` to ``new`` in one commit (with ``spec``'s columns, properties and comment;
     ``spec`` None keeps ``old``'s columns), then drop ``old``."""
     if not old.exists(spark):
@@ -287,14 +290,14 @@ def _move(spark, old: TableRef, new: TableRef, spec: _Table | None) -> None:
         _remove_empty_parents(Path(old.path))
 
 
-def _select(spark, ref: TableRef, columns: list[tuple[str, str]]) -> str:
+def _select(spark: SparkLike, ref: TableRef, columns: list[tuple[str, str]]) -> str:
     """``SELECT`` of ``columns`` (name, type) from ``ref``: the ones it lacks as NULL."""
     have = {c for c, _ in _table_columns(spark, ref)}
     exprs = [f"CAST({quote_ident(c) if c in have else 'NULL'} AS {t}) AS {quote_ident(c)}" for c, t in columns]
     return f"SELECT {', '.join(exprs)} FROM {ref.sql}"
 
 
-def _table_columns(spark, ref: TableRef) -> list[tuple[str, str]]:
+def _table_columns(spark: SparkLike, ref: TableRef) -> list[tuple[str, str]]:
     return [(f.name, f.dataType.simpleString()) for f in ref.read(spark).schema.fields]
 
 

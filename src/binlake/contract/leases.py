@@ -39,11 +39,15 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from binlake.contract.sql import spark_string
 from binlake.contract.tables import Lakehouse
 from binlake.contract.write_errors import with_retry
 from binlake.errors import LakehouseError, LeaseHeldError, LeaseLostError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.leases")
 
@@ -86,7 +90,7 @@ class Holder:
         return f"`binlake {self.command}` (pid {self.pid} on {self.host}{job}{run})"
 
 
-def ensure_leases_table(spark, lh: Lakehouse, layout_version: int) -> None:
+def ensure_leases_table(spark: SparkLike, lh: Lakehouse, layout_version: int) -> None:
     """Create ``leases`` with one free row per layer, stamped with ``layout_version``; nothing
     when it exists. One CREATE ... AS SELECT: the rows and the stamp are in its first commit,
     so a process racing this one sees the whole table or none."""
@@ -148,7 +152,7 @@ class Leases:
 
     def __init__(
         self,
-        spark,
+        spark: SparkLike,
         lh: Lakehouse,
         layers: Sequence[str],
         holder: Holder,
@@ -267,7 +271,7 @@ def _refusal(row) -> str:
     )
 
 
-def current_holders(spark, lh: Lakehouse) -> dict[str, dict]:
+def current_holders(spark: SparkLike, lh: Lakehouse) -> dict[str, dict]:
     """Each layer's live lease: ``{layer: {holder, since, until}}`` (``binlake status``)."""
     if not lh.leases.exists(spark):
         return {}
@@ -281,7 +285,7 @@ def current_holders(spark, lh: Lakehouse) -> dict[str, dict]:
 
 @contextmanager
 def holding(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     layers: Sequence[str],
     holder: Holder,

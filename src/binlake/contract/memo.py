@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from binlake.contract.tables import TableRef
+    from binlake.spark import SparkLike
 
 _T = TypeVar("_T")
 _V = TypeVar("_V")
@@ -63,7 +64,7 @@ class Memo(Generic[_V]):
 _BY_VERSION: Memo[Any] = Memo(kept=1024)
 
 
-def once_per_version(spark, ref: TableRef, what: str, compute: Callable[[int], _T]) -> _T:
+def once_per_version(spark: SparkLike, ref: TableRef, what: str, compute: Callable[[int], _T]) -> _T:
     """``compute(version)`` of the table's newest version, computed once per commit per
     process (``what`` names the computation). ``compute`` must read the table at ``version``."""
     head = ref.newest_commit(spark)

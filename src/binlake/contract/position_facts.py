@@ -11,6 +11,7 @@ from binlake.contract.memo import Memo
 
 if TYPE_CHECKING:
     from binlake.contract.tables import TableRef
+    from binlake.spark import SparkLike
 
 
 # What a step of this process learnt about positions of a change log from rows it read anyway
@@ -54,7 +55,7 @@ def position_facts(changelog: TableRef, p) -> tuple[str | None, str | None] | No
 _FACTS_THROUGH: Memo[tuple[Any, Any]] = Memo()
 
 
-def remember_facts_through(spark, changelog: TableRef, version: int, g, t) -> None:
+def remember_facts_through(spark: SparkLike, changelog: TableRef, version: int, g, t) -> None:
     """Record the newest ``g`` and ``t`` (:func:`position_fact_columns`) over the commits up
     to ``version``. Only where Delta's log object answers for the commit's time: asking
     history instead would cost a query every run (Spark Connect)."""
@@ -63,7 +64,7 @@ def remember_facts_through(spark, changelog: TableRef, version: int, g, t) -> No
         _FACTS_THROUGH.put(str(changelog), (g, t), (version, when))
 
 
-def facts_through(spark, changelog: TableRef, version: int) -> tuple[Any, Any] | None:
+def facts_through(spark: SparkLike, changelog: TableRef, version: int) -> tuple[Any, Any] | None:
     """What :func:`remember_facts_through` recorded for ``version``, or None. The commit's
     time tells it from another commit written at that version since (a table recreated)."""
     if version < 0:

@@ -36,6 +36,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from binlake.config import Config
 from binlake.contract.delta_log import is_delta_path, log_commits, log_head, log_snapshot
@@ -44,6 +45,9 @@ from binlake.contract.schemas import HISTORY_SUFFIX, HISTORY_TABLE_SUFFIXES
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.write_errors import with_retry
 from binlake.spark import is_connect
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.lakehouse")
 
@@ -70,14 +74,14 @@ class TableRef:
         assert self.path is not None, "a TableRef needs a name or a path"
         return self.path
 
-    def read(self, spark):
+    def read(self, spark: SparkLike):
         return spark.read.table(self.name) if self.name else spark.read.format("delta").load(self.path)
 
-    def latest_version(self, spark) -> int:
+    def latest_version(self, spark: SparkLike) -> int:
         """The table's newest version (one Delta log read)."""
         return self.newest_commit(spark)[0]
 
-    def newest_commit(self, spark) -> tuple[int, object]:
+    def newest_commit(self, spark: SparkLike) -> tuple[int, object]:
         """``(version, commit time)`` of the table's newest commit: names one state of the
         table, even across a table dropped and created again at the same place."""
         if self.path:
@@ -87,7 +91,7 @@ class TableRef:
         row = self.delta(spark).history(1).select("version", "timestamp").first()
         return int(row["version"]), row["timestamp"]
 
-    def last_commit(self, spark, since: int | None = None) -> tuple[int, dict[str, int]]:
+    def last_commit(self, spark: SparkLike, since: int | None = None) -> tuple[int, dict[str, int]]:
         """(version, integer metrics) of the newest commit; metrics are ``{}`` when no commit
         came after version ``since`` (Delta commits nothing for a MERGE that matched nothing)."""
         row = self.newest_commit_info(spark)
@@ -102,22 +106,22 @@ class TableRef:
                 pass
         return version, metrics
 
-    def newest_commit_info(self, spark) -> dict:
+    def newest_commit_info(self, spark: SparkLike) -> dict:
         """The newest commit as :meth:`commits` describes one: from the log's newest commit
         file where the session has a JVM, a Spark job less than ``history(1)``."""
         version = self.latest_version(spark)
         return self.commits(spark, version, version)[-1]
 
-    def description(self, spark) -> str:
+    def description(self, spark: SparkLike) -> str:
         """The table's comment (Delta's ``description``): from the log's cached metadata where
         the session has a JVM, else ``DESCRIBE DETAIL`` (which computes the table's file
         statistics to answer, a few Spark jobs)."""
         snapshot = log_snapshot(spark, self.path) if self.path else None
         if snapshot is not None:
             return snapshot.metadata().description() or ""
-        return spark.sql(f"DESCRIBE DETAIL {self.sql}").select("description").first()[0] or ""
+        return spark.sql(f"DESCRIBE DETAIL {self.sql}").select("description").head(1)[0][0] or ""
 
-    def commits(self, spark, first: int, last: int | None = None) -> list[dict]:
+    def commits(self, spark: SparkLike, first: int, last: int | None = None) -> list[dict]:
         """The commits of versions ``first`` to ``last`` (default: the newest), oldest first:
         ``version``, ``timestamp`` (ms), ``operation``, ``operationParameters``, ``userMetadata``
         and ``operationMetrics``. Read from the log's commit files by Delta's log object where the
@@ -138,14 +142,14 @@ class TableRef:
         commits = [r.asDict() | {"timestamp": int(r["timestamp"].timestamp() * 1000)} for r in rows]
         return sorted((c for c in commits if first <= c["version"] <= last), key=lambda c: c["version"])
 
-    def properties(self, spark) -> dict[str, str]:
+    def properties(self, spark: SparkLike) -> dict[str, str]:
         """The table's properties (``SHOW TBLPROPERTIES``: the cached log's metadata, no job)."""
         return {r["key"]: r["value"] for r in spark.sql(f"SHOW TBLPROPERTIES {self.sql}").collect()}
 
-    def is_empty(self, spark) -> bool:
+    def is_empty(self, spark: SparkLike) -> bool:
         return not self.read(spark).limit(1).collect()
 
-    def read_changes(self, spark, start: int, end: int, inserts_only: bool = True):
+    def read_changes(self, spark: SparkLike, start: int, end: int, inserts_only: bool = True):
         """Its change data feed over versions ``[start, end]``: the rows inserted (bronze tables
         are append-only, so inserts are all there is), or every change with ``inserts_only=False``
         (``_change_type``: insert, delete, update_preimage, update_postimage)."""
@@ -160,7 +164,7 @@ class TableRef:
         df = reader.table(self.name) if self.name else reader.load(self.path)
         return df.where(F.col("_change_type") == "insert") if inserts_only else df
 
-    def read_at(self, spark, version: int):
+    def read_at(self, spark: SparkLike, version: int):
         """The table as of ``version``: the latest state when that is it (Delta's cached
         snapshot, where time travel would compute the same snapshot again), else time travel."""
         if self.latest_version(spark) == version:
@@ -169,12 +173,12 @@ class TableRef:
                 return df
         return self.read_version(spark, version)
 
-    def read_version(self, spark, version: int):
+    def read_version(self, spark: SparkLike, version: int):
         """The table as of an earlier version (Delta time travel)."""
         reader = spark.read.format("delta").option("versionAsOf", int(version))
         return reader.table(self.name) if self.name else reader.load(self.path)
 
-    def delta(self, spark):
+    def delta(self, spark: SparkLike):
         """Delta's ``DeltaTable`` on a classic session; on a Spark Connect session the same
         calls as Delta SQL commands (:class:`binlake.contract.delta_sql.DeltaSql`), which need
         no Delta plugin on the server. Conditions and assignments are SQL text either way."""
@@ -182,9 +186,9 @@ class TableRef:
             return DeltaSql(spark, self.sql)
         from delta.tables import DeltaTable
 
-        return DeltaTable.forName(spark, self.name) if self.name else DeltaTable.forPath(spark, self.path)
+        return DeltaTable.forName(spark, self.name) if self.name else DeltaTable.forPath(spark, self._local_path())
 
-    def exists(self, spark) -> bool:
+    def exists(self, spark: SparkLike) -> bool:
         if self.name:
             return spark.catalog.tableExists(self.name)
         path = self._local_path()
@@ -201,7 +205,7 @@ class TableRef:
 
         return DeltaTable.isDeltaTable(spark, path)
 
-    def drop(self, spark) -> None:
+    def drop(self, spark: SparkLike) -> None:
         """Remove the table and its files (a path table's directory; ``DROP TABLE`` by name)."""
         if self.name:
             spark.sql(f"DROP TABLE IF EXISTS {self.name}")
@@ -219,7 +223,7 @@ class TableRef:
 
     def create_if_missing(
         self,
-        spark,
+        spark: SparkLike,
         schema_ddl: str,
         properties: dict[str, str] | None = None,
         comment: str = "",
@@ -232,7 +236,7 @@ class TableRef:
         spark.sql(f"CREATE TABLE IF NOT EXISTS {self.sql} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
 
-def delete_where(spark, ref: TableRef, condition, what: str, metric: str = "numDeletedRows") -> int:
+def delete_where(spark: SparkLike, ref: TableRef, condition, what: str, metric: str = "numDeletedRows") -> int:
     """One Delta DELETE of ``condition`` (SQL text or Column), retried against a concurrent
     writer; returns the commit's ``metric`` (0 when nothing matched: Delta then commits nothing)."""
 
@@ -286,7 +290,7 @@ class Lakehouse:
         """The typed rows of one snapshot of ``db.table`` (every chunk attempt of it)."""
         return self._ref("bronze", "snapshots", db, table, snapshot_id)
 
-    def snapshot_tables(self, spark, db: str, table: str) -> dict[str, TableRef]:
+    def snapshot_tables(self, spark: SparkLike, db: str, table: str) -> dict[str, TableRef]:
         """The typed snapshot tables of ``db.table`` that exist, by snapshot id (found by
         listing: a snapshot killed before its manifest has one too)."""
         if self.root is not None:
@@ -385,7 +389,7 @@ class Lakehouse:
         layer, old = _LAYOUT_0_PLACES[name]
         return self._ref(layer, old)
 
-    def layout_0_quarantine(self, spark) -> list[tuple[TableRef, TableRef]]:
+    def layout_0_quarantine(self, spark: SparkLike) -> list[tuple[TableRef, TableRef]]:
         """``(where layout 0 kept it, where it is now)`` of each quarantine table an earlier
         binlake wrote (found by listing)."""
         if self.root is not None:
