@@ -15,6 +15,11 @@ source switched (a promoted replica) it resumes from the GTID position on the ne
 a new source epoch, whose positions sort after every older one; when it cannot (a reset
 binlog, no GTID), it stops with :class:`SourceChangedError` and the re-snapshot recovery.
 
+This module is the run loop and its batches; the commit is
+:mod:`binlake.bronze.capture_commit`, positioning and failover
+:mod:`binlake.bronze.capture_position`, the snapshots capture starts itself
+:mod:`binlake.bronze.capture_new_tables`.
+
 Example::
 
     result = run_capture(spark, config)          # up to the position the server reports now
@@ -23,121 +28,70 @@ Example::
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import time
-import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from pyspark.errors import AnalysisException
 
-from binlake import faults
 from binlake.bronze.binlog_reader import SIDE_OPS, ReadRange
 from binlake.bronze.binlog_source import MAX_PARALLEL_FILES, read_dataframe
+from binlake.bronze.capture_commit import TXN_APP_ID, CaptureResult, commit_batch, table_filter
+from binlake.bronze.capture_new_tables import snapshot_newly_matched, snapshot_renamed_into
+from binlake.bronze.capture_position import (
+    binlog_files,
+    capture_status,
+    ensure_not_purged,
+    follow_source,
+    follow_source_state,
+    reset_capture,
+    resume_purge_warning,
+    startup_position,
+    state_at,
+)
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
 from binlake.bronze.snapshot import run_snapshot
-from binlake.bronze.tables import ensure_bronze_tables, record_schemas
-from binlake.config import Config, PurgePolicy, StartupMode
+from binlake.bronze.tables import ensure_bronze_tables
+from binlake.config import Config
 from binlake.console import QUIET, Console
-from binlake.contract.changelog import (
-    CHANGELOG_SCHEMA,
-    DATA_OPS,
-    DDL_OPS,
-    HEARTBEAT_OP,
-    RENAMED_INTO_OP,
-    STATEMENT_OP,
-    heartbeat_row,
-)
-from binlake.contract.position import EPOCH_SHIFT, BinlogPosition, file_name
+from binlake.contract.changelog import HEARTBEAT_OP, RENAMED_INTO_OP
+from binlake.contract.position import BinlogPosition
 from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
 from binlake.contract.write_errors import storage_error
 from binlake.errors import (
     BinlakeError,
-    BinlogPurgedError,
-    GtidNotFound,
     InternalInvariantError,
-    SourceChangedError,
     SourceConnectionError,
     raised_on_worker,
 )
 from binlake.source import gtid as gtids
-from binlake.source.binlog.archive import archive_server_id, is_event_boundary
-from binlake.source.binlog.files import (
-    BinlogFile,
-    bytes_between,
-    check_not_purged,
-    expire_seconds,
-    first_event_time,
-    list_binlogs,
-    missing_between,
-    position_for_timestamp,
-    purge_warning,
-    wait_for_server,
-    with_archive,
-)
-from binlake.source.catalog import captured_tables
-from binlake.source.mysql import connect, is_mariadb, master_status, server_id
+from binlake.source.binlog.files import BinlogFile, wait_for_server
+from binlake.source.mysql import connect, master_status, server_id
 from binlake.spark import default_parallelism, require_binlake_on_workers
+
+# The public names of capture, wherever they live.
+__all__ = [
+    "TXN_APP_ID",
+    "CaptureResult",
+    "capture_position",
+    "capture_status",
+    "follow_source",
+    "plan_ranges",
+    "recover_from_purge",
+    "reset_capture",
+    "run_capture",
+    "table_filter",
+]
 
 log = logging.getLogger("binlake.capture")
 
-TXN_APP_ID = "binlake-capture"
 # How often --continuous asks the server for a new end position when caught up.
 POLL_SECONDS = 1.0
 # A batch that fails (server restart, dropped connection) is planned and read again.
 MAX_ATTEMPTS = 6
-
-
-@dataclass
-class CaptureResult:
-    """What one ``binlake capture`` run did."""
-
-    start: BinlogPosition | None = None
-    end: BinlogPosition | None = None
-    batches: int = 0
-    changes: int = 0
-    ddl: int = 0
-    # Changes of captured tables the binlog holds as statements or without column names:
-    # silver stops those tables until they are re-snapshotted.
-    statements: int = 0
-    schemas_recorded: int = 0
-    seconds: float = 0.0
-    warnings: list[str] = field(default_factory=list)
-    resnapshot_tables: list[str] = field(default_factory=list)
-    renamed_into: list[str] = field(default_factory=list)
-    new_tables: list[str] = field(default_factory=list)
-    source_switches: list[str] = field(default_factory=list)
-    table_changes: dict[str, int] = field(default_factory=dict)  # db.table -> row changes captured
-    last_commit_ts: int | None = None  # source commit time of the newest captured row change, in µs
-    # (db, table, schema_version) known to be in schema_history: later batches of the run
-    # skip the lookup (schema_history only grows, so the set can only be incomplete).
-    schemas_known: set = field(default_factory=set, repr=False)
-
-    def summary(self) -> str:
-        rate = self.changes / self.seconds if self.seconds > 0 else 0.0
-        text = (
-            f"capture: {self.batches} batch(es), {self.changes} row change(s), {self.ddl} DDL/TRUNCATE/DROP/RENAME, "
-            f"{self.start} -> {self.end} in {self.seconds:.1f}s ({rate:,.0f} rows/s)"
-        )
-        if self.statements:
-            text += (
-                f"; {self.statements} change(s) logged as SQL statements or without column names, which silver "
-                "cannot apply: binlake silver names the tables to re-snapshot"
-            )
-        if self.resnapshot_tables:
-            text += f"; binlog was purged: capture reset and re-snapshotted {', '.join(self.resnapshot_tables)}"
-        for switch in self.source_switches:
-            text += f"; {switch}"
-        if self.new_tables:
-            text += f"; snapshotted {', '.join(self.new_tables)} first (newly matched by source.tables)"
-        if self.renamed_into:
-            text += f"; snapshotted {', '.join(self.renamed_into)} (another table was renamed into it)"
-        for w in self.warnings:
-            text += f"\nwarning: {w}"
-        return text
 
 
 # ---------------------------------------------------------------------------------------
@@ -160,16 +114,16 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     result = CaptureResult()
     state = capture_state(spark, lh)
     with connect(config.source) as conn:
-        files = _binlog_files(config, conn)
+        files = binlog_files(config, conn)
         if state is None:
-            start = _startup_position(spark, config, lh, conn, files)
+            start = startup_position(spark, config, lh, conn, files)
             log.info("no capture state yet: starting (%s) at %s", config.capture.startup.value, start)
             # Persist the start at once, so a later run never recomputes it differently.
-            state = _commit(spark, lh, [], start, _state_at(conn, start), None, result)
+            state = commit_batch(spark, lh, [], start, state_at(conn, start), None, result)
         recorded = state
-        state = _follow_source(spark, config, lh, conn, files, state, result)
-        state = _ensure_not_purged(spark, config, lh, conn, files, state, result)
-        _snapshot_newly_matched(spark, config, lh, conn, recorded, result)
+        state = follow_source_state(spark, config, lh, conn, files, state, result)
+        state = ensure_not_purged(spark, config, lh, conn, files, state, result)
+        snapshot_newly_matched(spark, config, lh, conn, recorded, result)
         target = master_status(conn).in_epoch(state.position.epoch)
     result.start = state.position
     resume = state.position
@@ -182,7 +136,7 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
             time.sleep(POLL_SECONDS)
             try:
                 with connect(config.source) as conn:
-                    state = _follow_source(spark, config, lh, conn, _binlog_files(config, conn), state, result)
+                    state = follow_source_state(spark, config, lh, conn, binlog_files(config, conn), state, result)
                     target = master_status(conn).in_epoch(state.position.epoch)
             except SourceConnectionError:
                 # A restarting source is waited for; --continuous is meant to outlive it.
@@ -195,23 +149,10 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
         log.info("capture interrupted; resume position %s is committed", resume)
     result.end = resume
     result.seconds = time.monotonic() - started
-    warning = _purge_warning(config, resume)
+    warning = resume_purge_warning(config, resume)
     if warning:
         result.warnings.append(warning)
     return result
-
-
-def follow_source(spark, config: Config) -> BinlogPosition | None:
-    """Capture's check of the source on its own: when the source is another server or its
-    binlog was reset, record where capture goes on (a GTID switch into a new source epoch),
-    apply the re-snapshot policy, or raise :class:`SourceChangedError`. Returns the resume
-    position (None before capture's first run)."""
-    lh = Lakehouse(config)
-    state = capture_state(spark, lh)
-    if state is None:
-        return None
-    with connect(config.source) as conn:
-        return _follow_source(spark, config, lh, conn, list_binlogs(conn), state, CaptureResult()).position
 
 
 def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
@@ -221,292 +162,6 @@ def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = Non
     result."""
     reset_capture(spark, config)
     return run_snapshot(spark, config, tables=tables, fresh=True, console=console)
-
-
-def reset_capture(spark, config: Config) -> BinlogPosition:
-    """Restart capture at the server's current position (after a purge, or on a reset or
-    foreign source); returns it.
-
-    Changes between the old resume position and the new one are lost to the change log:
-    re-snapshot the captured tables afterwards (``binlake snapshot --reset-capture`` does).
-    When the server's binlog is not the one capture was reading (another server, numbering
-    reset), the new position opens a new source epoch, so the re-snapshot's rows outrank
-    every older record.
-    """
-    lh = Lakehouse(config)
-    ensure_bronze_tables(spark, lh)
-    old = capture_state(spark, lh)
-    with connect(config.source) as conn:
-        current = master_status(conn)
-        sid = server_id(conn)
-        epoch = 0
-        if old is not None:
-            same = old.server_id in (None, sid) and _position_problem(conn, list_binlogs(conn), old) is None
-            epoch = old.position.epoch if same else old.position.epoch + 1
-            if same and current.in_epoch(epoch) <= old.position:
-                return old.position
-        state = _state_at(conn, current.in_epoch(epoch), sid)
-    result = CaptureResult()
-    start = old.position if old else state.position
-    state = _commit(spark, lh, [], start, state, None, result, note="reset-capture")
-    log.warning(
-        "capture reset from %s to %s: re-snapshot the captured tables", old.position if old else None, state.position
-    )
-    return state.position
-
-
-def capture_status(spark, config: Config) -> dict:
-    """Resume position, server position, lag in bytes, oldest binlog and a purge warning."""
-    lh = Lakehouse(config)
-    resume = capture_position(spark, lh)
-    with connect(config.source) as conn:
-        files = _binlog_files(config, conn)
-        server = master_status(conn).in_epoch(resume.epoch if resume else 0)
-        expiry = expire_seconds(conn)
-    out: dict = {
-        "resume_file": resume.file if resume else None,
-        "resume_pos": resume.pos if resume else None,
-        "server_file": server.file,
-        "server_pos": server.pos,
-        "lag_bytes": bytes_between(files, resume, server) if resume else None,
-        "oldest_binlog": files[0].name if files else None,
-        "binlog_files": len(files),
-        "binlog_expire_seconds": expiry,
-        "purge_warning": None,
-    }
-    if resume is not None:
-        closed_at = None
-        later = [f for f in files if f.index > resume.file_index]
-        if expiry and later:
-            closed_at = first_event_time(config.source, config.source.server_id, later[0].name)
-        out["purge_warning"] = purge_warning(files, resume, config.capture.purge_warning_files, expiry, closed_at)
-    return out
-
-
-# ---------------------------------------------------------------------------------------
-# startup and purge
-
-
-def _startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[BinlogFile]) -> BinlogPosition:
-    mode = config.capture.startup
-    if mode is StartupMode.POSITION:
-        return BinlogPosition.parse(config.capture.start_position or "")
-    if mode is StartupMode.TIMESTAMP:
-        when = dt.datetime.fromisoformat((config.capture.start_timestamp or "").replace("Z", "+00:00"))
-        return position_for_timestamp(config.source, config.source.server_id, files, when)
-    if mode is StartupMode.INITIAL:
-        return _initial_position(spark, lh, conn)
-    return master_status(conn)
-
-
-def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
-    """At or before the low watermark of every snapshot chunk, even of chunks being read now.
-
-    A snapshot may run right now: its readers have taken low watermarks whose manifest rows
-    are not committed yet. So the server is asked first: a chunk whose plan is not visible
-    below takes its low watermark later, at or after ``current``. A visible plan with chunks
-    still lacking a manifest row is covered by schema_history: ``_plan`` records its schema
-    version (or finds it recorded) before committing the plan, so every position recorded
-    for that version lies at or before each low watermark of its chunks. Completed chunks
-    are covered by their own low watermarks, read after the open plans, so a chunk that
-    completes in between is seen by one query or the other.
-    """
-    current = master_status(conn)
-    candidates = [current]
-    if lh.snapshot_plan.exists(spark) and lh.snapshot_chunks.exists(spark) and lh.schema_history.exists(spark):
-        rows = spark.sql(
-            f"SELECT h.file_index, h.pos FROM {lh.schema_history.sql} h JOIN ("
-            f"SELECT DISTINCT p.db, p.`table`, p.schema_version FROM {lh.snapshot_plan.sql} p "
-            f"LEFT ANTI JOIN {lh.snapshot_chunks.sql} c ON p.snapshot_id = c.snapshot_id AND p.chunk_id = c.chunk_id"
-            ") o ON h.db = o.db AND h.`table` = o.`table` AND h.schema_version = o.schema_version "
-            "ORDER BY h.file_index, h.pos LIMIT 1"
-        ).collect()
-        if rows:
-            index = int(rows[0]["file_index"])
-            candidates.append(
-                BinlogPosition.from_log(
-                    file_name(current.file, index & ((1 << EPOCH_SHIFT) - 1)), index, rows[0]["pos"]
-                )
-            )
-    if lh.snapshot_chunks.exists(spark):
-        rows = spark.sql(
-            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos "
-            "LIMIT 1"
-        ).collect()
-        if rows:
-            candidates.append(BinlogPosition.from_log(rows[0]["lw_file"], rows[0]["lw_file_index"], rows[0]["lw_pos"]))
-    return min(candidates)
-
-
-def _check_archive(config: Config, files: list[BinlogFile], state: CaptureState, tables: list[str]) -> None:
-    """With files from the archive to read: the binlog has no gap from capture's position on,
-    and the archive's files were written by the server capture reads."""
-    gaps = missing_between(files, state.position)
-    if gaps:
-        raise BinlogPurgedError(state.position.file, files[0].name if files else "(none)", tables, missing=gaps)
-    archived = next((f for f in files if f.index == state.position.file_index and f.archive), None)
-    if archived is None or state.server_id is None:
-        return
-    writer = archive_server_id(archived.archive or "", archived.name)
-    if writer != state.server_id:
-        raise SourceChangedError(
-            f"the archive's {archived.name} ({archived.archive}) was written by server {writer}, but capture reads "
-            f"server {state.server_id}: point capture.archive at this server's binlog archive"
-        )
-
-
-def _captured_table_names(config: Config, conn) -> list[str]:
-    return [f"{db}.{t}" for db, t in captured_tables(conn, config.source)]
-
-
-def _binlog_files(config: Config, conn) -> list[BinlogFile]:
-    """The binlog capture can read: the server's files and, with ``capture.on_purge:
-    archive``, before them the archive's files the server has purged."""
-    files = list_binlogs(conn)
-    if config.capture.on_purge is PurgePolicy.ARCHIVE and config.archive_dir is not None:
-        files = with_archive(files, config.archive_dir)
-    return files
-
-
-def _ensure_not_purged(
-    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
-) -> CaptureState:
-    tables = _captured_table_names(config, conn)
-    if config.capture.on_purge is PurgePolicy.ARCHIVE:
-        _check_archive(config, files, state, tables)
-        return state
-    try:
-        check_not_purged(files, state.position, tables)
-        return state
-    except BinlogPurgedError as exc:
-        if config.capture.on_purge is not PurgePolicy.RESNAPSHOT:
-            raise
-        log.warning("%s; capture.on_purge=resnapshot: resetting capture and re-snapshotting", exc)
-        reset_capture(spark, config)
-        run_snapshot(spark, config, tables=exc.tables)
-        result.resnapshot_tables = list(exc.tables)
-        return capture_state(spark, lh)
-
-
-# ---------------------------------------------------------------------------------------
-# the source: the same server, the same binlog?
-
-
-def _state_at(conn, position: BinlogPosition, sid: int | None = None) -> CaptureState:
-    """The capture state at ``position`` of the server ``conn`` talks to (one GTID lookup on
-    MariaDB, which reads the binlog file up to the position: done once per start or switch,
-    later batches carry the GTID position forward themselves)."""
-    sid = server_id(conn) if sid is None else sid
-    return CaptureState(position, sid, gtids.gtid_at(conn, position) if is_mariadb(conn) else None)
-
-
-def _position_problem(conn, files, state: CaptureState) -> str | None:
-    """Why the server's binlog cannot be the one ``state`` was read from (None: it can).
-    A purged file is not a problem here: the purge policy decides about that."""
-    pos = state.position
-    if not files:
-        return None
-    newest = files[-1]
-    if pos.file_index > newest.index:
-        return (
-            f"the server's newest binlog is {newest.name}, older than capture's position {pos}: "
-            "the binlog was reset or restored"
-        )
-    here = next((f for f in files if f.index == pos.file_index), None)
-    if here is None:
-        return None
-    if pos.pos > here.size:
-        return (
-            f"binlog {pos.file} is {here.size} bytes, shorter than capture's position {pos}: "
-            "the binlog was reset or restored"
-        )
-    if pos.pos == here.size:
-        return None
-    if here.archive is not None:
-        # Purged from the server: the archived file itself says whether the position is an
-        # event boundary (the server's SHOW BINLOG EVENTS no longer can).
-        if not is_event_boundary(here.archive, here.name, pos.pos):
-            return f"capture's position {pos} is not an event boundary of {here.name} in the archive {here.archive}"
-        return None
-    try:
-        boundary, gtid = gtids.event_gtid_at(conn, pos)
-    except Exception:  # noqa: BLE001 - a server that cannot show its events is not judged by them
-        return None
-    if not boundary:
-        return f"capture's position {pos} is not an event boundary of the server's binlog: it was reset or restored"
-    if gtid and state.gtid:
-        domain, _, seq = (int(x) for x in gtid.split("-"))
-        seen = gtids.parse(state.gtid).get(domain)
-        if seen is not None and seq <= seen[1]:
-            return (
-                f"the transaction at capture's position {pos} is GTID {gtid}, which capture had already read "
-                f"(it was at {state.gtid}): the binlog was reset or restored"
-            )
-    return None
-
-
-def _follow_source(
-    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
-) -> CaptureState:
-    """``state``, or, when the source is another server or a reset binlog, the state capture
-    resumes from there (a GTID switch), or the re-snapshot policy's, or a loud stop."""
-    sid = server_id(conn)
-    if state.server_id is not None and state.server_id != sid:
-        problem = f"the source is now server {sid}, but capture last read server {state.server_id}"
-    else:
-        problem = _position_problem(conn, files, state)
-    if problem is None:
-        if state.server_id is None or (state.gtid is None and is_mariadb(conn)):
-            # Recorded before binlake kept these: learn them now; the next batch records them.
-            return _state_at(conn, state.position, sid)
-        return state
-    return _switch(spark, config, lh, conn, state, sid, problem, result)
-
-
-def _switch(
-    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid: int, problem: str, result: CaptureResult
-) -> CaptureState:
-    epoch = state.position.epoch + 1
-    if state.gtid and is_mariadb(conn):
-        try:
-            found = gtids.position_after(config.source, config.source.server_id, conn, state.gtid)
-        except GtidNotFound as exc:
-            detail = f"{problem}; it cannot resume by GTID {state.gtid} there ({exc})"
-        else:
-            new = CaptureState(found.in_epoch(epoch), sid, state.gtid)
-            message = (
-                f"{problem}: capture resumed by GTID {state.gtid} at {new.position} "
-                f"(source epoch {epoch}, sorting after every earlier position)"
-            )
-            log.warning("%s", message)
-            state = _commit(spark, lh, [], state.position, new, None, result, note="source-switch")
-            result.source_switches.append(message)
-            return state
-    elif state.gtid is None:
-        detail = f"{problem}; no GTID position was recorded to resume from (GTID resume needs MariaDB)"
-    else:
-        detail = f"{problem}; the server is not MariaDB, so it cannot resume by GTID {state.gtid}"
-    if config.capture.on_purge is PurgePolicy.RESNAPSHOT:
-        log.warning("%s; capture.on_purge=resnapshot: resetting capture and re-snapshotting every table", detail)
-        reset_capture(spark, config)
-        tables = _captured_table_names(config, conn)
-        run_snapshot(spark, config, tables=None, fresh=True)
-        result.resnapshot_tables = tables
-        result.source_switches.append(f"{detail}: capture reset and every table re-snapshotted")
-        return capture_state(spark, lh)
-    raise SourceChangedError(
-        f"capture cannot go on: {detail}. Recover with: binlake snapshot --reset-capture "
-        "(re-snapshots every captured table; or set capture.on_purge: resnapshot to do it automatically)"
-    )
-
-
-def _purge_warning(config: Config, resume: BinlogPosition) -> str | None:
-    try:
-        with connect(config.source) as conn:
-            files = _binlog_files(config, conn)
-            return purge_warning(files, resume, config.capture.purge_warning_files, expire_seconds(conn))
-    except BinlakeError:
-        return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -569,22 +224,22 @@ def _capture_until(
             resume = state.position
             try:
                 with connect(config.source) as conn:
-                    files = _binlog_files(config, conn)
+                    files = binlog_files(config, conn)
                     if server_id(conn) != state.server_id:
                         # Switched while capturing (a failover behind the same address).
-                        state = _follow_source(spark, config, lh, conn, files, state, result)
+                        state = follow_source_state(spark, config, lh, conn, files, state, result)
                         target = max(target, master_status(conn).in_epoch(state.position.epoch))
                         continue
                 if not files or resume.file_index < files[0].index:
                     # Purged while capturing (--continuous, or a slow batch): same policy as at start.
                     with connect(config.source) as conn:
-                        state = _ensure_not_purged(spark, config, lh, conn, files, state, result)
+                        state = ensure_not_purged(spark, config, lh, conn, files, state, result)
                     continue
                 ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
                 changes_before = result.changes
                 if not ranges:
                     # No bytes to read up to the target: the GTID position is unchanged.
-                    new = _commit(
+                    new = commit_batch(
                         spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result
                     )
                 else:
@@ -690,149 +345,7 @@ def _read_and_commit(
         )
         if counts.get(RENAMED_INTO_OP):
             renamed = changes.where(F.col("op") == RENAMED_INTO_OP).select("db", "table").distinct().collect()
-            _snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
-        return _commit(spark, lh, schemas, start, end, changes, result, counts)
+            snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
+        return commit_batch(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()
-
-
-def table_filter(config: Config) -> dict:
-    """The table filter capture records with each commit (its tag)."""
-    return {"tables": list(config.source.tables), "exclude": list(config.source.exclude)}
-
-
-def _snapshot_newly_matched(
-    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, result: CaptureResult
-) -> None:
-    """Snapshot the tables the filter matches now and did not at capture's last commit,
-    unless a snapshot taken since capture's position already covers them."""
-    if state.table_filter is None or state.table_filter == table_filter(config):
-        return
-    try:
-        before = replace(
-            config.source, tables=tuple(state.table_filter["tables"]), exclude=tuple(state.table_filter["exclude"])
-        )
-    except (KeyError, TypeError):
-        return
-    newly = [(db, t) for db, t in captured_tables(conn, config.source) if not before.captures(db, t)]
-    if not newly:
-        return
-    covered: set = set()
-    if lh.snapshot_chunks.exists(spark) and lh.snapshot_plan.exists(spark):
-        from pyspark.sql import functions as F
-
-        names = F.lit(False)
-        for db, t in newly:
-            names = names | ((F.col("db") == db) & (F.col("table") == t))
-        # A complete snapshot every chunk of which was read after capture's position holds
-        # every row the missed changes could have touched.
-        planned = {
-            r["snapshot_id"]: r["n"]
-            for r in lh.snapshot_plan.read(spark)
-            .where(names)
-            .groupBy("snapshot_id")
-            .agg(F.countDistinct("chunk_id").alias("n"))
-            .collect()
-        }
-        rows = (
-            lh.snapshot_chunks.read(spark)
-            .where(names)
-            .groupBy("db", "table", "snapshot_id")
-            .agg(F.countDistinct("chunk_id").alias("n"), F.min(F.struct("lw_file_index", "lw_pos")).alias("lw"))
-            .collect()
-        )
-        covered = {
-            (r["db"], r["table"])
-            for r in rows
-            if r["n"] == planned.get(r["snapshot_id"])
-            and (r["lw"]["lw_file_index"], r["lw"]["lw_pos"]) >= state.position.key()
-        }
-    todo = sorted(f"{db}.{t}" for db, t in newly if (db, t) not in covered)
-    if todo:
-        log.info("capture: %s newly matched by source.tables: snapshotting first", ", ".join(todo))
-        run_snapshot(spark, config, tables=todo)
-        result.new_tables = todo
-
-
-def _snapshot_renamed_into(spark, config: Config, names: list[str], result: CaptureResult) -> None:
-    """Snapshot the tables another table was renamed into (gh-ost and pt-osc cut-overs).
-
-    The binlog carries no rows for a rename, so the rows now under that name come from a
-    snapshot whose chunks start after the rename; silver drops everything older (the
-    ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
-    re-reads the batch and plans again, so the need for it can never be lost.
-    """
-    with connect(config.source) as conn:
-        present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
-    # A name renamed away again later has a DROP after this point, which empties it.
-    targets = [n for n in names if n in present]
-    if targets:
-        log.info("capture: %s received another table's rows by RENAME: snapshotting", ", ".join(targets))
-        run_snapshot(spark, config, tables=targets)
-        result.renamed_into = sorted(set(result.renamed_into) | set(targets))
-
-
-def _commit(
-    spark,
-    lh: Lakehouse,
-    schemas,
-    start: BinlogPosition,
-    end: CaptureState,
-    changes,
-    result: CaptureResult,
-    counts: dict[str, int] | None = None,
-    note: str | None = None,
-) -> CaptureState:
-    """One Delta commit: the batch's changes and its end heartbeat (``changes`` None: the
-    heartbeat alone). Returns the state capture resumes from."""
-    schemas = [s for s in schemas if (s[0].database, s[0].table, s[0].version()) not in result.schemas_known]
-    if schemas:
-        # Before the change log commit: a crash in between re-reads the batch and records
-        # nothing twice (record_schemas skips known versions), while the reverse order could
-        # lose a schema version for good.
-        result.schemas_recorded += record_schemas(spark, lh, schemas)
-        result.schemas_known.update((s[0].database, s[0].table, s[0].version()) for s in schemas)
-    if changes is None:
-        changes = spark.createDataFrame(
-            [heartbeat_row(end.position, note=note, server_id=end.server_id, gtid=end.gtid)], CHANGELOG_SCHEMA
-        )
-    counts = counts or {}
-    tag = json.dumps(
-        {"capture_start": str(start), **end.tag(), "filter": table_filter(lh.config), "id": uuid.uuid4().hex}
-    )
-    # Two writers that read the same start get the same version: Delta keeps the first.
-    # A batch that moves past ``start`` gets an odd version, a bare heartbeat at ``start`` an even one.
-    version = 2 * _key(start) + (1 if end.position > start else 0)
-    writer = (
-        changes.write.format("delta")
-        .mode("append")
-        .option("txnAppId", _txn_app_id(start.epoch))
-        .option("txnVersion", str(version))
-        .option("userMetadata", tag)
-    )
-    faults.point("capture.before_commit")
-    lh.changelog.save(writer)
-    faults.point("capture.after_commit")
-    if lh.changelog.newest_commit_info(spark)["userMetadata"] != tag:
-        # Another capture process committed this range first; continue from what it stored.
-        stored = capture_state(spark, lh)
-        log.warning(
-            "another capture run committed the batch starting at %s; continuing from %s",
-            start,
-            stored.position if stored else end.position,
-        )
-        return stored or end
-    result.batches += 1
-    result.changes += sum(n for op, n in counts.items() if op in DATA_OPS)
-    result.ddl += sum(n for op, n in counts.items() if op in DDL_OPS)
-    result.statements += counts.get(STATEMENT_OP, 0)
-    return end
-
-
-def _txn_app_id(epoch: int) -> str:
-    """Idempotent-write versions must grow per app id; positions restart in a new epoch."""
-    return TXN_APP_ID if epoch == 0 else f"{TXN_APP_ID}-epoch{epoch}"
-
-
-def _key(pos: BinlogPosition) -> int:
-    return (pos.file_index << 32) | pos.pos
