@@ -167,7 +167,7 @@ def _now(col: Column, fsp: int, ddl_epoch: int | None) -> Backfill:
 
 def _literal(value: list[str]) -> tuple[str, object] | None:
     """``(kind, value)`` of a literal: ``('str', text)``, ``('num', Decimal text)``,
-    ``('bits', int)``, ``('bool', int)``; None for anything else."""
+    ``('bits', (int, its length in bytes))``, ``('bool', int)``; None for anything else."""
     first = value[0]
     if first[0] in "'\"":
         if "\\" in first:
@@ -176,9 +176,11 @@ def _literal(value: list[str]) -> tuple[str, object] | None:
     if first in "+-" and len(value) > 1 and re.fullmatch(r"[\d.].*", value[1]):
         return "num", first + value[1]
     if m := re.fullmatch(r"0x([0-9a-fA-F]+)|[xX]'([0-9a-fA-F]*)'", first + (value[1] if first in "xX" else "")):
-        return "bits", int(m.group(1) or m.group(2) or "0", 16)
+        digits = m.group(1) or m.group(2) or ""
+        return "bits", (int(digits or "0", 16), (len(digits) + 1) // 2)
     if m := re.fullmatch(r"0b([01]+)|[bB]'([01]*)'", first + (value[1] if first in "bB" else "")):
-        return "bits", int(m.group(1) or m.group(2) or "0", 2)
+        digits = m.group(1) or m.group(2) or ""
+        return "bits", (int(digits or "0", 2), (len(digits) + 7) // 8)
     if re.fullmatch(r"[\d.].*", first):
         return "num", first
     if first.upper() in ("TRUE", "FALSE"):
@@ -224,11 +226,11 @@ _TIME = re.compile(r"(-?)(\d{1,3}):(\d{2}):(\d{2})(?:\.(\d{1,6}))?")
 def _convert(col: Column, definition: list[str], kind: str, value) -> Backfill:  # noqa: C901 (one branch per kind)
     k = col.kind
     if kind == "bits" and k not in (Kind.BIT, Kind.BINARY):
-        kind, value = "num", str(value)
+        kind, value = "num", str(value[0])
     if kind == "bool":
         kind, value = "num", str(value)
     if k in (Kind.INT, Kind.UINT, Kind.YEAR, Kind.BIT):
-        number = value if kind == "bits" else decimal.Decimal(value)
+        number = value[0] if kind == "bits" else decimal.Decimal(value)
         if number != int(number):
             raise ValueError("not an integer")
         n, bits = int(number), col.bits or 64
@@ -265,7 +267,7 @@ def _convert(col: Column, definition: list[str], kind: str, value) -> Backfill: 
             raise ValueError("not a label")
         return Backfill(encode_value(col, ",".join(members)))
     if k is Kind.BINARY:
-        raw = value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big") if kind == "bits" else value.encode()
+        raw = value[0].to_bytes(value[1], "big") if kind == "bits" else value.encode()
         if definition[0].upper() == "BINARY":
             raw = raw.ljust(_type_length(definition) or 1, b"\0")
         return Backfill(encode_value(col, raw))
