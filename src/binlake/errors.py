@@ -36,6 +36,12 @@ class SourceConnectionError(BinlakeError):
     exit_code = 3
 
 
+class ArchiveSourceError(ConfigError):
+    """The source is a binlog archive (``source.archive``) and what was asked needs a server
+    (a snapshot, verify, preflight, a table snapshotted because of a RENAME or a widened
+    table filter); the message says what to do instead."""
+
+
 class PreflightError(BinlakeError):
     """The source is not set up for change capture; ``problems`` lists every fix."""
 
@@ -89,6 +95,13 @@ class BinlogDecodeError(BinlakeError):
 class BinlogArchiveError(BinlogDecodeError):
     """A file of the binlog archive (``capture.archive``) cannot be read: not a binlog file, cut
     short before its end, or missing a position capture needs; the message names the file."""
+
+
+class ArchiveSchemaError(BinlogDecodeError):
+    """A source that is only a binlog archive (``source.archive``) takes each captured table's
+    columns and key from its TABLE_MAP events; this one lacks what silver needs (column names,
+    written only under ``binlog_row_metadata=FULL``, or a key). The message names the table,
+    the position and the fix."""
 
 
 class BinlogEndedEarly(RuntimeError):
