@@ -454,7 +454,7 @@ class _RangeReader:
             self.stats.add_mariadb_gtid(event.gtid)
 
     def on_table_map(self, event: TableMapEvent, pos: int) -> None:
-        plan = self.plans[event.table_id] = self.planner.plan(event)
+        plan = self.plans[event.table_id] = self.planner.plan(event, f"{self.rng.file}:{pos}")
         if plan is None or plan.stored is None or plan.version is None:
             return
         if (plan.database, plan.table, plan.version) not in self.reported:

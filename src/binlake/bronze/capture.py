@@ -55,6 +55,7 @@ from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
 from binlake.contract.write_errors import storage_error
 from binlake.errors import (
+    ArchiveSourceError,
     BinlakeError,
     BinlogPurgedError,
     GtidNotFound,
@@ -154,6 +155,11 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     record capture kept."""
     if not isinstance(config, Config):
         raise TypeError("config must be a binlake.config.Config (use load_config)")
+    if config.source.archive is not None:
+        # A source that is only binlog files: the same batches, positioned by the files.
+        from binlake.bronze.capture_archive import run_archive_capture
+
+        return run_archive_capture(spark, config, continuous=continuous, console=console)
     started = time.monotonic()
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)
@@ -257,6 +263,10 @@ def reset_capture(spark, config: Config) -> BinlogPosition:
 
 def capture_status(spark, config: Config) -> dict:
     """Resume position, server position, lag in bytes, oldest binlog and a purge warning."""
+    if config.source.archive is not None:
+        from binlake.bronze.capture_archive import archive_status
+
+        return archive_status(spark, config)
     lh = Lakehouse(config)
     resume = capture_position(spark, lh)
     with connect(config.source) as conn:
@@ -762,6 +772,12 @@ def _snapshot_renamed_into(spark, config: Config, names: list[str], result: Capt
     ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
     re-reads the batch and plans again, so the need for it can never be lost.
     """
+    if config.source.archive is not None:
+        raise ArchiveSourceError(
+            f"{', '.join(names)} received another table's rows by RENAME, which the binlog does not hold as rows, "
+            "and an archive source (source.archive) cannot snapshot them: exclude them (source.exclude), or "
+            "capture from the server"
+        )
     with connect(config.source) as conn:
         present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
     # A name renamed away again later has a DROP after this point, which empties it.
