@@ -97,11 +97,12 @@ class BinlogArchiveError(BinlogDecodeError):
     short before its end, or missing a position capture needs; the message names the file."""
 
 
-class ArchiveSchemaError(BinlogDecodeError):
-    """A source that is only a binlog archive (``source.archive``) takes each captured table's
-    columns and key from its TABLE_MAP events; this one lacks what silver needs (column names,
-    written only under ``binlog_row_metadata=FULL``, or a key). The message names the table,
-    the position and the fix."""
+class ArchiveUnreadableError(BinlogDecodeError):
+    """A source that is only a binlog archive (``source.archive``) has no server to read a
+    table from, so every change of a captured table must be in the files as rows under known
+    columns: a TABLE_MAP without column names (``binlog_row_metadata=MINIMAL``) or without a
+    key, or a change logged as a statement or as a partial image silver cannot complete, stops
+    capture. The message names the table, the position and the fix."""
 
 
 class BinlogEndedEarly(RuntimeError):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from binlake.config import ColumnRule, SourceConfig
 from binlake.contract.columns import FlatMasker, stored_schema
 from binlake.contract.types import TableSchema
-from binlake.errors import ArchiveSchemaError, BinlogDecodeError, UnsupportedColumnError
+from binlake.errors import ArchiveUnreadableError, BinlogDecodeError, UnsupportedColumnError
 from binlake.source.binlog.events import TableMapEvent
 from binlake.source.binlog.rows import Layout, RowsDecoder, compile_rows_decoder
 from binlake.source.binlog.schema import schema_from_table_map
@@ -109,7 +109,7 @@ def _check_archive_schema(source: SourceConfig, table: TableMap, where: str) -> 
     columns that identify a row. Anything less stops capture before the batch commits."""
     name = table.name
     if not table.has_names:
-        raise ArchiveSchemaError(
+        raise ArchiveUnreadableError(
             f"{name}'s TABLE_MAP ending at {where} has no column names (binlog_row_metadata=MINIMAL), and an "
             "archive source takes a table's columns from its binlog: the files must be written under "
             "binlog_row_metadata=FULL (SET PERSIST binlog_row_metadata = FULL on the server, for the files written "
@@ -119,7 +119,7 @@ def _check_archive_schema(source: SourceConfig, table: TableMap, where: str) -> 
         return
     configured = source.chunk_keys.get(name)
     if not configured:
-        raise ArchiveSchemaError(
+        raise ArchiveUnreadableError(
             f"{name}'s TABLE_MAP ending at {where} names no primary key, and silver merges a table by its key: add "
             f"a primary key to the table, or set source.chunk_keys for {name} (NOT NULL columns that identify a "
             "row), or exclude it (source.exclude)"
@@ -127,7 +127,7 @@ def _check_archive_schema(source: SourceConfig, table: TableMap, where: str) -> 
     columns = {c.name: c for c in table.columns}
     bad = [k for k in configured if k not in columns or columns[k].nullable]
     if bad:
-        raise ArchiveSchemaError(
+        raise ArchiveUnreadableError(
             f"source.chunk_keys for {name} names {', '.join(bad)}, which its TABLE_MAP ending at {where} does not "
             "have as a NOT NULL column: name NOT NULL columns that identify a row, or exclude the table "
             "(source.exclude)"

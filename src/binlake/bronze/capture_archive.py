@@ -15,7 +15,7 @@ files instead:
 - **the server id** on the heartbeats: the one in the files' FORMAT_DESCRIPTION events;
 - **the tables' columns and keys**: their TABLE_MAP events (``binlog_row_metadata=FULL``);
   a captured table whose TABLE_MAP lacks them stops capture
-  (:class:`~binlake.errors.ArchiveSchemaError`, see :mod:`binlake.bronze.binlog_plan`).
+  (:class:`~binlake.errors.ArchiveUnreadableError`, see :mod:`binlake.bronze.binlog_plan`).
 
 Nothing is snapshotted: the archive holds the changes its files hold, and the rows a table had
 before the first file are in none of them.
