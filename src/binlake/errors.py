@@ -36,6 +36,12 @@ class SourceConnectionError(BinlakeError):
     exit_code = 3
 
 
+class ArchiveSourceError(ConfigError):
+    """The source is a binlog archive (``source.archive``) and what was asked needs a server
+    (a snapshot, verify, preflight, a table snapshotted because of a RENAME or a widened
+    table filter); the message says what to do instead."""
+
+
 class PreflightError(BinlakeError):
     """The source is not set up for change capture; ``problems`` lists every fix."""
 
@@ -89,6 +95,14 @@ class BinlogDecodeError(BinlakeError):
 class BinlogArchiveError(BinlogDecodeError):
     """A file of the binlog archive (``capture.archive``) cannot be read: not a binlog file, cut
     short before its end, or missing a position capture needs; the message names the file."""
+
+
+class ArchiveUnreadableError(BinlogDecodeError):
+    """A source that is only a binlog archive (``source.archive``) has no server to read a
+    table from, so every change of a captured table must be in the files as rows under known
+    columns: a TABLE_MAP without column names (``binlog_row_metadata=MINIMAL``) or without a
+    key, or a change logged as a statement or as a partial image silver cannot complete, stops
+    capture. The message names the table, the position and the fix."""
 
 
 class BinlogEndedEarly(RuntimeError):

@@ -3,15 +3,16 @@ stores it (its column rule applied), its version, and the row decoder of its lay
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from binlake.config import ColumnRule, SourceConfig
 from binlake.contract.columns import FlatMasker, stored_schema
 from binlake.contract.types import TableSchema
-from binlake.errors import BinlogDecodeError, UnsupportedColumnError
+from binlake.errors import ArchiveUnreadableError, BinlogDecodeError, UnsupportedColumnError
 from binlake.source.binlog.events import TableMapEvent
 from binlake.source.binlog.rows import Layout, RowsDecoder, compile_rows_decoder
 from binlake.source.binlog.schema import schema_from_table_map
+from binlake.source.binlog.table_map import TableMap
 
 
 @dataclass(frozen=True)
@@ -58,13 +59,16 @@ class TablePlanner:
         self._stored: dict[tuple, tuple[ColumnRule | None, TableSchema, str]] = {}
         self._decoders: dict[tuple, RowsDecoder] = {}
 
-    def plan(self, event: TableMapEvent) -> TablePlan | None:
-        """The plan for a TABLE_MAP event, None when its table is not captured."""
+    def plan(self, event: TableMapEvent, where: str = "") -> TablePlan | None:
+        """The plan for a TABLE_MAP event (at ``where``, ``file:pos``), None when its table is
+        not captured."""
         if not self.source.captures(event.schema, event.table):
             return None
         table = event.table_map
         if table is None:
             raise BinlogDecodeError(f"{event.schema}.{event.table} is captured, but {event.error}")
+        if self.source.archive is not None:
+            _check_archive_schema(self.source, table, where)
         if not table.has_names:
             return TablePlan(
                 table.schema,
@@ -78,6 +82,8 @@ class TablePlanner:
                 "SET GLOBAL binlog_row_metadata=FULL, then re-snapshot the table",
             )
         schema = schema_from_table_map(table)
+        if not schema.key and self.source.archive is not None:
+            schema = replace(schema, key=tuple(self.source.chunk_keys[schema.name]), key_is_primary=False)
         shape = (schema.database, schema.table, schema.columns, schema.key)
         if shape not in self._stored:
             stored = stored_schema(self.source, schema, strict=False)
@@ -94,4 +100,35 @@ class TablePlanner:
         # same, so both paths store the same text for the same value.
         return TablePlan(
             schema.database, schema.table, schema, stored, version, decoder, rule, self.salt if rule else ""
+        )
+
+
+def _check_archive_schema(source: SourceConfig, table: TableMap, where: str) -> None:
+    """An archive source has no catalog: a captured table's TABLE_MAP must name its columns
+    and its key (binlog_row_metadata=FULL), or ``source.chunk_keys`` must name NOT NULL
+    columns that identify a row. Anything less stops capture before the batch commits."""
+    name = table.name
+    if not table.has_names:
+        raise ArchiveUnreadableError(
+            f"{name}'s TABLE_MAP ending at {where} has no column names (binlog_row_metadata=MINIMAL), and an "
+            "archive source takes a table's columns from its binlog: the files must be written under "
+            "binlog_row_metadata=FULL (SET PERSIST binlog_row_metadata = FULL on the server, for the files written "
+            "after it), or exclude the table (source.exclude)"
+        )
+    if table.primary_key:
+        return
+    configured = source.chunk_keys.get(name)
+    if not configured:
+        raise ArchiveUnreadableError(
+            f"{name}'s TABLE_MAP ending at {where} names no primary key, and silver merges a table by its key: add "
+            f"a primary key to the table, or set source.chunk_keys for {name} (NOT NULL columns that identify a "
+            "row), or exclude it (source.exclude)"
+        )
+    columns = {c.name: c for c in table.columns}
+    bad = [k for k in configured if k not in columns or columns[k].nullable]
+    if bad:
+        raise ArchiveUnreadableError(
+            f"source.chunk_keys for {name} names {', '.join(bad)}, which its TABLE_MAP ending at {where} does not "
+            "have as a NOT NULL column: name NOT NULL columns that identify a row, or exclude the table "
+            "(source.exclude)"
         )

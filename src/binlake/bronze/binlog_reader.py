@@ -25,6 +25,7 @@ from binlake.contract.changelog import CHANGELOG_SCHEMA, HEARTBEAT_OP, INSERT, S
 from binlake.contract.ddl import ddl_effects, statement_targets
 from binlake.contract.position import HEARTBEAT_ROW, BinlogPosition, file_index, log_index
 from binlake.errors import (
+    ArchiveUnreadableError,
     BinlogDecodeError,
     BinlogEndedEarly,
     PartialJsonWithoutBeforeError,
@@ -454,7 +455,7 @@ class _RangeReader:
             self.stats.add_mariadb_gtid(event.gtid)
 
     def on_table_map(self, event: TableMapEvent, pos: int) -> None:
-        plan = self.plans[event.table_id] = self.planner.plan(event)
+        plan = self.plans[event.table_id] = self.planner.plan(event, f"{self.rng.file}:{pos}")
         if plan is None or plan.stored is None or plan.version is None:
             return
         if (plan.database, plan.table, plan.version) not in self.reported:
@@ -505,6 +506,13 @@ class _RangeReader:
 
     def on_query(self, event: Query, pos: int) -> None:
         for row, db, table, op in captured_ddl(self.source, event.text, event.schema):
+            if op == STATEMENT_OP and self.source.archive is not None:
+                raise ArchiveUnreadableError(
+                    f"{event.text[:80]!r} at {self.rng.file}:{pos} changed {db}.{table or '*'} as a statement "
+                    "(binlog_format=STATEMENT or MIXED), whose rows the binlog does not hold, and an archive source "
+                    "has no server to re-read the table from: exclude the table (source.exclude), or capture it "
+                    "from the server"
+                )
             self.out.add(
                 db,
                 table,
@@ -569,7 +577,14 @@ class _RangeReader:
         return n
 
     def _add_unapplied(self, plan: TablePlan, event_name: str, reason: str, pos: int, commit_ts: int, sid: int):
-        """One record saying that the table changed here in a way bronze cannot hold as rows."""
+        """One record saying that the table changed here in a way bronze cannot hold as rows
+        (from a server; an archive source has none to re-read the table from, so it stops)."""
+        if self.source.archive is not None:
+            raise ArchiveUnreadableError(
+                f"{event_name} at {self.rng.file}:{pos} changed {plan.name} in a way the binlog does not hold as "
+                f"whole rows ({reason}), and an archive source has no server to re-read the table from: exclude "
+                "the table (source.exclude), or capture it from the server"
+            )
         self.out.add(
             plan.database,
             plan.table,

@@ -108,6 +108,11 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     record capture kept."""
     if not isinstance(config, Config):
         raise TypeError("config must be a binlake.config.Config (use load_config)")
+    if config.source.archive is not None:
+        # A source that is only binlog files: the same batches, positioned by the files.
+        from binlake.bronze.capture_archive import run_archive_capture
+
+        return run_archive_capture(spark, config, continuous=continuous, console=console)
     started = time.monotonic()
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)

@@ -16,6 +16,7 @@ from binlake.bronze.capture_state import CaptureState
 from binlake.bronze.snapshot import run_snapshot
 from binlake.config import Config
 from binlake.contract.tables import Lakehouse
+from binlake.errors import ArchiveSourceError
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect
 
@@ -83,6 +84,12 @@ def snapshot_renamed_into(spark, config: Config, names: list[str], result: Captu
     ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
     re-reads the batch and plans again, so the need for it can never be lost.
     """
+    if config.source.archive is not None:
+        raise ArchiveSourceError(
+            f"{', '.join(names)} received another table's rows by RENAME, which the binlog does not hold as rows, "
+            "and an archive source (source.archive) cannot snapshot them: exclude them (source.exclude), or "
+            "capture from the server"
+        )
     with connect(config.source) as conn:
         present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
     # A name renamed away again later has a DROP after this point, which empties it.

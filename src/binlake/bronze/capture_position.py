@@ -88,6 +88,10 @@ def reset_capture(spark, config: Config) -> BinlogPosition:
 
 def capture_status(spark, config: Config) -> dict:
     """Resume position, server position, lag in bytes, oldest binlog and a purge warning."""
+    if config.source.archive is not None:
+        from binlake.bronze.capture_archive import archive_status
+
+        return archive_status(spark, config)
     lh = Lakehouse(config)
     resume = capture_position(spark, lh)
     with connect(config.source) as conn:

@@ -35,6 +35,22 @@ class Config:
     base_dir: Annotated[str, Hint(not_a_key=True)] = "."
 
     @model_validator(mode="after")
+    def _archive_source(self) -> Config:
+        if self.source.archive is None:
+            return self
+        if self.capture.startup.value not in ("initial", "position"):
+            raise ConfigError(
+                f"capture.startup is {self.capture.startup.value!r}, but an archive source (source.archive) starts "
+                "at its first file (initial) or at capture.start_position (position): set one of those"
+            )
+        if self.capture.on_purge.value != "fail" or self.capture.archive is not None:
+            raise ConfigError(
+                "capture.on_purge and capture.archive are for a server's purged binlogs; source.archive reads "
+                "only the archive already: remove them"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _kept_columns(self) -> Config:
         for table, checks in self.gold.checks.items():
             db, _, name = table.partition(".")
@@ -67,6 +83,14 @@ class Config:
         if self.capture.archive is None:
             return None
         p = Path(self.capture.archive)
+        return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
+
+    @property
+    def source_archive(self) -> str | None:
+        """source.archive as an absolute path (None: the source is a server)."""
+        if self.source.archive is None:
+            return None
+        p = Path(self.source.archive)
         return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
 
     @property

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic_core import ArgsKwargs, PydanticCustomError
 
 from binlake.config.column_rules import HASH, ColumnRule
 from binlake.config.secrets import Secret
@@ -63,6 +63,29 @@ class TlsConfig:
     @property
     def enabled(self) -> bool:
         return self.ca is not None
+
+
+# What an archive source (source.archive) has instead of a server: the server keys do not
+# apply to it, and these stand in for them so that the rest of SourceConfig keeps its types.
+# Nothing connects with them: binlake.source.mysql.connect refuses an archive source.
+SERVER_KEYS = ("host", "port", "user", "password", "server_id", "tls", "connect_timeout")
+_NO_SERVER = {"host": "(binlog archive)", "user": "(none)", "password": Secret("(none)"), "server_id": 1}
+
+
+def _archive_without_server(value: Any) -> Any:
+    """An archive source's placeholders for the server keys; a server key set beside
+    ``archive`` is refused (one of the two is a mistake)."""
+    kwargs = value.kwargs if isinstance(value, ArgsKwargs) else value
+    if not isinstance(kwargs, dict) or kwargs.get("archive") is None:
+        return value
+    given = [k for k in SERVER_KEYS if kwargs.get(k) is not None]
+    if given:
+        raise ConfigError(
+            f"source.archive reads binlog files without a server, so source.{given[0]} does not apply: remove "
+            f"source.{given[0]} (and the other server keys), or remove source.archive to read from the server"
+        )
+    kwargs = {**kwargs, **_NO_SERVER}
+    return ArgsKwargs(value.args, kwargs) if isinstance(value, ArgsKwargs) else kwargs
 
 
 def _keyed(value: Any) -> Any:
@@ -131,6 +154,17 @@ class SourceConfig:
     mask_salt: Secret = Field(
         default_factory=Secret, description="Salt of the hash masks: a secret reference or ${ENV_VAR}"
     )
+    archive: Text | None = Field(
+        None,
+        description="A directory of binlog files to read instead of a server (no host, user, password or "
+        "server_id then): the tables' schemas come from the files (binlog_row_metadata=FULL), nothing is "
+        "snapshotted; relative to the config file; a volume on Databricks",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_server(cls, value: Any) -> Any:
+        return _archive_without_server(value)
 
     @field_validator("password")
     @classmethod
@@ -202,6 +236,7 @@ class SourceConfig:
                     "tls": asdict(self.tls),
                     "connect_timeout": self.connect_timeout,
                     "columns": [r.to_dict() for r in self.columns],
+                    "archive": self.archive,
                 }
             ),
             "password": self.password.reveal(),
@@ -212,17 +247,21 @@ class SourceConfig:
     def from_executor_options(options: Mapping[str, str]) -> SourceConfig:
         """The inverse of :meth:`executor_options`, on an executor."""
         d = json.loads(options["source"])
-        return SourceConfig(
+        server: dict[str, Any] = dict(
             host=d["host"],
             port=int(d["port"]),
             user=d["user"],
             password=Secret(options["password"]),
             server_id=int(d["server_id"]),
+            tls=TlsConfig(**d["tls"]),
+            connect_timeout=int(d["connect_timeout"]),
+        )
+        return SourceConfig(
+            **({} if d.get("archive") else server),
+            archive=d.get("archive"),
             tables=tuple(d["tables"]),
             exclude=tuple(d["exclude"]),
             chunk_keys={k: tuple(v) for k, v in d["chunk_keys"].items()},
-            tls=TlsConfig(**d["tls"]),
-            connect_timeout=int(d["connect_timeout"]),
             columns=tuple(ColumnRule.from_dict(r) for r in d.get("columns", ())),
             mask_salt=Secret(options.get("mask_salt_secret")),
         )

@@ -67,8 +67,17 @@ class PipelineResult:
         return "\n".join(s.summary() for s in self.steps)
 
 
+NO_SNAPSHOT = (
+    "none: the source is a binlog archive (source.archive), which holds the changes in its files and no "
+    "table's rows from before its first file"
+)
+
+
 def snapshot_what_needs_it(spark, config: Config, console: Console = QUIET):
-    """The run's first step: snapshot the captured tables whose snapshot is missing or open."""
+    """The run's first step: snapshot the captured tables whose snapshot is missing or open
+    (none for a binlog archive, which has no server to read tables from)."""
+    if config.source.archive is not None:
+        return NO_SNAPSHOT
     from binlake.bronze.capture import follow_source
     from binlake.bronze.snapshot import run_snapshot
     from binlake.errors import SourceChangedError

@@ -20,7 +20,7 @@ from binlake.config import SourceConfig
 from binlake.contract.position import BinlogPosition
 from binlake.contract.sql import quote_ident
 from binlake.contract.types import Kind
-from binlake.errors import SourceConnectionError
+from binlake.errors import ArchiveSourceError, SourceConnectionError
 
 
 def exact_value_sql(column) -> str:
@@ -57,6 +57,11 @@ def connection_kwargs(source: SourceConfig, database: str | None = None) -> dict
 
 def connect(source: SourceConfig, database: str | None = None, **overrides: Any) -> pymysql.connections.Connection:
     """Open a connection, turning driver errors into one-line :class:`SourceConnectionError`."""
+    if source.archive is not None:
+        raise ArchiveSourceError(
+            f"the source is the binlog archive {source.archive} (source.archive), and this needs a MySQL server: "
+            "capture, silver, gold, run and status read an archive; for the rest point source at the server"
+        )
     kwargs = {**connection_kwargs(source, database), **overrides}
     where = f"{source.host}:{source.port}"
     try:
