@@ -37,6 +37,7 @@ from binlake import faults
 from binlake.bronze.binlog_reader import SIDE_OPS, ReadRange
 from binlake.bronze.binlog_source import MAX_PARALLEL_FILES, read_dataframe
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
+from binlake.bronze.osc_replay import Replay, cut_overs, replay_cut_over
 from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables, record_schemas
 from binlake.config import Config, PurgePolicy, StartupMode
@@ -109,6 +110,7 @@ class CaptureResult:
     resnapshot_tables: list[str] = field(default_factory=list)
     renamed_into: list[str] = field(default_factory=list)
     new_tables: list[str] = field(default_factory=list)
+    replays: list[Replay] = field(default_factory=list)  # online schema change cut-overs met
     source_switches: list[str] = field(default_factory=list)
     table_changes: dict[str, int] = field(default_factory=dict)  # db.table -> row changes captured
     last_commit_ts: int | None = None  # source commit time of the newest captured row change, in µs
@@ -135,6 +137,8 @@ class CaptureResult:
             text += f"; snapshotted {', '.join(self.new_tables)} first (newly matched by source.tables)"
         if self.renamed_into:
             text += f"; snapshotted {', '.join(self.renamed_into)} (another table was renamed into it)"
+        for replay in self.replays:
+            text += f"; {replay.describe()}"
         for w in self.warnings:
             text += f"\nwarning: {w}"
         return text
@@ -689,8 +693,13 @@ def _read_and_commit(
             "server_id", F.when(beat, F.lit(end.server_id).cast("bigint")).otherwise(F.col("server_id"))
         )
         if counts.get(RENAMED_INTO_OP):
-            renamed = changes.where(F.col("op") == RENAMED_INTO_OP).select("db", "table").distinct().collect()
-            _snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
+            renamed = [
+                r.asDict()
+                for r in changes.where(F.col("op") == RENAMED_INTO_OP)
+                .select("db", "table", "binlog_file", "file_index", "pos", "ddl")
+                .collect()
+            ]
+            _renamed_into(spark, config, lh, changes, [s[0] for s in schemas], renamed, result)
         return _commit(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()
@@ -754,18 +763,38 @@ def _snapshot_newly_matched(
         result.new_tables = todo
 
 
-def _snapshot_renamed_into(spark, config: Config, names: list[str], result: CaptureResult) -> None:
-    """Snapshot the tables another table was renamed into (gh-ost and pt-osc cut-overs).
+def _renamed_into(
+    spark, config: Config, lh: Lakehouse, changes, batch_schemas: list, renamed: list[dict], result: CaptureResult
+) -> None:
+    """The rows of the tables another table was renamed into: a cut-over of an online schema
+    change replays the mirrored shadow (:mod:`binlake.bronze.osc_replay`); any other rename,
+    and a cut-over whose replay cannot be trusted, snapshots the table.
 
     The binlog carries no rows for a rename, so the rows now under that name come from a
-    snapshot whose chunks start after the rename; silver drops everything older (the
-    ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
-    re-reads the batch and plans again, so the need for it can never be lost.
+    snapshot at or after the rename; silver drops everything older (the ``renamed_into`` op
+    truncates). It runs before the batch's commit: a crash in between re-reads the batch and
+    plans again, so the need for it can never be lost.
     """
     with connect(config.source) as conn:
         present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
+    cuts = {c.name: c for c in cut_overs(config.source, renamed)}
     # A name renamed away again later has a DROP after this point, which empties it.
-    targets = [n for n in names if n in present]
+    targets = []
+    for name in sorted({f"{r['db']}.{r['table']}" for r in renamed} & present):
+        cut = cuts.get(name)
+        if cut is not None:
+            replay = replay_cut_over(spark, lh, changes, batch_schemas, cut)
+            result.replays.append(replay)
+            if replay.replayed:
+                log.info("capture: %s", replay.describe())
+                continue
+            log.warning("capture: %s", replay.describe())
+        targets.append(name)
+    _snapshot_renamed_into(spark, config, targets, result)
+
+
+def _snapshot_renamed_into(spark, config: Config, targets: list[str], result: CaptureResult) -> None:
+    """Snapshot the tables another table was renamed into, whose rows the binlog lacks."""
     if targets:
         log.info("capture: %s received another table's rows by RENAME: snapshotting", ", ".join(targets))
         run_snapshot(spark, config, tables=targets)
