@@ -38,7 +38,7 @@ from binlake.contract.changelog import (
     UPDATE,
 )
 from binlake.contract.ddl import creates_table, ddl_effects
-from binlake.contract.position import EPOCH_SHIFT
+from binlake.contract.position import EPOCH_SHIFT, seq_literal
 from binlake.contract.schemas import (
     SNAPSHOT_CHUNKS_SCHEMA,
     SNAPSHOT_PLAN_SCHEMA,
@@ -183,7 +183,7 @@ def shadow_facts(records) -> ShadowFacts:
     created = (creates[-1]["file_index"], creates[-1]["pos"], creates[-1]["row"])
     after = [r for r in ddl if (r["file_index"], r["pos"], r["row"]) > created]
     first = (
-        records.where(F.col("op").isin(*DATA_OPS) & (seq > F.struct(*[F.lit(v) for v in created])))
+        records.where(F.col("op").isin(*DATA_OPS) & (seq > F.expr(seq_literal(created))))
         .agg(F.min(seq).alias("s"))
         .first()["s"]
     )
@@ -204,7 +204,7 @@ def shadow_rows(records, created: tuple, key: tuple[str, ...]):
     from pyspark.sql.window import Window
 
     seq = F.struct("file_index", "pos", "row")
-    data = records.where(F.col("op").isin(*DATA_OPS) & (seq > F.struct(*[F.lit(v) for v in created])))
+    data = records.where(F.col("op").isin(*DATA_OPS) & (seq > F.expr(seq_literal(created))))
     after_key = F.array(*[F.col("after")[k] for k in key])
     before_key = F.array(*[F.col("before")[k] for k in key])
     live = data.where(F.col("op").isin(INSERT, UPDATE)).select(
