@@ -214,3 +214,79 @@ def test_a_connect_server_without_delta_or_binlake_is_refused_in_one_line(tmp_pa
         assert "No module named 'binlake'" in line and "install this binlake wheel on that compute" in line
     finally:
         server.stop()
+
+
+# Gold publishing while another thread commits on the same Connect session, as
+# `binlake run --continuous` does where it cannot make gold a session of its own.
+TAGS_CLIENT = """
+import json, sys, threading
+from pathlib import Path
+from binlake.config import load_config
+from binlake.contract.tables import TableRef
+from binlake.devtools.mariadb import LocalMariaDB
+from binlake.gold.publish import run_gold
+from binlake.ops.pipeline import run_pipeline
+from binlake.spark import get_spark, is_connect
+
+config_path, datadir, database, scratch_path = json.loads(sys.argv[1])
+spark, config = get_spark(), load_config(config_path)
+assert is_connect(spark), type(spark)
+assert run_pipeline(spark, config).ok
+LocalMariaDB(Path(datadir)).execute("UPDATE t SET v = v + 1", database=database)
+from binlake.bronze.capture import run_capture
+from binlake.silver.run import run_silver
+run_capture(spark, config)
+run_silver(spark, config)
+
+scratch = TableRef(path=scratch_path)
+scratch.save(spark.range(1).write.format("delta"))
+done, errors = threading.Event(), []
+
+def other_layer():
+    n = 0
+    try:
+        while not done.is_set() or n < 3:
+            n += 1
+            scratch.save(spark.range(n, n + 1).write.format("delta").mode("append"))
+            scratch.delta(spark).delete(f"id = {n}")
+    except BaseException as exc:
+        errors.append(repr(exc))
+
+thread = threading.Thread(target=other_layer)
+thread.start()
+try:
+    for _ in range(3):
+        run_gold(spark, config)
+        LocalMariaDB(Path(datadir)).execute("UPDATE t SET v = v + 1", database=database)
+        run_capture(spark, config)
+        run_silver(spark, config)
+finally:
+    done.set()
+    thread.join()
+history = spark.sql(f"DESCRIBE HISTORY {scratch.sql}").select("operation", "userMetadata").collect()
+print(json.dumps({"errors": errors, "history": [[r[0], r[1]] for r in history]}))
+"""
+
+
+@pytest.mark.slow
+def test_gold_tags_only_its_own_commits_on_a_shared_connect_session(connect_server, mariadb, database, tmp_path):
+    mariadb.execute(
+        "CREATE TABLE t (id INT PRIMARY KEY, v INT)",
+        "INSERT INTO t SELECT seq, seq FROM seq_1_to_50",
+        database=database,
+    )
+    config = tmp_path / "binlake.yml"
+    config.write_text(mariadb.config_yaml(str(tmp_path / "lakehouse"), [f"{database}.t"], server_id=6101))
+    args = json.dumps([str(config), str(mariadb.datadir), database, str(tmp_path / "scratch")])
+    done = subprocess.run(
+        [sys.executable, "-c", TAGS_CLIENT, args],
+        capture_output=True,
+        text=True,
+        env={**_env(connect_server.url), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT / 'tests'}"},
+        timeout=900,
+    )
+    got = json.loads(_ok(done).strip().splitlines()[-1])
+    assert got["errors"] == []
+    assert len(got["history"]) > 3
+    # Every commit of the other thread carries its own (no) user metadata, never gold's tag.
+    assert [h for h in got["history"] if (h[1] or "").startswith("binlake gold")] == []

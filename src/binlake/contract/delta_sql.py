@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, overload
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
 
+from binlake.contract.commit_tag import committing
+
 
 @overload
 def _sql(what: str, value: str) -> str: ...
@@ -73,14 +75,16 @@ class DeltaSql:
 
     def update(self, condition: str | None = None, set: Mapping[str, str] | None = None):
         where = _sql("an UPDATE condition", condition)
-        self._spark.sql(
-            f"UPDATE {self._target} SET {_assignments('an UPDATE value', set or {})}"
-            + (f" WHERE {where}" if where else "")
-        )
+        with committing(self._spark):
+            self._spark.sql(
+                f"UPDATE {self._target} SET {_assignments('an UPDATE value', set or {})}"
+                + (f" WHERE {where}" if where else "")
+            )
 
     def delete(self, condition: str | None = None):
         where = _sql("a DELETE condition", condition)
-        self._spark.sql(f"DELETE FROM {self._target}" + (f" WHERE {where}" if where else ""))
+        with committing(self._spark):
+            self._spark.sql(f"DELETE FROM {self._target}" + (f" WHERE {where}" if where else ""))
 
     def merge(self, source, condition: str, source_alias: str = "s") -> MergeSql:
         return MergeSql(self._spark, self._target, source, source_alias, _sql("a MERGE condition", condition))
@@ -90,7 +94,8 @@ class DeltaSql:
 
     def vacuum(self, retentionHours: float | None = None):
         retain = f" RETAIN {float(retentionHours)} HOURS" if retentionHours is not None else ""
-        return self._spark.sql(f"VACUUM {self._table}{retain}")
+        with committing(self._spark):
+            return self._spark.sql(f"VACUUM {self._table}{retain}")
 
 
 class _Optimize:
@@ -99,7 +104,8 @@ class _Optimize:
         self._table = table_sql
 
     def executeCompaction(self):
-        return self._spark.sql(f"OPTIMIZE {self._table}")
+        with committing(self._spark):
+            return self._spark.sql(f"OPTIMIZE {self._table}")
 
 
 class MergeSql:
@@ -149,11 +155,12 @@ class MergeSql:
         try:
             # A command runs when spark.sql() is called (classic and Connect alike); the rows
             # are fetched before the view goes.
-            result = self._spark.sql(
-                f"MERGE INTO {self._target} USING {view} AS {self._source_alias} ON {self._condition} "
-                + " ".join(self._clauses)
-            )
-            rows = result.collect()
+            with committing(self._spark):
+                result = self._spark.sql(
+                    f"MERGE INTO {self._target} USING {view} AS {self._source_alias} ON {self._condition} "
+                    + " ".join(self._clauses)
+                )
+                rows = result.collect()
             return self._spark.createDataFrame(rows, result.schema)
         finally:
             self._spark.catalog.dropTempView(view)

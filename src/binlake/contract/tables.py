@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from binlake.config import Config
+from binlake.contract.commit_tag import committing
 from binlake.contract.delta_log import is_delta_path, log_commits, log_head, log_snapshot
 from binlake.contract.delta_sql import DeltaSql
 from binlake.contract.schemas import HISTORY_SUFFIX, HISTORY_TABLE_SUFFIXES
@@ -215,11 +216,14 @@ class TableRef:
             shutil.rmtree(self._local_path())
 
     def save(self, writer) -> None:
-        """Finish a ``df.write.format('delta')...`` chain against this table."""
-        if self.name:
-            writer.saveAsTable(self.name)
-        else:
-            writer.save(self.path)
+        """Finish a ``df.write.format('delta')...`` chain against this table (never while
+        another thread's tagged Delta command runs on a shared session: binlake.contract.commit_tag)."""
+        # The writer's session: PySpark's classic and Connect DataFrameWriter both keep it there.
+        with committing(writer._spark):
+            if self.name:
+                writer.saveAsTable(self.name)
+            else:
+                writer.save(self.path)
 
     def create_if_missing(
         self,

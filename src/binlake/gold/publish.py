@@ -46,6 +46,7 @@ from binlake import faults
 from binlake.bronze.tables import latest_schemas
 from binlake.config import Config
 from binlake.console import QUIET, Console
+from binlake.contract.commit_tag import tagged_commands
 from binlake.contract.position import BinlogPosition, describe_key
 from binlake.contract.position_facts import position_fact_columns, position_facts, remember_position_facts
 from binlake.contract.schemas import SILVER_METADATA_COLUMNS
@@ -103,7 +104,6 @@ TABLE_THREADS = 4
 REUSE, INCREMENTAL, REBUILD = "reuse", "incremental", "rebuild"
 # Every gold write says it is a publish's, so a later publish can tell its own writes from others'.
 WRITER_TAG = "binlake gold"
-_COMMIT_TAG = "spark.databricks.delta.commitInfo.userMetadata"
 # Delta operations that re-shape a silver table: its change data feed cannot be read across them.
 # Delta operations on a gold table that leave its rows as the last publish wrote them.
 _KEEPS_ROWS = ("OPTIMIZE", "VACUUM START", "VACUUM END", "SET TBLPROPERTIES", "UNSET TBLPROPERTIES")
@@ -291,20 +291,20 @@ def _checks_json(rules_digest: str, results: Any) -> str:
     )
 
 
-def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
+def _writer_tag(publish_id: str) -> str:
+    """The user metadata of every commit a publish makes to its gold tables."""
+    return f"{WRITER_TAG} {publish_id}"
+
+
+def _roll_back(spark, written: list[tuple[TableRef, int | None]], tag: str) -> None:
     """After a failed write, put the group's already-written gold tables back at the versions
     the last publish recorded, and empty the ones no publish names yet, so readers of the
     latest versions do not keep half a publish (readers through the publish log never see
     one). Best effort: the location may still refuse."""
     for ref, before in written:
         try:
-            if before is None:
-                if ref.exists(spark):
-                    spark.sql(f"DELETE FROM {ref.sql}")
-                    log.warning("gold %s: emptied after the failed first publish", ref)
-            elif ref.latest_version(spark) != before:
-                spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
-                log.warning("gold %s: restored version %s after the failed publish", ref, before)
+            with tagged_commands(spark, tag):  # RESTORE and DELETE take no userMetadata option
+                _restore(spark, ref, before)
         except Exception as exc:  # noqa: BLE001 - the original write error is the one to report
             log.warning(
                 "gold %s: could not %s (%s); the publish log does not name what it holds now",
@@ -312,6 +312,16 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]]) -> None:
                 "empty it" if before is None else f"restore version {before}",
                 (str(exc).strip().splitlines() or [""])[0][:200],
             )
+
+
+def _restore(spark, ref: TableRef, before: int | None) -> None:
+    if before is None:
+        if ref.exists(spark):
+            spark.sql(f"DELETE FROM {ref.sql}")
+            log.warning("gold %s: emptied after the failed first publish", ref)
+    elif ref.latest_version(spark) != before:
+        spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
+        log.warning("gold %s: restored version %s after the failed publish", ref, before)
 
 
 def _digest_of(checks_json: str | None) -> str | None:
@@ -548,11 +558,11 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
 # Writing
 
 
-def _write_gold(spark, ref: TableRef, df, table_comment: str) -> tuple[int, int]:
+def _write_gold(spark, ref: TableRef, df, table_comment: str, tag: str) -> tuple[int, int]:
     """Overwrite one gold table; returns (new version, rows written: the overwrite's own metrics)."""
     if ref.exists(spark):  # a column silver gained may need a table feature gold lacks
         se.enable_features(spark, ref, _spark_types(df))
-    ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
+    ref.save(df.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option("userMetadata", tag))
     version, metrics = ref.last_commit(spark)
     rows = metrics.get("numOutputRows")
     if rows is None:  # metrics turned off in this session
@@ -568,7 +578,7 @@ def _spark_types(df) -> list[str]:
 
 
 def _merge_gold(
-    spark, ref: TableRef, source, outcome: TableChecks, schema: TableSchema, base_rows: int | None
+    spark, ref: TableRef, source, outcome: TableChecks, schema: TableSchema, base_rows: int | None, tag: str
 ) -> tuple[int, int]:
     """MERGE the changed keys' rows into gold: a row whose ``_cdc_seq`` differs replaces
     gold's, a tombstone or a row a drop check rejects deletes it. Returns (new version, rows
@@ -586,16 +596,16 @@ def _merge_gold(
     cols = [c for c in staged.columns if c != "_keep"]
     assign = {quote_ident(c): f"s.{quote_ident(c)}" for c in cols}
     on = " AND ".join(f"t.{quote_ident(k)} = s.{quote_ident(k)}" for k in schema.key)
-    metrics = (
+    merge = (
         ref.delta(spark)
         .alias("t")
         .merge(staged.alias("s"), on)
         .whenMatchedDelete(condition="NOT s._keep")
         .whenMatchedUpdate(condition="NOT (s._cdc_seq <=> t._cdc_seq)", set=assign)
         .whenNotMatchedInsert(condition="s._keep", values=assign)
-        .execute()
-        .first()
     )
+    with tagged_commands(spark, tag):  # a MERGE takes no userMetadata option
+        metrics = merge.execute().first()
     version = ref.latest_version(spark)
     if base_rows is not None and metrics is not None:
         return version, base_rows + int(metrics["num_inserted_rows"] or 0) - int(metrics["num_deleted_rows"] or 0)
@@ -614,7 +624,8 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
     writer = out.write.format("delta").mode("overwrite").option("mergeSchema", "true")
     if ref.exists(spark):
         se.enable_features(spark, ref, _spark_types(out))
-        writer = writer.option("replaceWhere", f"_publish_id = '{publish_id}'")
+        writer = writer.option("replaceWhere", f"_publish_id = {spark_string(publish_id)}")
+    writer = writer.option("userMetadata", _writer_tag(publish_id))
     ref.save(writer)
     return int(ref.last_commit(spark)[1].get("numOutputRows", 0))
 
@@ -629,16 +640,18 @@ def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     with _writing(gold):
         if t.mode == REBUILD:
             frame, observation = observing(keep_frame(w.frame, outcome), outcome, f"binlake gold {t.name} {publish_id}")
-            t.gold_version, t.row_count = _write_gold(spark, gold, frame, w.schema.comment)
+            t.gold_version, t.row_count = _write_gold(spark, gold, frame, w.schema.comment, _writer_tag(publish_id))
             if observation is not None:
                 settle_observed(outcome, observation.get)
         else:
-            t.gold_version, t.row_count = _merge_gold(spark, gold, w.source, outcome, w.schema, w.base_rows)
+            t.gold_version, t.row_count = _merge_gold(
+                spark, gold, w.source, outcome, w.schema, w.base_rows, _writer_tag(publish_id)
+            )
             faults.point("gold.after_incremental_merge")
     if t.history_version is not None:
         history = lh.gold_history(t.db, t.table)
         with _writing(history):
-            _publish_history(spark, lh, t, w.schema)
+            _publish_history(spark, lh, t, w.schema, _writer_tag(publish_id))
     settle_row_count_equals_silver(outcome, t.silver_rows, w.expected_gold_rows, t.row_count)
     log.info("gold %s: version %s, %s rows (%s)", t.name, t.gold_version, t.row_count, t.mode)
     return [
@@ -653,7 +666,7 @@ write, so a publish killed between the two finds an older version and replaces m
 it must, never fewer (replacing a key's versions with silver's is idempotent)."""
 
 
-def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema) -> None:
+def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema, tag: str) -> None:
     """Make gold's history of ``t`` hold silver's history as of ``t.history_version`` (quality
     checks apply to the current-state table, not to past versions): the versions of the keys
     silver's history changed since the version gold holds, in one MERGE, or a whole copy when
@@ -676,9 +689,10 @@ def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema)
         bounds = tuple(keys.agg(F.min(F.col(first)), F.max(F.col(first))).first())
         if bounds[0] is not None:
             rows = silver.read_version(spark, version).join(keys, key, "left_semi")
-            replace_versions(spark, gold, schema, keys, bounds, rows)
+            with tagged_commands(spark, tag):
+                replace_versions(spark, gold, schema, keys, bounds, rows)
     else:
-        _write_gold(spark, gold, silver.read_version(spark, version), f"SCD type 2 history of {t.name}")
+        _write_gold(spark, gold, silver.read_version(spark, version), f"SCD type 2 history of {t.name}", tag)
     spark.sql(f"ALTER TABLE {gold.sql} SET TBLPROPERTIES ('{HISTORY_SOURCE_PROPERTY}' = '{int(version)}')")
 
 
@@ -785,9 +799,8 @@ def _publish_group(
                 lh.gold_history(w.publish.db, w.publish.table) for w in todo if w.publish.history_version is not None
             )
         ]
-        # Every commit of the writes says whose it is: a later publish may then MERGE over a
-        # gold table a killed publish moved, and rebuilds over anyone else's write.
-        spark.conf.set(_COMMIT_TAG, f"{WRITER_TAG} {publish_id}")
+        # Every commit of the writes says whose it is (_writer_tag): a later publish may then
+        # MERGE over a gold table a killed publish moved, and rebuilds over anyone else's write.
         try:
             warnings = [
                 line
@@ -798,7 +811,7 @@ def _publish_group(
             # The row count and NOT NULL checks settle only once gold is written: a failure undoes the writes.
             blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
             if blocking:
-                _roll_back(spark, written)
+                _roll_back(spark, written, _writer_tag(publish_id))
                 _record_results(spark, lh, publish_id, group, STATUS_FAILED, todo)
                 with _writing(lh.publish_log):
                     append_log(
@@ -815,10 +828,9 @@ def _publish_group(
                     spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json, group
                 )
         except LakehouseError:
-            _roll_back(spark, written)
+            _roll_back(spark, written, _writer_tag(publish_id))
             raise
         finally:
-            spark.conf.unset(_COMMIT_TAG)
             _release(todo)
     return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings, group=group)
 

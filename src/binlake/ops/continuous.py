@@ -8,8 +8,8 @@ but no stage waits for the others' unrelated work, and under a steady write load
 follows the slowest stage rather than the sum of all three. Every stage commits exactly as
 its batch command does, so a kill -9 anywhere leaves nothing the next run (continuous or
 not) cannot finish. The Spark session, the Python workers and the JVM's compiled code stay
-warm between rounds; gold runs on a session of its own (its commits carry a session-wide
-writer tag that must not reach silver's).
+warm between rounds; gold runs on a session of its own where one can be made (its MERGEs
+carry a session-wide writer tag that must not reach silver's; binlake.contract.commit_tag).
 
 - Tables that never completed a snapshot are snapshotted first.
 - Capture asks the server again after ``poll_seconds`` when it found nothing new; silver and
@@ -257,8 +257,9 @@ class _Stages:
             self.gold_due.set()
 
     def _gold(self) -> None:
-        # Gold's writes tag their commits through a session-wide setting: its own session
-        # (same context and cache, its own SQL settings) keeps the tag off silver's commits.
+        # Gold's MERGEs tag their commits through a session-wide setting: its own session
+        # (same context and cache, its own SQL settings) keeps the tag off silver's commits;
+        # on a shared (Spark Connect) session binlake.contract.commit_tag keeps them apart.
         session = _own_session(self.spark)
         retry = False
         while not self.stop.is_set():
