@@ -105,7 +105,7 @@ def captured_ddl(source: SourceConfig, text: str, default_db: str | None) -> lis
         effects = ddl_effects(text, default_db or None)
     out = []
     for row, (db, table, op) in enumerate(effects):
-        if source.mirrors(db, table) if (db and table) else _db_captured(source, db):
+        if source.captures(db, table) if (db and table) else _db_captured(source, db):
             out.append((row, db, table, op))
     return out
 
