@@ -18,7 +18,6 @@ Incompatible steps (key change, narrowing, any other type change) raise
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from binlake.contract.ddl import column_renames
@@ -368,12 +367,6 @@ def set_table_property(spark, ref: TableRef, key: str, value: str) -> None:
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({spark_string(key)} = {spark_string(value)})")
 
 
-def set_table_properties(spark, ref: TableRef, values: dict[str, str]) -> None:
-    """Set several table properties in one commit."""
-    assignments = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in values.items())
-    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({assignments})")
-
-
 def _silver_fields(spark, ref: TableRef) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in ref.read(spark).schema.fields}
 
@@ -442,20 +435,10 @@ def pending_steps(history: list[HistoryEntry], silver_version: str | None) -> li
     return out
 
 
-def evolve(
-    spark,
-    ref: TableRef,
-    history: list[HistoryEntry],
-    check: Callable[[HistoryEntry], None] | None = None,
-    applied: Callable[[HistoryEntry], None] | None = None,
-    properties: dict[str, str] | None = None,
-) -> list[str]:
+def evolve(spark, ref: TableRef, history: list[HistoryEntry]) -> list[str]:
     """Bring an existing silver table to the latest schema; returns the DDL texts applied.
 
     Raises SchemaChangeError at the first incompatible step, before altering anything.
-    ``check(entry)`` may refuse a pending step the same way; ``applied(entry)`` runs after
-    each step is applied (an added column's backfill); ``properties`` are set with the
-    schema version, in the same commit.
     """
     target = history[-1]
     current = table_property(spark, ref, SCHEMA_VERSION_PROPERTY)
@@ -471,11 +454,7 @@ def evolve(
     for entry, step in steps:
         if step.problem:
             raise incompatible_error(target.schema, entry, step.problem)
-        if check is not None:
-            check(entry)
-    for entry, step in steps:
+    for _entry, step in steps:
         _apply_step(spark, ref, step)
-        if applied is not None:
-            applied(entry)
-    set_table_properties(spark, ref, {**(properties or {}), SCHEMA_VERSION_PROPERTY: target.version})
+    set_table_property(spark, ref, SCHEMA_VERSION_PROPERTY, target.version)
     return [e.ddl or "" for e, _ in steps]
