@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from pyspark.errors import AnalysisException
 
@@ -81,6 +82,9 @@ from binlake.source.binlog.files import (
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect, is_mariadb, master_status, server_id
 from binlake.spark import default_parallelism, require_binlake_on_workers
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.capture")
 
@@ -144,7 +148,7 @@ class CaptureResult:
 # public API
 
 
-def run_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
+def run_capture(spark: SparkLike, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
     """Capture from the stored resume position up to the server's position at start
     (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``).
 
@@ -201,7 +205,7 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     return result
 
 
-def follow_source(spark, config: Config) -> BinlogPosition | None:
+def follow_source(spark: SparkLike, config: Config) -> BinlogPosition | None:
     """Capture's check of the source on its own: when the source is another server or its
     binlog was reset, record where capture goes on (a GTID switch into a new source epoch),
     apply the re-snapshot policy, or raise :class:`SourceChangedError`. Returns the resume
@@ -214,7 +218,7 @@ def follow_source(spark, config: Config) -> BinlogPosition | None:
         return _follow_source(spark, config, lh, conn, list_binlogs(conn), state, CaptureResult()).position
 
 
-def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
+def recover_from_purge(spark: SparkLike, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     """``binlake snapshot --reset-capture``: restart capture at the server's current position
     and re-snapshot ``tables`` (all captured tables when None), since the changes between the
     old resume position and the new one are lost to the change log. Returns the snapshot's
@@ -223,7 +227,7 @@ def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = Non
     return run_snapshot(spark, config, tables=tables, fresh=True, console=console)
 
 
-def reset_capture(spark, config: Config) -> BinlogPosition:
+def reset_capture(spark: SparkLike, config: Config) -> BinlogPosition:
     """Restart capture at the server's current position (after a purge, or on a reset or
     foreign source); returns it.
 
@@ -255,7 +259,7 @@ def reset_capture(spark, config: Config) -> BinlogPosition:
     return state.position
 
 
-def capture_status(spark, config: Config) -> dict:
+def capture_status(spark: SparkLike, config: Config) -> dict:
     """Resume position, server position, lag in bytes, oldest binlog and a purge warning."""
     lh = Lakehouse(config)
     resume = capture_position(spark, lh)
@@ -287,7 +291,7 @@ def capture_status(spark, config: Config) -> dict:
 # startup and purge
 
 
-def _startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[BinlogFile]) -> BinlogPosition:
+def _startup_position(spark: SparkLike, config: Config, lh: Lakehouse, conn, files: list[BinlogFile]) -> BinlogPosition:
     mode = config.capture.startup
     if mode is StartupMode.POSITION:
         return BinlogPosition.parse(config.capture.start_position or "")
@@ -299,7 +303,7 @@ def _startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[Bi
     return master_status(conn)
 
 
-def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
+def _initial_position(spark: SparkLike, lh: Lakehouse, conn) -> BinlogPosition:
     """At or before the low watermark of every snapshot chunk, even of chunks being read now.
 
     A snapshot may run right now: its readers have taken low watermarks whose manifest rows
@@ -369,7 +373,7 @@ def _binlog_files(config: Config, conn) -> list[BinlogFile]:
 
 
 def _ensure_not_purged(
-    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
 ) -> CaptureState:
     tables = _captured_table_names(config, conn)
     if config.capture.on_purge is PurgePolicy.ARCHIVE:
@@ -385,7 +389,9 @@ def _ensure_not_purged(
         reset_capture(spark, config)
         run_snapshot(spark, config, tables=exc.tables)
         result.resnapshot_tables = list(exc.tables)
-        return capture_state(spark, lh)
+        resumed = capture_state(spark, lh)
+        assert resumed is not None, "reset_capture commits a capture state"
+        return resumed
 
 
 # ---------------------------------------------------------------------------------------
@@ -446,13 +452,13 @@ def _position_problem(conn, files, state: CaptureState) -> str | None:
 
 
 def _follow_source(
-    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
 ) -> CaptureState:
     """``state``, or, when the source is another server or a reset binlog, the state capture
     resumes from there (a GTID switch), or the re-snapshot policy's, or a loud stop."""
     sid = server_id(conn)
     if state.server_id is not None and state.server_id != sid:
-        problem = f"the source is now server {sid}, but capture last read server {state.server_id}"
+        problem: str | None = f"the source is now server {sid}, but capture last read server {state.server_id}"
     else:
         problem = _position_problem(conn, files, state)
     if problem is None:
@@ -464,7 +470,14 @@ def _follow_source(
 
 
 def _switch(
-    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid: int, problem: str, result: CaptureResult
+    spark: SparkLike,
+    config: Config,
+    lh: Lakehouse,
+    conn,
+    state: CaptureState,
+    sid: int,
+    problem: str,
+    result: CaptureResult,
 ) -> CaptureState:
     epoch = state.position.epoch + 1
     if state.gtid and is_mariadb(conn):
@@ -493,7 +506,9 @@ def _switch(
         run_snapshot(spark, config, tables=None, fresh=True)
         result.resnapshot_tables = tables
         result.source_switches.append(f"{detail}: capture reset and every table re-snapshotted")
-        return capture_state(spark, lh)
+        resumed = capture_state(spark, lh)
+        assert resumed is not None, "reset_capture commits a capture state"
+        return resumed
     raise SourceChangedError(
         f"capture cannot go on: {detail}. Recover with: binlake snapshot --reset-capture "
         "(re-snapshots every captured table; or set capture.on_purge: resnapshot to do it automatically)"
@@ -550,7 +565,7 @@ def plan_ranges(
 
 
 def _capture_until(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     state: CaptureState,
@@ -627,7 +642,7 @@ def _capture_until(
 
 
 def _read_and_commit(
-    spark, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
 ) -> CaptureState:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
@@ -702,7 +717,7 @@ def table_filter(config: Config) -> dict:
 
 
 def _snapshot_newly_matched(
-    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, conn, state: CaptureState, result: CaptureResult
 ) -> None:
     """Snapshot the tables the filter matches now and did not at capture's last commit,
     unless a snapshot taken since capture's position already covers them."""
@@ -754,7 +769,7 @@ def _snapshot_newly_matched(
         result.new_tables = todo
 
 
-def _snapshot_renamed_into(spark, config: Config, names: list[str], result: CaptureResult) -> None:
+def _snapshot_renamed_into(spark: SparkLike, config: Config, names: list[str], result: CaptureResult) -> None:
     """Snapshot the tables another table was renamed into (gh-ost and pt-osc cut-overs).
 
     The binlog carries no rows for a rename, so the rows now under that name come from a
@@ -773,7 +788,7 @@ def _snapshot_renamed_into(spark, config: Config, names: list[str], result: Capt
 
 
 def _commit(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     schemas,
     start: BinlogPosition,
