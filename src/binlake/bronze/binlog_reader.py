@@ -105,7 +105,8 @@ def captured_ddl(source: SourceConfig, text: str, default_db: str | None) -> lis
         effects = ddl_effects(text, default_db or None)
     out = []
     for row, (db, table, op) in enumerate(effects):
-        if source.captures(db, table) if (db and table) else _db_captured(source, db):
+        # A None db is never captured (_db_captured); testing it first types the rows db as str.
+        if db is not None and (source.captures(db, table) if (db and table) else _db_captured(source, db)):
             out.append((row, db, table, op))
     return out
 
@@ -548,6 +549,7 @@ class _RangeReader:
         assert decoder is not None and plan.version is not None
         kind = event.kind
         first: list = []
+        images: tuple[tuple[list[str], list | None] | None, tuple[list[str], list | None] | None]
         if kind == UPDATE:
             second: list = []
             before, after = decoder.layout(event.present), decoder.layout(event.present_after or 0)

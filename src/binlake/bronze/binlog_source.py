@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from binlake.bronze.binlog_reader import READ_SCHEMA, ReadRange, arrow_schema, read_range
 from binlake.config import BINLOG_READERS, SourceConfig
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 SOURCE_NAME = "binlake_binlog"
 MAX_PARALLEL_FILES = BINLOG_READERS
@@ -61,7 +65,7 @@ class BinlogDataSource(DataSource):
         return _Reader(self.options)
 
 
-def read_dataframe(spark, source: SourceConfig, ranges: list[ReadRange]):
+def read_dataframe(spark: SparkLike, source: SourceConfig, ranges: list[ReadRange]):
     """A DataFrame over the ranges; the password travels as an option named ``password``,
     which Spark redacts in plan text."""
     spark.dataSource.register(BinlogDataSource)

@@ -287,7 +287,7 @@ def follow_source_state(
     resumes from there (a GTID switch), or the re-snapshot policy's, or a loud stop."""
     sid = server_id(conn)
     if state.server_id is not None and state.server_id != sid:
-        problem = f"the source is now server {sid}, but capture last read server {state.server_id}"
+        problem: str | None = f"the source is now server {sid}, but capture last read server {state.server_id}"
     else:
         problem = _position_problem(conn, files, state)
     if problem is None:
@@ -328,7 +328,9 @@ def _switch(
         run_snapshot(spark, config, tables=None, fresh=True)
         result.resnapshot_tables = tables
         result.source_switches.append(f"{detail}: capture reset and every table re-snapshotted")
-        return capture_state(spark, lh)
+        reset = capture_state(spark, lh)
+        assert reset is not None, "reset_capture commits a state"
+        return reset
     raise SourceChangedError(
         f"capture cannot go on: {detail}. Recover with: binlake snapshot --reset-capture "
         "(re-snapshots every captured table; or set capture.on_purge: resnapshot to do it automatically)"

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.position import BinlogPosition
 from binlake.contract.tables import Lakehouse
 from binlake.errors import SourceChangedError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 # How many of the change log's newest commits are searched for capture's latest tag.
 _RECENT_COMMITS = 20
@@ -34,7 +38,7 @@ class CaptureState:
         return {"capture_end": str(self.position), "server_id": self.server_id, "gtid": self.gtid}
 
 
-def capture_state(spark, lh: Lakehouse) -> CaptureState | None:
+def capture_state(spark: SparkLike, lh: Lakehouse) -> CaptureState | None:
     """The state the newest capture commit left (None before the first one)."""
     if not lh.changelog.exists(spark):
         return None
@@ -71,13 +75,13 @@ def from_tag(history_rows) -> CaptureState | None:
     return CaptureState(position, None if sid is None else int(sid), tag.get("gtid"), tag.get("filter"))
 
 
-def capture_position(spark, lh: Lakehouse) -> BinlogPosition | None:
+def capture_position(spark: SparkLike, lh: Lakehouse) -> BinlogPosition | None:
     """The stored resume position: the largest heartbeat in the change log (None if none)."""
     state = capture_state(spark, lh)
     return state.position if state else None
 
 
-def current_epoch(spark, lh: Lakehouse, server_id: int) -> int:
+def current_epoch(spark: SparkLike, lh: Lakehouse, server_id: int) -> int:
     """The source epoch positions read now from server ``server_id`` belong to.
 
     Raises :class:`SourceChangedError` when capture last read another server: positions of

@@ -41,6 +41,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.bronze.capture_state import current_epoch
@@ -83,6 +84,9 @@ from binlake.errors import LakehouseError, PreflightError
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, master_status, query, server_id
 from binlake.spark import require_binlake_on_workers
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake")
 
@@ -170,7 +174,7 @@ class _Pending:
 
 
 def run_snapshot(
-    spark, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, console: Console = QUIET
+    spark: SparkLike, config: Config, tables: Sequence[str] | None = None, fresh: bool = False, console: Console = QUIET
 ) -> SnapshotResult:
     """Snapshot captured tables into bronze; see the module docstring for which ones.
 
@@ -211,18 +215,20 @@ def run_snapshot(
         source = _source_epoch(spark, lh, conn) if (to_plan or pending) else (0, 0)
         if to_plan:
             planned, plan_committed = _plan(spark, config, lh, conn, to_plan, source)
-            for schema, snapshot_id, chunks, mode in planned:
+            for schema, snapshot_id, planned_chunks, mode in planned:
                 version = stored_schema(config.source, schema).version()
                 pending.extend(
-                    _Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in chunks
+                    _Pending(snapshot_id, schema, c.chunk_id, c.start_json, c.end_json, version) for c in planned_chunks
                 )
-                result.tables.append(TableSnapshot(schema.database, schema.table, snapshot_id, len(chunks), mode=mode))
+                result.tables.append(
+                    TableSnapshot(schema.database, schema.table, snapshot_id, len(planned_chunks), mode=mode)
+                )
     _read_waves(spark, config, lh, pending, result, console, plan_committed, source)
     result.seconds = time.monotonic() - started
     return result
 
 
-def _source_epoch(spark, lh: Lakehouse, conn) -> tuple[int, int]:
+def _source_epoch(spark: SparkLike, lh: Lakehouse, conn) -> tuple[int, int]:
     """(source epoch, server id) the chunks' watermarks are read in: the server capture
     reads, or a clear error when the source switched and capture has not followed yet."""
     sid = server_id(conn)
@@ -230,7 +236,7 @@ def _source_epoch(spark, lh: Lakehouse, conn) -> tuple[int, int]:
 
 
 def resnapshot_chunks(
-    spark,
+    spark: SparkLike,
     config: Config,
     db: str,
     table: str,
@@ -330,7 +336,7 @@ def _new_snapshot_id() -> str:
 
 
 def _plan(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     conn,
@@ -384,7 +390,7 @@ def _plan(
         pool.shutdown(wait=False)
 
 
-def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
+def _open_state(spark: SparkLike, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dict[tuple[str, str], dict]:
     """Per table: its latest snapshot (by plan time), whether every planned chunk has a
     manifest row, and its planned schema version."""
     from pyspark.sql import functions as F
@@ -441,14 +447,14 @@ def _open_state(spark, lh: Lakehouse, targets: Sequence[tuple[str, str]]) -> dic
                 .collect()
             }
 
-        key = hashlib.sha1("\n".join(ids).encode()).hexdigest()
-        done = once_per_version(spark, lh.snapshot_chunks, f"chunks of {key}", manifested)
+        ids_key = hashlib.sha1("\n".join(ids).encode()).hexdigest()
+        done = once_per_version(spark, lh.snapshot_chunks, f"chunks of {ids_key}", manifested)
         for v in latest.values():
             v["complete"] = done.get(v["snapshot_id"], 0) >= v["planned"]
     return latest
 
 
-def _unmanifested(spark, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str | None, str | None]]:
+def _unmanifested(spark: SparkLike, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str | None, str | None]]:
     from pyspark.sql import functions as F
 
     plan = (
@@ -466,7 +472,7 @@ def _unmanifested(spark, lh: Lakehouse, snapshot_id: str) -> list[tuple[int, str
 
 
 def _read_waves(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     pending: list[_Pending],
@@ -512,7 +518,7 @@ def _read_waves(
 
 
 def _write_wave(
-    spark, config: Config, lh: Lakehouse, pool, wave: list[_Pending], attempt_id: str, barrier, source
+    spark: SparkLike, config: Config, lh: Lakehouse, pool, wave: list[_Pending], attempt_id: str, barrier, source
 ) -> dict[tuple[str, int], dict]:
     """A wave's rows, one Delta append per snapshot in it, side by side; returns each chunk's
     marker stats by (snapshot id, chunk id)."""
@@ -573,7 +579,7 @@ def _manifest_rows(
 
 
 def _write_snapshot_rows(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     chunks: list[_Pending],
@@ -615,7 +621,7 @@ def _write_snapshot_rows(
     return {(first.snapshot_id, chunk_id): s for chunk_id, s in stats.items()}
 
 
-def create_snapshot_table(spark, ref, stored: TableSchema, snapshot_id: str) -> None:
+def create_snapshot_table(spark: SparkLike, ref, stored: TableSchema, snapshot_id: str) -> None:
     """Create a snapshot's typed table: ``stored``'s columns and the chunk identity."""
     from binlake.contract.sql import quote_ident
 
@@ -680,7 +686,7 @@ def _arrived(observed) -> bool:
     return True
 
 
-def _read_back_markers(spark, ref, attempt_id: str) -> dict[int, dict]:
+def _read_back_markers(spark: SparkLike, ref, attempt_id: str) -> dict[int, dict]:
     """The attempt's markers read from the snapshot's table: what the observation holds, at
     the cost of a job."""
     from pyspark.sql import functions as F

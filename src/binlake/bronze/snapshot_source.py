@@ -240,7 +240,8 @@ class SnapshotReader(DataSourceReader):
             for c in json.loads(self.options["chunks"])
         ]
 
-    def read(self, partition: ChunkPartition) -> Iterator[pa.RecordBatch]:
+    # PySpark types the argument as any InputPartition; Spark hands back those partitions() made.
+    def read(self, partition: ChunkPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_chunk(self.options, partition)
 
 
@@ -391,7 +392,8 @@ class ChunkRead:
         names = list(result_names[skip:])
         by_name = {c.name: c for c in self.schema.columns}
         exact_at = {c.name: k for k, c in enumerate(self.exact)}
-        as_is, encoded = [], []
+        as_is: list[int] = []
+        encoded: list[tuple[int, int, Mapping]] = []
         for i, name in enumerate(names):
             col, src = by_name[name], exact_at.get(name, skip + i)
             canonical = src == skip + i and not binary[src] and raw_is_canonical(col)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from binlake.contract.changelog import CHANGELOG_SCHEMA
 from binlake.contract.memo import once_per_version
@@ -12,12 +13,15 @@ from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
 from binlake.contract.write_errors import with_retry
 
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
+
 # Silver reads the change log and the chunk manifest incrementally through the change
 # data feed; the log is append-only by contract.
 _CDF = {"delta.enableChangeDataFeed": "true"}
 
 
-def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
+def ensure_bronze_tables(spark: SparkLike, lh: Lakehouse) -> bool:
     """Create every bronze table that does not exist yet (idempotent, safe to race); True if
     any was created. Snapshot rows go to one typed table per snapshot, created by the snapshot
     (``snapshot_rows``, their map form before, is only read where an earlier binlake wrote it)."""
@@ -58,7 +62,7 @@ def ensure_bronze_tables(spark, lh: Lakehouse) -> bool:
     return True
 
 
-def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:
+def known_schema_versions(spark: SparkLike, lh: Lakehouse) -> set[tuple[str, str, str]]:
     """(db, table, schema_version) already in schema_history."""
 
     def compute(version: int) -> frozenset[tuple[str, str, str]]:
@@ -69,7 +73,7 @@ def known_schema_versions(spark, lh: Lakehouse) -> set[tuple[str, str, str]]:
     return set(once_per_version(spark, lh.schema_history, "known versions", compute))
 
 
-def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, int, str | None]]) -> int:
+def record_schemas(spark: SparkLike, lh: Lakehouse, entries: list[tuple[TableSchema, int, int, str | None]]) -> int:
     """Append (schema, file_index, pos, ddl) entries whose version is new; returns how many.
 
     A version is identified by the table's column names, Spark types and key
@@ -96,7 +100,7 @@ def record_schemas(spark, lh: Lakehouse, entries: list[tuple[TableSchema, int, i
     return len(rows)
 
 
-def latest_schemas(spark, lh: Lakehouse) -> dict[tuple[str, str], TableSchema]:
+def latest_schemas(spark: SparkLike, lh: Lakehouse) -> dict[tuple[str, str], TableSchema]:
     """Every table's most recent schema version (by binlog position), from one read (once
     per version of schema_history in a process)."""
 
@@ -117,7 +121,7 @@ def latest_schemas(spark, lh: Lakehouse) -> dict[tuple[str, str], TableSchema]:
     return dict(once_per_version(spark, lh.schema_history, "latest schemas", compute))
 
 
-def latest_schema(spark, lh: Lakehouse, db: str, table: str) -> TableSchema | None:
+def latest_schema(spark: SparkLike, lh: Lakehouse, db: str, table: str) -> TableSchema | None:
     """The most recent schema version recorded for a table (by binlog position)."""
     from pyspark.sql import functions as F
 
@@ -132,7 +136,7 @@ def latest_schema(spark, lh: Lakehouse, db: str, table: str) -> TableSchema | No
 
 
 @contextmanager
-def changelog_deletable(spark, lh: Lakehouse) -> Iterator[None]:
+def changelog_deletable(spark: SparkLike, lh: Lakehouse) -> Iterator[None]:
     """Lift the change log's append-only guard for the deletes inside the block (retention,
     erasure), and put it back even when they fail; readers take only its inserts. A process
     killed inside leaves it lifted: :func:`restore_append_only` puts it back."""
@@ -143,13 +147,13 @@ def changelog_deletable(spark, lh: Lakehouse) -> Iterator[None]:
         _set_append_only(spark, lh, True)
 
 
-def restore_append_only(spark, lh: Lakehouse) -> None:
+def restore_append_only(spark: SparkLike, lh: Lakehouse) -> None:
     """Put the change log's append-only guard back if a killed process left it lifted."""
     if lh.changelog.exists(spark) and lh.changelog.properties(spark).get("delta.appendOnly") == "false":
         _set_append_only(spark, lh, True)
 
 
-def _set_append_only(spark, lh: Lakehouse, on: bool) -> None:
+def _set_append_only(spark: SparkLike, lh: Lakehouse, on: bool) -> None:
     value = "true" if on else "false"
     with_retry(
         "change-log append-only guard",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from binlake.contract.changelog import DATA_OPS, DELETE, UPDATE
 from binlake.contract.position import (
@@ -40,6 +41,11 @@ from binlake.silver import partial
 from binlake.silver import schema_evolution as se
 from binlake.silver.cascade import PRIO_DERIVED, new, old
 from binlake.silver.progress import state_after_last_run
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -112,10 +118,10 @@ class TableBatch:
     table: str
     ref: TableRef
     schema: TableSchema
-    records: object  # typed records before dedup (batch_records)
-    changes: object | None  # logged updates and deletes with before/after values, or None
-    truncated: tuple | None  # everything older is gone (this batch's or an earlier TRUNCATE)
-    batch_truncate: tuple | None  # a TRUNCATE-like record in this batch
+    records: DataFrame  # typed records before dedup (batch_records)
+    changes: DataFrame | None  # logged updates and deletes with before/after values, or None
+    truncated: tuple[int, int, int] | None  # everything older is gone (this batch's or an earlier TRUNCATE)
+    batch_truncate: tuple[int, int, int] | None  # a TRUNCATE-like record in this batch
     emptied: tuple  # sequences of every TRUNCATE-like record that bounds this batch's rows
     chunks: list  # new manifest rows
     fresh: bool  # empty before this run (created or rebuilt by it, or never written)
@@ -147,7 +153,7 @@ def is_typed(chunk: dict) -> bool:
     return chunk.get("row_format") == TYPED_ROWS
 
 
-def typed_snapshot_records(spark, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict):
+def typed_snapshot_records(spark: SparkLike, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict):
     """Records (as :func:`batch_records` returns them) of the given (trusted) typed chunks of one
     table: each snapshot's typed rows of the manifest's attempts, at the chunk's low watermark,
     their columns projected to ``target`` (``name_maps``: a renamed column's values land in the
@@ -191,7 +197,7 @@ def typed_snapshot_records(spark, lh: Lakehouse, chunks: list[dict], target: Tab
     return out
 
 
-def snapshot_records(spark, lh: Lakehouse, chunks: list[dict]):
+def snapshot_records(spark: SparkLike, lh: Lakehouse, chunks: list[dict]):
     """Data rows of the given (trusted) chunks of one table that an earlier binlake wrote as
     row images to ``snapshot_rows``."""
     from pyspark.sql import functions as F
@@ -285,7 +291,7 @@ def logged_changes(schema: TableSchema, decoder: Decoder, changes):
     )
 
 
-def _prepare_table(spark, ref: TableRef, history, new_chunks, name: str):
+def _prepare_table(spark: SparkLike, ref: TableRef, history, new_chunks, name: str):
     """Create or evolve the silver table; returns ``(cutoff, fresh, schema changes, rebuilt)``:
     the seq below which changelog rows are dropped (after a re-snapshot recovered an
     incompatible change) or None, and whether the table is new or rebuilt (empty before)."""
@@ -346,7 +352,7 @@ class TableNews:
 
 
 def prepare(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     db: str,
     table: str,
@@ -455,7 +461,7 @@ def prepare(
     )
 
 
-def _no_changes(spark):
+def _no_changes(spark: SparkLike):
     """An empty frame of change-log rows, for a batch of snapshot rows only."""
     return spark.createDataFrame(
         [],

@@ -33,12 +33,19 @@ import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake.contract.changelog import DELETE, UPDATE
 from binlake.contract.position import seq_literal
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import FK_ACTIONS
 from binlake.errors import CascadeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from binlake.contract.types import TableSchema
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -110,14 +117,14 @@ class CascadeTable:
     its TRUNCATE-like records, from which every older row is gone.
     """
 
-    schema: object
-    records: object
-    changes: object | None
-    base: Callable[[], object]
+    schema: TableSchema
+    records: DataFrame
+    changes: DataFrame | None
+    base: Callable[[], DataFrame]
     emptied: tuple[tuple[int, int, int], ...] = ()
 
 
-def derive(spark, tables: dict[str, CascadeTable]) -> dict[str, object]:
+def derive(spark: SparkLike, tables: dict[str, CascadeTable]) -> dict[str, DataFrame]:
     """The derived changes per child table, as ``kind, seq, ts, o__*, n__*`` DataFrames.
 
     Costs nothing (no Spark job) when no acting foreign key has a parent with logged updates
@@ -127,7 +134,7 @@ def derive(spark, tables: dict[str, CascadeTable]) -> dict[str, object]:
     parents = {link.parent for link in links}
     if not any(tables[p].changes is not None for p in parents):
         return {}
-    bases: dict[str, object] = {}
+    bases: dict[str, DataFrame] = {}
     try:
         return _settle(tables, links, bases)
     finally:
@@ -135,11 +142,11 @@ def derive(spark, tables: dict[str, CascadeTable]) -> dict[str, object]:
             base.unpersist()
 
 
-def _settle(tables: dict[str, CascadeTable], links: list[Link], bases: dict[str, object]) -> dict[str, object]:
+def _settle(tables: dict[str, CascadeTable], links: list[Link], bases: dict[str, DataFrame]) -> dict[str, DataFrame]:
     """Derive round after round until a round derives what the one before it did."""
     from pyspark import StorageLevel
 
-    derived: dict[str, object] = {}
+    derived: dict[str, DataFrame] = {}
     rounds: dict[str, _Round] = {}
     for round_no in range(1, MAX_ROUNDS + 1):
         frames: dict[str, list] = defaultdict(list)
@@ -317,7 +324,7 @@ def _one_change_per_row(frames, schema):
 class _Round:
     """One child's changes derived in one round, with its rows when there are few."""
 
-    df: object
+    df: DataFrame
     rows: Counter | None
 
 

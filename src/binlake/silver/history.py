@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.config import HistoryTable
@@ -52,6 +53,9 @@ from binlake.contract.write_errors import with_retry
 from binlake.errors import ConfigError, SchemaChangeError
 from binlake.silver import schema_evolution as se
 from binlake.silver.ranges import reconcile_range_predicate
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -109,7 +113,7 @@ def refs(lh: Lakehouse, db: str, table: str) -> tuple[TableRef, TableRef, TableR
 
 
 def prepare_history(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     db: str,
     table: str,
@@ -162,12 +166,12 @@ def prepare_history(
     se.set_table_property(spark, history, SEEDED_PROPERTY, "true")
 
 
-def _drop_facts(spark, facts: TableRef) -> None:
+def _drop_facts(spark: SparkLike, facts: TableRef) -> None:
     if facts.exists(spark):
         with_retry(f"reset of {facts}", lambda: facts.delta(spark).delete())
 
 
-def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts: TableRef) -> None:
+def _seed(spark: SparkLike, silver: TableRef, schema: TableSchema, events: TableRef, facts: TableRef) -> None:
     """Silver's rows as events: what the table held before history was enabled; and its last
     TRUNCATE, which a record older than it that arrives later must still meet."""
     if not silver.exists(spark):
@@ -199,7 +203,7 @@ def _seed(spark, silver: TableRef, schema: TableSchema, events: TableRef, facts:
 
 
 def record_history(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     batch,
     records,
@@ -244,7 +248,7 @@ def record_history(
             keys.unpersist()
 
 
-def load_first_history(spark, batch, records, floors: dict | None, tables) -> int:
+def load_first_history(spark: SparkLike, batch, records, floors: dict | None, tables) -> int:
     """The history of a table's first load, into empty history tables, as three appends.
 
     Silver bulk-loads a batch only when every key is in exactly one chunk of one snapshot,
@@ -297,7 +301,7 @@ def _as_events(records, schema: TableSchema):
     )
 
 
-def rederive(spark, lh: Lakehouse, db: str, table: str, schema: TableSchema, spec: HistorySpec, keys) -> int:
+def rederive(spark: SparkLike, lh: Lakehouse, db: str, table: str, schema: TableSchema, spec: HistorySpec, keys) -> int:
     """Derive the versions of ``keys`` (None: every key) from their events and the facts,
     and replace their history rows with them; returns the rows written or removed."""
     from pyspark import StorageLevel
@@ -336,10 +340,10 @@ def _key_frame(df, schema: TableSchema):
     return df.select(*[F.col(quote_ident(k)) for k in schema.key]).distinct()
 
 
-def _facts(spark, batch, floors: dict | None, emptied: tuple):
+def _facts(spark: SparkLike, batch, floors: dict | None, emptied: tuple):
     """The batch's facts as a DataFrame of :data:`FACTS_SCHEMA` rows, or None."""
     times = {(int(t["file_index"]), int(t["pos"])): t["commit_ts"] for t in emptied}
-    rows = [
+    rows: list[tuple] = [
         (TRUNCATE_FACT, _seq(t), None, None, None, None, None, None, times.get((t[0], t[1]))) for t in batch.emptied
     ]
     by_snapshot: dict[str, list[dict]] = {}
@@ -369,7 +373,7 @@ def _seq(t) -> dict:
     return {"file_index": int(t[0]), "pos": int(t[1]), "row": int(t[2])}
 
 
-def merge_facts(spark, facts: TableRef, rows) -> None:
+def merge_facts(spark: SparkLike, facts: TableRef, rows) -> None:
     on = (
         "t.kind = s.kind AND t.seq = s.seq AND t.snapshot_id <=> s.snapshot_id AND t.chunk_id <=> s.chunk_id "
         "AND t.attempt_id <=> s.attempt_id"
@@ -389,7 +393,7 @@ def merge_facts(spark, facts: TableRef, rows) -> None:
     )
 
 
-def merge_events(spark, events: TableRef, schema: TableSchema, rows) -> None:
+def merge_events(spark: SparkLike, events: TableRef, schema: TableSchema, rows) -> None:
     """Add ``rows`` to the event set: one event per (key, ``_cdc_seq``), the higher
     ``_cdc_prio`` on a tie, whatever order rows arrive in."""
     from pyspark.sql import functions as F
@@ -419,7 +423,7 @@ def merge_events(spark, events: TableRef, schema: TableSchema, rows) -> None:
 # Deriving versions
 
 
-def _derive_inputs(spark, events: TableRef, facts: TableRef, schema: TableSchema, keys, bounds):
+def _derive_inputs(spark: SparkLike, events: TableRef, facts: TableRef, schema: TableSchema, keys, bounds):
     """The events of ``keys`` (None: every key) with the deletes the facts imply, and the
     frames cached for it (to unpersist once used)."""
     from pyspark.sql import functions as F
@@ -552,7 +556,7 @@ def versions(events, schema: TableSchema, tracked: tuple[str, ...]):
     )
 
 
-def replace_versions(spark, history: TableRef, schema: TableSchema, keys, bounds, rows) -> int:
+def replace_versions(spark: SparkLike, history: TableRef, schema: TableSchema, keys, bounds, rows) -> int:
     """Make the history rows of ``keys`` (None: every key) exactly ``rows``, in one MERGE: a
     version no longer derived (a late record made it part of the one before, or a late
     TRUNCATE ended it sooner) is deleted, a changed one updated, a new one inserted.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.contract.changelog import TRUNCATE_OP
@@ -28,6 +29,9 @@ from binlake.silver import schema_evolution as se
 from binlake.silver.batch import TableBatch
 from binlake.silver.cascade import derived_records
 from binlake.silver.ranges import reconcile_range_sql
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -45,7 +49,7 @@ class Applied:
     history: int = 0  # history rows written or removed
 
 
-def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> Applied:
+def apply(spark: SparkLike, batch: TableBatch, derived=None, floors=None, history=None) -> Applied:
     """Apply the batch and the changes foreign-key actions derived for it (``derived``, or
     None): a bulk load when it can, else the MERGE and the tombstones of TRUNCATE and
     completed chunks. ``history``: for a table that keeps history, called last with the
@@ -69,7 +73,7 @@ def apply(spark, batch: TableBatch, derived=None, floors=None, history=None) -> 
         # Typed snapshot rows hold their zero dates as NULL: the chunks counted them when read.
         out.zero_dates += batch.snapshot_zero_dates
         out.merged = m.get("num_inserted_rows", 0) + m.get("num_updated_rows", 0)
-    if batch.batch_truncate is not None:
+    if batch.batch_truncate is not None and batch.truncated is not None:  # the one is set when the other is
         out.truncated = apply_truncate(spark, batch.ref, batch.truncated)
     # Chunks of a snapshot that recovers changes the binlog holds only in part are reconciled
     # again, though an earlier run applied them (binlake.silver.partial).
@@ -90,7 +94,7 @@ def bulk_loadable(batch: TableBatch) -> bool:
     return len({sid for sid, _ in chunk_ids}) == 1 and len(set(chunk_ids)) == len(chunk_ids)
 
 
-def bulk_load(spark, batch: TableBatch) -> Applied:
+def bulk_load(spark: SparkLike, batch: TableBatch) -> Applied:
     """Append the snapshot rows: one read of bronze, one write (typed snapshot rows need no
     decode; map-form ones from an earlier binlake are decoded on the way).
 
@@ -130,7 +134,7 @@ def first_load_version(batch: TableBatch) -> int:
     return max(int(c["_commit_version"]) for c in batch.chunks)
 
 
-def append_once(spark, ref: TableRef, rows, app_id: str, version: int) -> bool:
+def append_once(spark: SparkLike, ref: TableRef, rows, app_id: str, version: int) -> bool:
     """Append ``rows`` to ``ref`` as a Delta idempotent write (``app_id``, ``version``);
     False when Delta skipped it because a run before this one wrote it.
 
@@ -153,7 +157,7 @@ def append_once(spark, ref: TableRef, rows, app_id: str, version: int) -> bool:
     return _committed(spark, ref, since, tag)
 
 
-def _committed(spark, ref: TableRef, since: int, tag: str) -> bool:
+def _committed(spark: SparkLike, ref: TableRef, since: int, tag: str) -> bool:
     """Whether a commit after version ``since`` carries ``tag`` as its user metadata."""
     latest = ref.latest_version(spark)
     if latest <= since:
@@ -253,7 +257,7 @@ def _intervals(lo, hi, cuts) -> list[tuple]:
 
 
 def merge_into_silver(
-    spark, ref: TableRef, schema: TableSchema, source, expected_rows: int | None = None
+    spark: SparkLike, ref: TableRef, schema: TableSchema, source, expected_rows: int | None = None
 ) -> tuple[dict[str, int], int]:
     """The idempotent MERGE: newer sequence wins, absent keys are inserted, nothing is deleted.
 
@@ -315,7 +319,7 @@ def merge_into_silver(
 
 
 def reconcile_chunks(
-    spark,
+    spark: SparkLike,
     ref: TableRef,
     schema: TableSchema,
     chunks: list[dict],
@@ -366,7 +370,7 @@ def reconcile_chunks(
     return total
 
 
-def apply_truncate(spark, ref: TableRef, seq: tuple[int, int, int]) -> int:
+def apply_truncate(spark: SparkLike, ref: TableRef, seq: tuple[int, int, int]) -> int:
     lit = seq_literal(seq)
 
     def run():

@@ -40,12 +40,18 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from binlake.contract.changelog import DELETE, INSERT, UPDATE
 from binlake.contract.position import SNAPSHOT_ROW, seq_literal
 from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.types import TableSchema
 from binlake.errors import IncompleteChangeError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -126,9 +132,9 @@ class Completion:
     completed partial images (``records``, ``cascade``; else None: decode ``changes`` as
     usual); ``rereconcile``: chunks of the covering snapshot to reconcile again."""
 
-    changes: object
-    records: object | None = None
-    cascade: object | None = None
+    changes: DataFrame
+    records: DataFrame | None = None
+    cascade: DataFrame | None = None
     rereconcile: list = field(default_factory=list)
     dropped: int = 0
 
@@ -220,14 +226,14 @@ def after_cut(problems: list[Problem], cut: tuple[int, int] | None) -> list[Prob
 
 
 def complete(
-    spark,
+    spark: SparkLike,
     lh,
     schema: TableSchema,
     decoder,
     changes,
     snapshots,
     news,
-    base: Callable[[], object],
+    base: Callable[[], DataFrame],
     emptied: tuple,
     truncated: tuple | None,
     new_chunks: list[dict],
@@ -295,7 +301,7 @@ def complete(
     return done
 
 
-def table_snapshots(spark, lh, schema: TableSchema) -> tuple[list[dict], list[dict]]:
+def table_snapshots(spark: SparkLike, lh, schema: TableSchema) -> tuple[list[dict], list[dict]]:
     """The table's manifest rows and plan rows (read only for a table with a problem)."""
     from pyspark.sql import functions as F
 

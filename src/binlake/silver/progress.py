@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from binlake.contract.memo import Memo
 from binlake.contract.schemas import PROGRESS_COMMENT, PROGRESS_SCHEMA, ProgressRow
 from binlake.contract.tables import Lakehouse
 from binlake.contract.write_errors import with_retry
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -29,16 +33,18 @@ _ROW_WRITES = ("MERGE", "UPDATE", "WRITE", "DELETE", "STREAMING UPDATE", "RESTOR
 _known: Memo[dict[tuple[str, str], ProgressRow]] = Memo()
 
 
-def read_progress(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
+def read_progress(spark: SparkLike, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow]:
     """Every table's progress row by ``(db, table)``; creates the table when missing."""
     ref = lh.silver_progress
     if ref.exists(spark):
-        return progress_rows(spark, lh)
+        rows = progress_rows(spark, lh)
+        if rows is not None:  # None only when the table went away since exists()
+            return rows
     ref.create_if_missing(spark, PROGRESS_SCHEMA, comment=PROGRESS_COMMENT)
     return _read(spark, lh)
 
 
-def progress_rows(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | None:
+def progress_rows(spark: SparkLike, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | None:
     """The progress rows as they stand (None when there is no progress table yet)."""
     ref = lh.silver_progress
     if not ref.exists(spark):
@@ -50,7 +56,7 @@ def progress_rows(spark, lh: Lakehouse) -> dict[tuple[str, str], ProgressRow] | 
     return _read(spark, lh, head)
 
 
-def _read(spark, lh: Lakehouse, head: tuple | None = None) -> dict[tuple[str, str], ProgressRow]:
+def _read(spark: SparkLike, lh: Lakehouse, head: tuple | None = None) -> dict[tuple[str, str], ProgressRow]:
     ref = lh.silver_progress
     head = ref.newest_commit(spark) if head is None else head
     fields = ProgressRow._fields
@@ -70,7 +76,9 @@ def progress_rank(row: ProgressRow) -> tuple:
     return (row.applied_file_index or 0, row.applied_pos or 0, row.updated_at or datetime.min)
 
 
-def write_progress(spark, lh: Lakehouse, rows: list[ProgressRow], previous: dict[tuple[str, str], ProgressRow]) -> None:
+def write_progress(
+    spark: SparkLike, lh: Lakehouse, rows: list[ProgressRow], previous: dict[tuple[str, str], ProgressRow]
+) -> None:
     """Replace the table's content with ``rows`` and the ``previous`` rows they do not
     replace: one small overwrite (a row per table), which costs a fraction of a MERGE."""
     if not rows:
@@ -90,7 +98,7 @@ def write_progress(spark, lh: Lakehouse, rows: list[ProgressRow], previous: dict
         _known.put(str(ref), {(r.db, r.table): r for r in rows + kept}, after)
 
 
-def state_after_last_run(spark, ref, schema, recorded: ProgressRow | None, fresh: bool):
+def state_after_last_run(spark: SparkLike, ref, schema, recorded: ProgressRow | None, fresh: bool):
     """The silver table as the last completed run left it.
 
     Normally that is the table as it stands (this run has not merged yet). After a run that

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from binlake import faults
 from binlake.config import Config
@@ -76,6 +76,11 @@ from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
 from binlake.timing import timed
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.silver")
 
@@ -185,7 +190,7 @@ class NewBronze:
     chunks_end: int
     changelog_start: dict  # (db, table) -> first change-log version new to it, or None
     chunks_start: dict  # (db, table) -> first manifest version new to it, or None
-    changes: object | None = None  # the change log's feed from the smallest start (persisted), or None
+    changes: DataFrame | None = None  # the change log's feed from the smallest start (persisted), or None
     news: dict = field(default_factory=dict)  # (db, table) -> TableNews, for tables with new records
     applied: BinlogPosition | None = None  # the largest heartbeat among the new commits
     manifest: list = field(default_factory=list)  # new manifest rows
@@ -200,7 +205,7 @@ class NewBronze:
         return (db, table) in self.news or bool(self.chunks_of(db, table))
 
 
-def _learn_position_facts(spark, lh: Lakehouse, new: NewBronze, start: int, rows) -> None:
+def _learn_position_facts(spark: SparkLike, lh: Lakehouse, new: NewBronze, start: int, rows) -> None:
     """Remember the GTID and commit time of the last change at or before the applied position,
     from the new commits' aggregate: gold publishes them without reading the change log. They
     are known when the new commits hold both, or when the facts up to the commit before them
@@ -222,7 +227,9 @@ def _learn_position_facts(spark, lh: Lakehouse, new: NewBronze, start: int, rows
         remember_position_facts(lh.changelog, new.applied, g["gtid"] if g else None, t["ts"] if t else None)
 
 
-def _read_new_bronze(spark, lh: Lakehouse, progress: dict, tables: list[tuple[str, str]], widths: dict) -> NewBronze:
+def _read_new_bronze(
+    spark: SparkLike, lh: Lakehouse, progress: dict, tables: list[tuple[str, str]], widths: dict
+) -> NewBronze:
     """The new commits of the change log and the manifest, summed up per table in one pass:
     a table with nothing new costs no Spark job after this. ``widths``: per table, the column
     count of each schema version (how a partial row image is told)."""
@@ -346,7 +353,9 @@ def _to_prepare(new: NewBronze, histories: dict, tables: list[tuple[str, str]]) 
     touched = {t for t in tables if new.touches(*t)}
     # Actions start at a parent's logged update or delete, and derived changes go on down.
     starts = {f"{db}.{t}" for (db, t), n in new.news.items() if n.updates_deletes}
-    touched |= {tuple(name.split(".", 1)) for name in _descendants(_links(histories, tables), starts)}
+    touched |= {
+        (db, t) for db, _, t in (name.partition(".") for name in _descendants(_links(histories, tables), starts))
+    }
     return sorted(t for t in touched if t in set(tables))
 
 
@@ -377,7 +386,7 @@ def stop_reason(name: str, exc: Exception) -> str:
     )
 
 
-def _snapshot_floors(spark, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, tuple[int, int]]:
+def _snapshot_floors(spark: SparkLike, lh: Lakehouse, snapshot_ids: set[str]) -> dict[str, tuple[int, int]]:
     """Per snapshot: the smallest low watermark among all its committed chunks, this run's
     and earlier ones. Waves commit in order, so a chunk committed later has a later lw."""
     from pyspark.sql import functions as F
@@ -425,7 +434,7 @@ def _progress_row(
     )
 
 
-def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
+def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> SilverResult:
     """Apply every new bronze record to silver; returns what was done per table.
 
     Raises :class:`SchemaChangeError` (:class:`IncompleteChangeError` when every stop is one)
@@ -570,7 +579,9 @@ def run_silver(spark, config: Config, console: Console = QUIET) -> SilverResult:
         if new.changes is not None:
             new.changes.unpersist()
     positions = [
-        BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos) for r in rows if r.applied_file
+        BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos)
+        for r in rows
+        if r.applied_file and r.applied_file_index is not None and r.applied_pos is not None  # set together
     ]
     result = SilverResult(
         list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work)

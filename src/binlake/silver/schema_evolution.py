@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake.contract.ddl import column_renames
 from binlake.contract.memo import once_per_version
@@ -27,6 +28,9 @@ from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.tables import TableRef
 from binlake.contract.types import Column, TableSchema
 from binlake.errors import SchemaChangeError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 SCHEMA_VERSION_PROPERTY = "binlake.schema_version"
 TRUNCATED_SEQ_PROPERTY = "binlake.truncated_seq"
@@ -56,7 +60,7 @@ def features_needed(spark_types) -> list[str]:
     return sorted({feature for name, feature in TYPE_FEATURES.items() for t in squeezed if name in t})
 
 
-def enable_features(spark, ref: TableRef, spark_types) -> list[str]:
+def enable_features(spark: SparkLike, ref: TableRef, spark_types) -> list[str]:
     """Enable on the existing table ``ref`` the features that columns of ``spark_types`` need
     and it lacks, in one commit; returns those it enabled. Costs nothing for types that need
     none, and one look at the table's properties otherwise."""
@@ -86,7 +90,7 @@ class HistoryEntry:
         return (self.file_index or 0, self.pos or 0, -1)
 
 
-def load_histories(spark, lh) -> dict[tuple[str, str], list[HistoryEntry]]:
+def load_histories(spark: SparkLike, lh) -> dict[tuple[str, str], list[HistoryEntry]]:
     """Every table's schema versions in binlog order, from one read of schema_history (a few
     rows per table; once per version of it in a process)."""
 
@@ -123,14 +127,14 @@ def load_histories(spark, lh) -> dict[tuple[str, str], list[HistoryEntry]]:
     }
 
 
-def load_history(spark, lh, db: str, table: str, histories: dict | None = None) -> list[HistoryEntry]:
+def load_history(spark: SparkLike, lh, db: str, table: str, histories: dict | None = None) -> list[HistoryEntry]:
     """The table's schema versions in binlog order, with the DDL texts renames need
     (``histories``: what :func:`load_histories` returned, to save reading it again)."""
     entries = (histories if histories is not None else load_histories(spark, lh)).get((db, table), [])
     return _with_ddl_texts(spark, lh, db, table, entries)
 
 
-def _with_ddl_texts(spark, lh, db: str, table: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
+def _with_ddl_texts(spark: SparkLike, lh, db: str, table: str, entries: list[HistoryEntry]) -> list[HistoryEntry]:
     """Attach the change log's DDL statements to the versions they produced.
 
     A version is recorded where it is first seen (a TABLE_MAP, or a snapshot's plan), not at
@@ -292,7 +296,7 @@ def _column_ddl(c: Column) -> str:
 
 
 def create_silver_table(
-    spark,
+    spark: SparkLike,
     ref: TableRef,
     schema: TableSchema,
     replace: bool = False,
@@ -335,7 +339,7 @@ def _clustering_refused(exc: Exception) -> bool:
     return "CLUSTER" in str(exc).upper() or "STATS" in str(exc).upper()
 
 
-def _replace_at_path(spark, ref: TableRef, cols: list[str], cluster: str, tbl: str, comment: str) -> None:
+def _replace_at_path(spark: SparkLike, ref: TableRef, cols: list[str], cluster: str, tbl: str, comment: str) -> None:
     """Replace a path table's schema and rows (Delta refuses CREATE OR REPLACE with another
     schema at a path). An overwrite keeps the version history going: gold tells a rebuilt
     table by that overwrite, where a new directory would restart the versions and could
@@ -355,7 +359,7 @@ def _replace_at_path(spark, ref: TableRef, cols: list[str], cluster: str, tbl: s
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({tbl}, 'comment' = {spark_string(comment)})")
 
 
-def table_property(spark, ref: TableRef, key: str) -> str | None:
+def table_property(spark: SparkLike, ref: TableRef, key: str) -> str | None:
     rows = spark.sql(f"SHOW TBLPROPERTIES {ref.sql}").collect()
     for r in rows:
         if r["key"] == key:
@@ -363,15 +367,15 @@ def table_property(spark, ref: TableRef, key: str) -> str | None:
     return None
 
 
-def set_table_property(spark, ref: TableRef, key: str, value: str) -> None:
+def set_table_property(spark: SparkLike, ref: TableRef, key: str, value: str) -> None:
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({spark_string(key)} = {spark_string(value)})")
 
 
-def _silver_fields(spark, ref: TableRef) -> dict[str, str]:
+def _silver_fields(spark: SparkLike, ref: TableRef) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in ref.read(spark).schema.fields}
 
 
-def _apply_step(spark, ref: TableRef, step: Step) -> None:
+def _apply_step(spark: SparkLike, ref: TableRef, step: Step) -> None:
     # Every ALTER checks the live schema first, so a run killed halfway through a step
     # simply finishes it on the next run.
     enable_features(spark, ref, [c.spark_type for c, _ in step.adds] + [c.spark_type for c in step.retypes])
@@ -435,7 +439,7 @@ def pending_steps(history: list[HistoryEntry], silver_version: str | None) -> li
     return out
 
 
-def evolve(spark, ref: TableRef, history: list[HistoryEntry]) -> list[str]:
+def evolve(spark: SparkLike, ref: TableRef, history: list[HistoryEntry]) -> list[str]:
     """Bring an existing silver table to the latest schema; returns the DDL texts applied.
 
     Raises SchemaChangeError at the first incompatible step, before altering anything.

@@ -229,7 +229,7 @@ class consistent_read:
             if exc_type is None:
                 raise
             return
-        if exc_type is None and not self.read.exact:
+        if exc_type is None and self.read is not None and not self.read.exact:
             self.read.high = master_status(self.conn)
 
 

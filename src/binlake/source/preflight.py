@@ -600,14 +600,15 @@ def _check_tables(
 def _check_column_rule(report: PreflightReport, conn, source: SourceConfig, db: str, table: str) -> None:
     from binlake.source.catalog import table_schema
 
-    if source.column_rule(db, table) is None:
+    rule = source.column_rule(db, table)
+    if rule is None:
         return
     try:
         stored_schema(source, table_schema(conn, source, db, table))
     except ConfigError as exc:
         report.add("columns", Status.FAIL, str(exc))
     else:
-        report.add("columns", Status.OK, f"{db}.{table}: column rule {source.column_rule(db, table).pattern!r} fits")
+        report.add("columns", Status.OK, f"{db}.{table}: column rule {rule.pattern!r} fits")
 
 
 def _check_stored_schema(

@@ -27,10 +27,17 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from binlake.errors import TableMapError, TruncatedEventError, UnsupportedEventError
 from binlake.source.binlog.table_map import TableMap, parse_table_map
 from binlake.source.binlog.wire import Reader, read_packed
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    # An event's common header fields, in Event's order: type, timestamp, server id, log pos, flags.
+    Head: TypeAlias = tuple[int, int, int, int, int]
 
 HEADER = struct.Struct("<IBIIIH")  # timestamp, type, server id, event size, end position, flags
 HEADER_SIZE = HEADER.size
@@ -278,7 +285,7 @@ class EventParser:
         self.format: FormatDescription | None = None
         self.tables: dict[int, TableMap] = {}
         # The parser of each type's body: (event bytes, end of body, header fields, inner).
-        self._bodies: dict[int, Callable[[bytes, int, tuple, bool], Event]] = {
+        self._bodies: dict[int, Callable[[bytes, int, Head, bool], Event]] = {
             **dict.fromkeys(ROWS_KINDS, self._rows),
             TABLE_MAP: self._table_map,
             QUERY: self._query,
@@ -334,7 +341,7 @@ class EventParser:
             return default
         return self.format.post_header[etype - 1]
 
-    def _format_description(self, raw: bytes, head: tuple) -> FormatDescription:
+    def _format_description(self, raw: bytes, head: Head) -> FormatDescription:
         r = Reader(raw, HEADER_SIZE)
         r.u16()  # binlog version (4 since MySQL 5.0)
         version = r.bytes(50).split(b"\0", 1)[0].decode("ascii", "replace")
@@ -362,7 +369,7 @@ class EventParser:
         self.format = fde
         return fde
 
-    def _query(self, raw: bytes, end: int, head: tuple, inner: bool = False) -> Query:
+    def _query(self, raw: bytes, end: int, head: Head, inner: bool = False) -> Query:
         etype = head[0]
         post = self._post_header_length(etype, 13 if etype == QUERY else 26)
         off = HEADER_SIZE
@@ -373,7 +380,7 @@ class EventParser:
         text = raw[off + db_len + 1 : end].decode("utf-8", "replace")
         return Query(*head, schema=schema, text=text, load=etype == EXECUTE_LOAD_QUERY)
 
-    def _table_map(self, raw: bytes, end: int, head: tuple, inner: bool = False) -> TableMapEvent:
+    def _table_map(self, raw: bytes, end: int, head: Head, inner: bool = False) -> TableMapEvent:
         id_size = 6 if self._post_header_length(TABLE_MAP, 8) == 8 else 4
         try:
             tm = parse_table_map(Reader(raw[:end], HEADER_SIZE), id_size, self.mariadb)
@@ -387,7 +394,7 @@ class EventParser:
         self.tables[tm.table_id] = tm
         return TableMapEvent(*head, table_map=tm, table_id=tm.table_id, schema=tm.schema, table=tm.table)
 
-    def _rows(self, raw: bytes, end: int, head: tuple, inner: bool = False) -> Rows:
+    def _rows(self, raw: bytes, end: int, head: Head, inner: bool = False) -> Rows:
         etype = head[0]
         off = HEADER_SIZE
         table_id = int.from_bytes(raw[off : off + 6], "little")
@@ -414,7 +421,7 @@ class EventParser:
             body=raw[off:end],
         )
 
-    def _payload(self, raw: bytes, end: int, head: tuple, inner: bool = False) -> TransactionPayload:
+    def _payload(self, raw: bytes, end: int, head: Head, inner: bool = False) -> TransactionPayload:
         if inner:
             raise UnsupportedEventError(
                 type_name(TRANSACTION_PAYLOAD), "a transaction payload inside a transaction payload"
@@ -470,7 +477,7 @@ def _zstd_decompress(data: bytes, size: int | None) -> bytes:
         raise TruncatedEventError(f"TRANSACTION_PAYLOAD_EVENT: zstd cannot decompress it ({exc})") from exc
 
 
-def _rotate(raw: bytes, end: int, head: tuple, inner: bool) -> Rotate:
+def _rotate(raw: bytes, end: int, head: Head, inner: bool) -> Rotate:
     position = int.from_bytes(raw[HEADER_SIZE : HEADER_SIZE + 8], "little")
     name = raw[HEADER_SIZE + 8 : end].decode("utf-8", "surrogateescape")
     if name == "" or "\0" in name:
@@ -478,19 +485,19 @@ def _rotate(raw: bytes, end: int, head: tuple, inner: bool) -> Rotate:
     return Rotate(*head, next_file=name, position=position)
 
 
-def _mariadb_gtid(raw: bytes, end: int, head: tuple, inner: bool) -> Gtid:
+def _mariadb_gtid(raw: bytes, end: int, head: Head, inner: bool) -> Gtid:
     seq, domain, gflags = struct.unpack_from("<QIB", raw, HEADER_SIZE)
     return Gtid(*head, gtid=f"{domain}-{head[2]}-{seq}", mariadb=True, standalone=bool(gflags & 1))
 
 
-def _mysql_gtid(raw: bytes, end: int, head: tuple, inner: bool) -> Gtid:
+def _mysql_gtid(raw: bytes, end: int, head: Head, inner: bool) -> Gtid:
     off = HEADER_SIZE + 1  # flags
     sid = uuid.UUID(bytes=raw[off : off + 16])
     gno = int.from_bytes(raw[off + 16 : off + 24], "little")
     return Gtid(*head, gtid=None if head[0] == ANONYMOUS_GTID else f"{sid}:{gno}")
 
 
-def _tagged_gtid(raw: bytes, end: int, head: tuple, inner: bool) -> Gtid:
+def _tagged_gtid(raw: bytes, end: int, head: Head, inner: bool) -> Gtid:
     """MySQL 8.3+'s tagged GTID (``uuid:tag:gno``), in MySQL's serialization format: a
     version byte, the payload size and the last non-ignorable field id, then (field id,
     value) pairs in id order. The three fields binlake needs come first (ids 1-3)."""

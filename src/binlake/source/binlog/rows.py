@@ -142,9 +142,10 @@ class RowsDecoder:
                     outs[1].append(None)
                 elif i in partial:
                     diff, off = raw_json[i](buf, off)
-                    if befores.get(i) is None:
+                    before_json = befores.get(i)
+                    if before_json is None:
                         raise PartialJsonWithoutBeforeError([self.names[i]])
-                    outs[1].append(apply_json_diffs(befores[i], parse_json_diffs(diff)))
+                    outs[1].append(apply_json_diffs(before_json, parse_json_diffs(diff)))
                 else:
                     text, off = read(buf, off)
                     outs[1].append(text)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+
 from binlake.errors import TruncatedEventError
 
 
@@ -64,7 +66,7 @@ class Reader:
         value, self.off = read_packed(self.buf, self.off)
         return value
 
-    def rest(self) -> bytes:
+    def rest(self) -> builtins.bytes:  # the method bytes() hides the type in the class body
         out = self.buf[self.off :]
         self.off = len(self.buf)
         return out
