@@ -25,6 +25,8 @@ if TYPE_CHECKING:  # what a type checker sees: the same names, from the same mod
     from binlake.contract.position import BinlogPosition
     from binlake.deploy.jobs import jobs_status
     from binlake.errors import (
+        ArchiveSourceError,
+        ArchiveUnreadableError,
         BinlakeError,
         BinlogArchiveError,
         BinlogDecodeError,
@@ -115,6 +117,8 @@ _EXPORTS = {
     "BinlogPurgedError": "binlake.errors",
     "BinlogDecodeError": "binlake.errors",
     "BinlogArchiveError": "binlake.errors",
+    "ArchiveSourceError": "binlake.errors",
+    "ArchiveUnreadableError": "binlake.errors",
     "SchemaChangeError": "binlake.errors",
     "CascadeError": "binlake.errors",
     "SilverTableError": "binlake.errors",

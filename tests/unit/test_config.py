@@ -88,8 +88,8 @@ def test_the_password_never_shows_in_the_configs_repr():
         ),
         (
             dict(source__hots="x"),
-            "unknown key source.hots: allowed keys are chunk_keys, columns, connect_timeout, exclude, host, mask_salt, "
-            "password, port, server_id, tables, tls, user",
+            "unknown key source.hots: allowed keys are archive, chunk_keys, columns, connect_timeout, exclude, host, "
+            "mask_salt, password, port, server_id, tables, tls, user",
         ),
         (
             dict(snapshot={"chunksize": 10}),

@@ -110,9 +110,10 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
         raise TypeError("config must be a binlake.config.Config (use load_config)")
     if config.source.archive is not None:
         # A source that is only binlog files: the same batches, positioned by the files.
-        from binlake.bronze.capture_archive import run_archive_capture
+        from binlake.bronze.capture_archive import ArchiveBatches, run_archive_capture
 
-        return run_archive_capture(spark, config, continuous=continuous, console=console)
+        batches = ArchiveBatches(plan=plan_ranges, read_and_commit=_read_and_commit)
+        return run_archive_capture(spark, config, batches, continuous=continuous, console=console)
     started = time.monotonic()
     lh = Lakehouse(config)
     ensure_bronze_tables(spark, lh)

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
+from binlake.bronze.capture_commit import CaptureResult, commit_batch
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
 from binlake.bronze.tables import ensure_bronze_tables
 from binlake.config import Config, StartupMode
@@ -41,6 +44,15 @@ from binlake.source.binlog.stream import archive_stream
 from binlake.spark import default_parallelism
 
 log = logging.getLogger("binlake.capture")
+
+
+@dataclass(frozen=True)
+class ArchiveBatches:
+    """Capture's range planning and batch read, which the archive's loop shares."""
+
+    plan: Callable[..., list]
+    read_and_commit: Callable[..., CaptureState]
+
 
 # How often --continuous looks for new files in the archive once it has read them all.
 POLL_SECONDS = 1.0
@@ -80,10 +92,12 @@ def archive_end(files: list[BinlogFile], position: BinlogPosition) -> BinlogPosi
     return boundary
 
 
-def run_archive_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET):
+def run_archive_capture(
+    spark, config: Config, batches: ArchiveBatches, continuous: bool = False, console: Console = QUIET
+) -> CaptureResult:
     """Capture the archive from the stored resume position to its end (``continuous``: then
-    wait for new files until interrupted). Returns a :class:`~binlake.bronze.capture.CaptureResult`."""
-    from binlake.bronze.capture import CaptureResult, _commit
+    wait for new files until interrupted). ``batches`` are capture's own range planning and
+    batch read (handed in: the run loop imports this module, not the other way round)."""
 
     started = time.monotonic()
     directory = config.source_archive or ""
@@ -96,14 +110,16 @@ def run_archive_capture(spark, config: Config, continuous: bool = False, console
         start = _start(config, files)
         log.info("no capture state yet: starting at %s, in the archive %s", start, directory)
         writer = CaptureState(start, archive_server_id(directory, start.file), None)
-        state = _commit(spark, lh, [], start, writer, None, result)
+        state = commit_batch(spark, lh, [], start, writer, None, result)
     else:
         _check_filter(config, state)
     _check_resume(directory, files, state)
     result.start = state.position
     try:
         while True:
-            state = _capture_until(spark, config, lh, state, files, archive_end(files, state.position), result, console)
+            state = _capture_until(
+                spark, config, lh, state, files, archive_end(files, state.position), result, console, batches
+            )
             if not continuous:
                 break
             time.sleep(POLL_SECONDS)
@@ -194,19 +210,21 @@ def _capture_until(
     target: BinlogPosition,
     result,
     console: Console,
+    batches: ArchiveBatches,
 ) -> CaptureState:
     from binlake.bronze.binlog_source import MAX_PARALLEL_FILES
-    from binlake.bronze.capture import _commit, _read_and_commit, plan_ranges
 
     max_files = max(1, min(MAX_PARALLEL_FILES, default_parallelism(spark)))
     total = max(1, target.file_index - state.position.file_index + 1)
     with (console if state.position < target else QUIET).bar("capture", total=total, unit="files") as bar:
         while state.position < target:
             resume, changes = state.position, result.changes
-            ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
+            ranges = batches.plan(files, resume, target, max_files, config.capture.max_batch_rows)
             if ranges:
-                state = _read_and_commit(spark, config, lh, state, ranges, result)
+                state = batches.read_and_commit(spark, config, lh, state, ranges, result)
             else:
-                state = _commit(spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result)
+                state = commit_batch(
+                    spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result
+                )
             bar.advance(max(0, state.position.file_index - resume.file_index), items=result.changes - changes)
     return state

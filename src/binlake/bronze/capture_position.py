@@ -220,7 +220,9 @@ def ensure_not_purged(
         reset_capture(spark, config)
         run_snapshot(spark, config, tables=exc.tables)
         result.resnapshot_tables = list(exc.tables)
-        return capture_state(spark, lh)
+        reset = capture_state(spark, lh)
+        assert reset is not None, "reset_capture commits a state"
+        return reset
 
 
 # ---------------------------------------------------------------------------------------
