@@ -10,7 +10,6 @@ ends at the server's position, and gold equals the source.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import time
@@ -26,6 +25,7 @@ from binlake.contract.tables import Lakehouse
 from binlake.errors import BinlogPurgedError
 from binlake.ops.commands import run_gold, run_silver
 from binlake.source.mysql import master_status
+from tests.capture_process import capture_process
 
 ROOT = Path(__file__).resolve().parents[2]
 BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
@@ -68,24 +68,6 @@ def _wait_archived(mariadb, archive: Path, timeout: float = 60) -> None:
         time.sleep(0.2)
 
 
-def _capture(config_path: Path, kill_at: str | None = None) -> int:
-    env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]"}
-    env.pop("BINLAKE_KILL_AT", None)
-    if kill_at:
-        env["BINLAKE_KILL_AT"] = kill_at
-    proc = subprocess.run(
-        [BINLAKE, "--config", str(config_path), "capture", "--until-now"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(f"capture exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc.returncode
-
-
 def test_purged_binlogs_are_read_from_the_archive_exactly_once_across_a_kill(spark, mariadb, database, tmp_path):
     db = database
     mariadb.execute(f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT, note VARCHAR(20))")
@@ -121,8 +103,8 @@ def test_purged_binlogs_are_read_from_the_archive_exactly_once_across_a_kill(spa
     mariadb.execute(f"INSERT INTO `{db}`.t VALUES (1000, 1, 'server')")
     mariadb.purge_binlogs()
 
-    assert _capture(config_path, kill_at="capture.after_commit@1") == -signal.SIGKILL
-    assert _capture(config_path) == 0
+    assert capture_process(config_path, kill_at="capture.after_commit@1") == -signal.SIGKILL
+    assert capture_process(config_path) == 0
 
     lh = Lakehouse(config)
     rows = lh.changelog.read(spark).where(f"db = '{db}'").collect()

@@ -14,12 +14,9 @@ of a value: a VECTOR is its float32 values, little-endian, four bytes each (VECT
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import struct
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -32,6 +29,7 @@ from binlake.contract.tables import Lakehouse
 from binlake.errors import ArchiveSourceError, ArchiveUnreadableError
 from binlake.gold.publish_log import gold_as_of
 from binlake.ops.pipeline import NO_SNAPSHOT, run_pipeline
+from tests.capture_process import capture_process
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "mysql-binlogs"
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,31 +176,13 @@ def nothing_captured(spark, config) -> bool:
 # A kill during the archive read
 
 
-def _capture(config_path: Path, kill_at: str | None = None) -> int:
-    env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]", "PYTHONPATH": str(ROOT / "src")}
-    env.pop("BINLAKE_KILL_AT", None)
-    if kill_at:
-        env["BINLAKE_KILL_AT"] = kill_at
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "binlake"), "--config", str(config_path), "capture", "--until-now"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        timeout=600,
-    )
-    if proc.returncode not in (0, -signal.SIGKILL):
-        raise AssertionError(f"capture exited {proc.returncode}: {proc.stderr[-2000:]}")
-    return proc.returncode
-
-
 @pytest.mark.parametrize("kill_at", ["capture.before_commit@2", "capture.after_commit@2"])
 def test_a_capture_killed_in_the_archive_read_converges_to_every_change_once(spark, tmp_path, kill_at):
     # One batch per transaction (max_batch_rows 1): the kill lands between two of them.
     path = archive_source(tmp_path, "vector.binlog", max_batch_rows=1)
 
-    assert _capture(path, kill_at=kill_at) == -signal.SIGKILL
-    assert _capture(path) == 0
+    assert capture_process(path, kill_at=kill_at) == -signal.SIGKILL
+    assert capture_process(path) == 0
 
     config = load_config(path)
     lh = Lakehouse(config)
