@@ -211,6 +211,12 @@ class CascadeError(SchemaChangeError):
     longer than ``binlake.silver.cascade.MAX_ROUNDS``): silver stops rather than guess."""
 
 
+class DefaultBackfillError(SchemaChangeError):
+    """An ADD COLUMN gave the table's existing rows a value binlake cannot know exactly (an
+    expression DEFAULT, ``CURRENT_TIMESTAMP(6)``, ...): silver stops the table rather than
+    publish NULL for it; a re-snapshot of the table recovers it."""
+
+
 class SilverTableError(BinlakeError):
     """Silver could not apply a table for a reason other than a schema change (an error of
     Spark, Delta or the table itself): that table keeps its progress and says why in

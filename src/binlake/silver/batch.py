@@ -37,7 +37,7 @@ from binlake.contract.sql import quote_ident, spark_string
 from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.types import TableSchema, is_zero_date_sql, spark_decode_sql
 from binlake.errors import NotReadyError, SchemaChangeError
-from binlake.silver import partial
+from binlake.silver import backfill, partial
 from binlake.silver import schema_evolution as se
 from binlake.silver.cascade import PRIO_DERIVED, new, old
 from binlake.silver.progress import state_after_last_run
@@ -57,9 +57,19 @@ PRIO_LOGGED = 2
 class Decoder:
     """Typed decoding of row images written under any recorded schema version."""
 
-    def __init__(self, target: TableSchema, name_maps: dict[str, dict[str, str]]):
+    def __init__(
+        self, target: TableSchema, name_maps: dict[str, dict[str, str]], defaults: dict[str, str] | None = None
+    ):
         self.target = target
         self.name_maps = name_maps
+        # {column: canonical text} an image of a version without the column holds in it: the
+        # DEFAULT its ADD COLUMN gave every row older than the DDL (binlake.silver.backfill).
+        self.defaults = defaults or {}
+
+    def absent_sql(self, col_name: str) -> str:
+        """The value of a column in an image written before the column was added."""
+        text = self.defaults.get(col_name)
+        return "NULL" if text is None else spark_decode_sql(self.target.column(col_name), spark_string(text))
 
     def column_sql(self, col_name: str, img: str = "img") -> str:
         col = self.target.column(col_name)
@@ -69,7 +79,11 @@ class Decoder:
             source = mapping.get(col_name)
             if source == col_name:
                 continue
-            expr = "NULL" if source is None else spark_decode_sql(col, f"try_element_at({img}, {spark_string(source)})")
+            expr = (
+                self.absent_sql(col_name)
+                if source is None
+                else spark_decode_sql(col, f"try_element_at({img}, {spark_string(source)})")
+            )
             cases.append(f"WHEN {spark_string(version)} THEN {expr}")
         if not cases:
             return default
@@ -130,6 +144,7 @@ class TableBatch:
     snapshot_rows: int = 0
     snapshot_zero_dates: int = 0  # zero dates typed snapshot rows held (counted when read)
     schema_changes: list = field(default_factory=list)
+    backfilled: dict = field(default_factory=dict)  # {column: rows given their ADD COLUMN's default}
     rebuilt: bool = False  # replaced from a snapshot after an incompatible schema change
     snapshots_only: bool = False  # no change-log record and no TRUNCATE bounds this batch
     # Chunks applied by earlier runs to reconcile again: the snapshot that recovers changes
@@ -153,11 +168,14 @@ def is_typed(chunk: dict) -> bool:
     return chunk.get("row_format") == TYPED_ROWS
 
 
-def typed_snapshot_records(spark: SparkLike, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict):
+def typed_snapshot_records(
+    spark: SparkLike, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict, defaults: dict | None = None
+):
     """Records (as :func:`batch_records` returns them) of the given (trusted) typed chunks of one
     table: each snapshot's typed rows of the manifest's attempts, at the chunk's low watermark,
     their columns projected to ``target`` (``name_maps``: a renamed column's values land in the
-    new name, an added one is NULL, a widened one is cast). No value is decoded."""
+    new name, an added one is the DEFAULT its ADD gave older rows (``defaults``, from
+    :attr:`Decoder.defaults`) or NULL, a widened one is cast). No value is decoded."""
     from pyspark.sql import functions as F
 
     parts = []
@@ -178,7 +196,12 @@ def typed_snapshot_records(spark: SparkLike, lh: Lakehouse, chunks: list[dict], 
         typed = []
         for col in target.columns:
             source = names.get(col.name)
-            value = quote_ident(source) if source is not None and source in have else "NULL"
+            if source is not None and source in have:
+                value = quote_ident(source)
+            elif source is None and col.name in (defaults or {}):
+                value = spark_decode_sql(col, spark_string((defaults or {})[col.name]))
+            else:
+                value = "NULL"
             typed.append(f"CAST({value} AS {col.spark_type}) AS {quote_ident(col.name)}")
         parts.append(
             rows.selectExpr(
@@ -291,15 +314,48 @@ def logged_changes(schema: TableSchema, decoder: Decoder, changes):
     )
 
 
-def _prepare_table(spark: SparkLike, ref: TableRef, history, new_chunks, name: str):
-    """Create or evolve the silver table; returns ``(cutoff, fresh, schema changes, rebuilt)``:
-    the seq below which changelog rows are dropped (after a re-snapshot recovered an
-    incompatible change) or None, and whether the table is new or rebuilt (empty before)."""
+@dataclass
+class Prepared:
+    """What creating or evolving a silver table did (:func:`_prepare_table`)."""
+
+    cutoff: tuple | None  # change-log rows below it are dropped (a re-snapshot recovered the table)
+    fresh: bool  # new or rebuilt: empty before
+    schema_changes: list
+    rebuilt: bool
+    resolved: dict  # the added columns' backfills (binlake.silver.backfill.resolve)
+    backfilled: dict  # {column: silver rows given their ADD's default by this run}
+
+
+def _prepare_table(spark: SparkLike, lh: Lakehouse, ref: TableRef, history, new_chunks, name: str, applied_before: bool):
+    """Create or evolve the silver table, giving the rows older than an ADD COLUMN its value."""
     target = history[-1]
+    db, table = name.split(".", 1)
     if se.create_silver_table(spark, ref, target.schema):
-        return None, True, [], False
+        resolved = backfill.resolve(spark, lh, db, table, history, {})
+        _check_new_table(resolved, history, new_chunks, name)
+        if resolved:
+            se.set_table_property(spark, ref, backfill.BACKFILL_PROPERTY, backfill.property_value(resolved))
+        return Prepared(None, True, [], False, resolved, {})
+    known = backfill.cached(ref.properties(spark))
+    resolved = backfill.resolve(spark, lh, db, table, history, known)
+    if not applied_before:
+        _check_new_table(resolved, history, new_chunks, name)
+    backfilled: dict = {}
+    extra = {backfill.BACKFILL_PROPERTY: backfill.property_value(resolved)} if resolved != known else {}
     try:
-        return None, False, [d for d in se.evolve(spark, ref, history) if d], False
+        changes = se.evolve(
+            spark,
+            ref,
+            history,
+            check=lambda entry: backfill.check(entry, resolved, name),
+            applied=lambda entry: backfilled.update(
+                backfill.update_older_rows(spark, ref, entry.schema, entry, resolved)
+            ),
+            properties=extra,
+        )
+        if extra and not changes:  # no step to set them with (a run killed after creating the table)
+            se.set_table_properties(spark, ref, extra)
+        return Prepared(None, False, [d for d in changes if d], False, resolved, backfilled)
     except SchemaChangeError:
         # Recovery: a snapshot taken with the new schema replaces the table's content.
         fresh = [
@@ -314,8 +370,22 @@ def _prepare_table(spark: SparkLike, ref: TableRef, history, new_chunks, name: s
             "%s: incompatible schema change recovered by snapshot %s: rebuilding silver", name, fresh[0]["snapshot_id"]
         )
         se.create_silver_table(spark, ref, target.schema, replace=True)
-        se.set_table_property(spark, ref, se.SCHEMA_VERSION_PROPERTY, target.version)
-        return target.seq, True, [], True
+        se.set_table_properties(
+            spark,
+            ref,
+            {se.SCHEMA_VERSION_PROPERTY: target.version, backfill.BACKFILL_PROPERTY: backfill.property_value(resolved)},
+        )
+        return Prepared(target.seq, True, [], True, resolved, {})
+
+
+def _check_new_table(resolved: dict, history: list, new_chunks: list[dict], name: str) -> None:
+    """A table silver fills for the first time takes every record since capture began: those
+    older than an ADD COLUMN whose value binlake cannot know would publish NULL for it, unless
+    a snapshot read after the ADD supersedes them."""
+    for _, entry, _ in backfill.adding_steps(history):
+        for a in resolved.get(backfill.step_key(entry), []):
+            if a.unknown and not any((c["lw_file_index"], c["lw_pos"]) >= a.boundary[:2] for c in new_chunks):
+                raise backfill.unknown_error(name, a, entry)
 
 
 @dataclass(frozen=True)
@@ -381,8 +451,9 @@ def prepare(
     if not history:
         raise NotReadyError(f"{name} has no schema in bronze schema_history yet: run binlake snapshot or capture")
     schema = history[-1].schema
-    cutoff, fresh, schema_changes, rebuilt = _prepare_table(spark, ref, history, new_chunks, name)
-    decoder = Decoder(schema, se.name_maps(history, schema))
+    done = _prepare_table(spark, lh, ref, history, new_chunks, name, applied_before)
+    cutoff, fresh, schema_changes, rebuilt = done.cutoff, done.fresh, done.schema_changes, done.rebuilt
+    decoder = Decoder(schema, se.name_maps(history, schema), backfill.defaults_of(history, done.resolved, schema))
 
     records = None
     if cl is not None and cl_start is not None and news.changes:
@@ -410,7 +481,11 @@ def prepare(
     typed_chunks = [c for c in new_chunks if is_typed(c)]
     map_chunks = [c for c in new_chunks if not is_typed(c)]
     snaps = snapshot_records(spark, lh, map_chunks) if map_chunks else None
-    typed = typed_snapshot_records(spark, lh, typed_chunks, schema, decoder.name_maps) if typed_chunks else None
+    typed = (
+        typed_snapshot_records(spark, lh, typed_chunks, schema, decoder.name_maps, decoder.defaults)
+        if typed_chunks
+        else None
+    )
     completed = None
     if news.partial or news.statements:
         records = records if records is not None else _no_changes(spark)
@@ -455,6 +530,7 @@ def prepare(
         snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
         snapshot_zero_dates=sum(int(c.get("zero_dates") or 0) for c in typed_chunks),
         schema_changes=schema_changes,
+        backfilled=done.backfilled,
         rebuilt=rebuilt,
         snapshots_only=not news.changes and stored_truncate is None and not bounds,
         rereconcile=completed.rereconcile if completed is not None else [],

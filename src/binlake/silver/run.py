@@ -123,6 +123,7 @@ class TableResult:
     cascaded: int = 0
     zero_dates: int = 0
     schema_changes: list[str] = field(default_factory=list)
+    backfilled: dict[str, int] = field(default_factory=dict)  # {added column: rows given its DEFAULT}
     error: str | None = None  # why the table was stopped (it keeps its progress)
     error_class: type | None = None  # the stop's error class (None: an error of its own)
     unexpected: bool = False  # stopped by an error of its own, not by a schema change
@@ -157,7 +158,9 @@ class SilverResult:
         idle = f" ({self.untouched} with nothing new)" if self.untouched else ""
         lines = [f"silver: {len(self.tables)} table(s){idle}, change log applied up to {where}"]
         for t in self.tables:
-            if not (t.error or t.changes or t.snapshot_rows or t.merged or t.cascaded or t.schema_changes):
+            if not (
+                t.error or t.changes or t.snapshot_rows or t.merged or t.cascaded or t.schema_changes or t.backfilled
+            ):
                 continue
             if t.error:
                 lines.append(f"  {t.name}: STOPPED: {t.error}")
@@ -170,6 +173,7 @@ class SilverResult:
                     (t.cascaded, "cascaded"),
                     (t.zero_dates, "zero dates -> NULL"),
                     (len(t.schema_changes), "schema changes"),
+                    (sum(t.backfilled.values()), "rows backfilled with an added column's default"),
                     (t.history, "history rows"),
                 )
                 if n
@@ -485,6 +489,7 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
         )
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
         res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
+        res.backfilled = batch.backfilled
         rule = config.history.table(db, table)
         if rule is not None:
             specs[batch.name] = hist.HistorySpec.of(rule, batch.schema)

@@ -18,6 +18,7 @@ Incompatible steps (key change, narrowing, any other type change) raise
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -371,6 +372,12 @@ def set_table_property(spark: SparkLike, ref: TableRef, key: str, value: str) ->
     spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({spark_string(key)} = {spark_string(value)})")
 
 
+def set_table_properties(spark: SparkLike, ref: TableRef, values: dict[str, str]) -> None:
+    """Set several table properties in one commit."""
+    assignments = ", ".join(f"{spark_string(k)} = {spark_string(v)}" for k, v in values.items())
+    spark.sql(f"ALTER TABLE {ref.sql} SET TBLPROPERTIES ({assignments})")
+
+
 def _silver_fields(spark: SparkLike, ref: TableRef) -> dict[str, str]:
     return {f.name: f.dataType.simpleString() for f in ref.read(spark).schema.fields}
 
@@ -439,10 +446,20 @@ def pending_steps(history: list[HistoryEntry], silver_version: str | None) -> li
     return out
 
 
-def evolve(spark: SparkLike, ref: TableRef, history: list[HistoryEntry]) -> list[str]:
+def evolve(
+    spark: SparkLike,
+    ref: TableRef,
+    history: list[HistoryEntry],
+    check: Callable[[HistoryEntry], None] | None = None,
+    applied: Callable[[HistoryEntry], None] | None = None,
+    properties: dict[str, str] | None = None,
+) -> list[str]:
     """Bring an existing silver table to the latest schema; returns the DDL texts applied.
 
     Raises SchemaChangeError at the first incompatible step, before altering anything.
+    ``check(entry)`` may refuse a pending step the same way; ``applied(entry)`` runs after
+    each step is applied (an added column's backfill); ``properties`` are set with the
+    schema version, in the same commit.
     """
     target = history[-1]
     current = table_property(spark, ref, SCHEMA_VERSION_PROPERTY)
@@ -458,7 +475,11 @@ def evolve(spark: SparkLike, ref: TableRef, history: list[HistoryEntry]) -> list
     for entry, step in steps:
         if step.problem:
             raise incompatible_error(target.schema, entry, step.problem)
-    for _entry, step in steps:
+        if check is not None:
+            check(entry)
+    for entry, step in steps:
         _apply_step(spark, ref, step)
-    set_table_property(spark, ref, SCHEMA_VERSION_PROPERTY, target.version)
+        if applied is not None:
+            applied(entry)
+    set_table_properties(spark, ref, {**(properties or {}), SCHEMA_VERSION_PROPERTY: target.version})
     return [e.ddl or "" for e, _ in steps]
