@@ -6,9 +6,9 @@ STAMP := .venv/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 PYTEST_ARGS ?=
 
-.PHONY: lint setup venv mariadb-package sysbench-package browser-package spark-jars mysql-up mysql-down demo gates-and-spark test test-fast test-unit bench bench-large chaos chaos-short clean
+.PHONY: lint setup venv mariadb-package sysbench-package percona-toolkit-package browser-package spark-jars mysql-up mysql-down demo gates-and-spark test test-fast test-unit bench bench-large chaos chaos-short clean
 
-PACKAGES := mariadb-package sysbench-package browser-package
+PACKAGES := mariadb-package sysbench-package percona-toolkit-package browser-package
 setup: venv $(PACKAGES) spark-jars
 
 venv: $(STAMP)
@@ -29,6 +29,13 @@ sysbench-package:
 	@if ! command -v sysbench >/dev/null; then \
 	  echo "installing sysbench (Debian package)"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq sysbench >/dev/null; \
+	fi
+
+# The real pt-online-schema-change of tests/integration/test_online_schema_change.py.
+percona-toolkit-package:
+	@if ! command -v pt-online-schema-change >/dev/null; then \
+	  echo "installing percona-toolkit (Debian package)"; \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq percona-toolkit >/dev/null; \
 	fi
 
 # The headless browser tests/integration/test_metrics.py renders `status --html` in.

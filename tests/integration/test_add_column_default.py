@@ -74,7 +74,9 @@ def _source(mariadb, sql: str):
 
 
 def _gold(spark, config, database: str, columns: str):
-    return [tuple(r) for r in Lakehouse(config).gold(database, "t").read(spark).selectExpr(*columns.split(", ")).collect()]
+    return [
+        tuple(r) for r in Lakehouse(config).gold(database, "t").read(spark).selectExpr(*columns.split(", ")).collect()
+    ]
 
 
 @pytest.fixture

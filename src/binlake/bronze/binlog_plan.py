@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from binlake.config import ColumnRule, SourceConfig
-from binlake.contract.columns import FlatMasker, stored_schema
+from binlake.contract.columns import FlatMasker, apply_to_schema
 from binlake.contract.types import TableSchema
 from binlake.errors import ArchiveUnreadableError, BinlogDecodeError, UnsupportedColumnError
 from binlake.source.binlog.events import TableMapEvent
@@ -61,8 +61,8 @@ class TablePlanner:
 
     def plan(self, event: TableMapEvent, where: str = "") -> TablePlan | None:
         """The plan for a TABLE_MAP event (at ``where``, ``file:pos``), None when its table is
-        not captured."""
-        if not self.source.captures(event.schema, event.table):
+        neither captured nor a captured table's online-schema-change shadow."""
+        if not self.source.mirrors(event.schema, event.table):
             return None
         table = event.table_map
         if table is None:
@@ -86,8 +86,13 @@ class TablePlanner:
             schema = replace(schema, key=tuple(self.source.chunk_keys[schema.name]), key_is_primary=False)
         shape = (schema.database, schema.table, schema.columns, schema.key)
         if shape not in self._stored:
-            stored = stored_schema(self.source, schema, strict=False)
-            self._stored[shape] = (self.source.column_rule(schema.database, schema.table), stored, stored.version())
+            # A shadow table (gh-ost, pt-osc) is stored under its table's column rule: its
+            # rows become that table's at the cut-over (binlake.bronze.osc_replay).
+            ruled = self.source.shadow_of(schema.database, schema.table)
+            ruled = schema.table if ruled is None or self.source.captures(schema.database, schema.table) else ruled
+            rule = self.source.column_rule(schema.database, ruled)
+            stored = apply_to_schema(rule, schema, self.source.salt_for(rule), strict=False)
+            self._stored[shape] = (rule, stored, stored.version())
         rule, stored, version = self._stored[shape]
         layout = (shape, tuple((c.type, c.collation, c.max_length, c.length_size) for c in table.columns))
         decoder = self._decoders.get(layout)

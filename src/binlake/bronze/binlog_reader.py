@@ -106,7 +106,7 @@ def captured_ddl(source: SourceConfig, text: str, default_db: str | None) -> lis
     out = []
     for row, (db, table, op) in enumerate(effects):
         # A None db is never captured (_db_captured); testing it first types the rows db as str.
-        if db is not None and (source.captures(db, table) if (db and table) else _db_captured(source, db)):
+        if db is not None and (source.mirrors(db, table) if (db and table) else _db_captured(source, db)):
             out.append((row, db, table, op))
     return out
 

@@ -39,7 +39,7 @@ from pyspark.errors import AnalysisException
 from binlake.bronze.binlog_reader import SIDE_OPS, ReadRange
 from binlake.bronze.binlog_source import MAX_PARALLEL_FILES, read_dataframe
 from binlake.bronze.capture_commit import TXN_APP_ID, CaptureResult, commit_batch, table_filter
-from binlake.bronze.capture_new_tables import snapshot_newly_matched, snapshot_renamed_into
+from binlake.bronze.capture_new_tables import renamed_into, snapshot_newly_matched
 from binlake.bronze.capture_position import (
     binlog_files,
     capture_status,
@@ -350,8 +350,13 @@ def _read_and_commit(
             "server_id", F.when(beat, F.lit(end.server_id).cast("bigint")).otherwise(F.col("server_id"))
         )
         if counts.get(RENAMED_INTO_OP):
-            renamed = changes.where(F.col("op") == RENAMED_INTO_OP).select("db", "table").distinct().collect()
-            snapshot_renamed_into(spark, config, sorted(f"{r['db']}.{r['table']}" for r in renamed), result)
+            renamed = [
+                r.asDict()
+                for r in changes.where(F.col("op") == RENAMED_INTO_OP)
+                .select("db", "table", "binlog_file", "file_index", "pos", "ddl")
+                .collect()
+            ]
+            renamed_into(spark, config, lh, changes, [s[0] for s in schemas], renamed, result)
         return commit_batch(spark, lh, schemas, start, end, changes, result, counts)
     finally:
         df.unpersist()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from binlake import faults
 from binlake.bronze.capture_state import CaptureState, capture_state
+from binlake.bronze.osc_replay import Replay
 from binlake.bronze.tables import record_schemas
 from binlake.config import Config
 from binlake.contract.changelog import CHANGELOG_SCHEMA, DATA_OPS, DDL_OPS, STATEMENT_OP, heartbeat_row
@@ -45,6 +46,7 @@ class CaptureResult:
     resnapshot_tables: list[str] = field(default_factory=list)
     renamed_into: list[str] = field(default_factory=list)
     new_tables: list[str] = field(default_factory=list)
+    replays: list[Replay] = field(default_factory=list)  # online schema change cut-overs met
     source_switches: list[str] = field(default_factory=list)
     table_changes: dict[str, int] = field(default_factory=dict)  # db.table -> row changes captured
     last_commit_ts: int | None = None  # source commit time of the newest captured row change, in µs
@@ -71,6 +73,8 @@ class CaptureResult:
             text += f"; snapshotted {', '.join(self.new_tables)} first (newly matched by source.tables)"
         if self.renamed_into:
             text += f"; snapshotted {', '.join(self.renamed_into)} (another table was renamed into it)"
+        for replay in self.replays:
+            text += f"; {replay.describe()}"
         for w in self.warnings:
             text += f"\nwarning: {w}"
         return text

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 from binlake.bronze.capture_commit import CaptureResult, table_filter
 from binlake.bronze.capture_state import CaptureState
+from binlake.bronze.osc_replay import cut_overs, replay_cut_over
 from binlake.bronze.snapshot import run_snapshot
 from binlake.config import Config
 from binlake.contract.tables import Lakehouse
@@ -76,14 +77,19 @@ def snapshot_newly_matched(
         result.new_tables = todo
 
 
-def snapshot_renamed_into(spark, config: Config, names: list[str], result: CaptureResult) -> None:
-    """Snapshot the tables another table was renamed into (gh-ost and pt-osc cut-overs).
+def renamed_into(
+    spark, config: Config, lh: Lakehouse, changes, batch_schemas: list, renamed: list[dict], result: CaptureResult
+) -> None:
+    """The rows of the tables another table was renamed into: a cut-over of an online schema
+    change replays the mirrored shadow (:mod:`binlake.bronze.osc_replay`); any other rename,
+    and a cut-over whose replay cannot be trusted, snapshots the table.
 
     The binlog carries no rows for a rename, so the rows now under that name come from a
-    snapshot whose chunks start after the rename; silver drops everything older (the
-    ``renamed_into`` op truncates). It runs before the batch's commit: a crash in between
-    re-reads the batch and plans again, so the need for it can never be lost.
+    snapshot at or after the rename; silver drops everything older (the ``renamed_into`` op
+    truncates). It runs before the batch's commit: a crash in between re-reads the batch and
+    plans again, so the need for it can never be lost.
     """
+    names = sorted({f"{r['db']}.{r['table']}" for r in renamed})
     if config.source.archive is not None:
         raise ArchiveSourceError(
             f"{', '.join(names)} received another table's rows by RENAME, which the binlog does not hold as rows, "
@@ -92,8 +98,19 @@ def snapshot_renamed_into(spark, config: Config, names: list[str], result: Captu
         )
     with connect(config.source) as conn:
         present = {f"{db}.{t}" for db, t in captured_tables(conn, config.source)}
+    cuts = {c.name: c for c in cut_overs(config.source, renamed)}
     # A name renamed away again later has a DROP after this point, which empties it.
-    targets = [n for n in names if n in present]
+    targets = []
+    for name in sorted(set(names) & present):
+        cut = cuts.get(name)
+        if cut is not None:
+            replay = replay_cut_over(spark, lh, changes, batch_schemas, cut)
+            result.replays.append(replay)
+            if replay.replayed:
+                log.info("capture: %s", replay.describe())
+                continue
+            log.warning("capture: %s", replay.describe())
+        targets.append(name)
     if targets:
         log.info("capture: %s received another table's rows by RENAME: snapshotting", ", ".join(targets))
         run_snapshot(spark, config, tables=targets)

@@ -27,6 +27,27 @@ from binlake.config.vocabulary import (
 )
 from binlake.errors import ConfigError
 
+# The shadow tables of the online schema change tools: gh-ost copies ``t`` into ``_t_gho``
+# (go/base/context.go, GetGhostTableName); pt-online-schema-change into ``_t_new`` (its
+# --new-table-name default ``%T_new``), prefixed with up to ten ``_`` until the name is free.
+_GHOST_SUFFIX = "_gho"
+_PT_OSC_SUFFIX = "_new"
+_PT_OSC_PREFIXES = 10
+
+
+def shadow_targets(table: str) -> list[str]:
+    """The tables ``table`` would be the online-schema-change shadow of, by its name alone."""
+    out = []
+    if table.startswith("_") and table.endswith(_GHOST_SUFFIX) and len(table) > 1 + len(_GHOST_SUFFIX):
+        out.append(table[1 : -len(_GHOST_SUFFIX)])
+    if table.endswith(_PT_OSC_SUFFIX):
+        stem = table[: -len(_PT_OSC_SUFFIX)]
+        for n in range(1, _PT_OSC_PREFIXES + 1):
+            if len(stem) > n and stem[:n] == "_" * n:
+                out.append(stem[n:])
+    return out
+
+
 BINLOG_READERS = 32
 """The most binlog dumps one capture batch opens: reader ``i`` registers as server id
 ``server_id + 1 + i`` (the driver's own probes use ``server_id``), so a deployment takes
@@ -199,6 +220,16 @@ class SourceConfig:
         return any(fnmatch.fnmatchcase(name, p) for p in self.tables) and not any(
             fnmatch.fnmatchcase(name, p) for p in self.exclude
         )
+
+    def shadow_of(self, db: str, table: str) -> str | None:
+        """The captured table of ``db`` whose online-schema-change shadow ``table`` is named
+        as (gh-ost's ``_t_gho``, pt-online-schema-change's ``_t_new``), or None."""
+        return next((t for t in shadow_targets(table) if self.captures(db, t)), None)
+
+    def mirrors(self, db: str, table: str) -> bool:
+        """True if capture keeps ``db.table``'s changes: a captured table, or the shadow of one,
+        whose rows become the table at an online schema change's cut-over."""
+        return self.captures(db, table) or self.shadow_of(db, table) is not None
 
     def column_rule(self, db: str, table: str) -> ColumnRule | None:
         """The column rule of ``db.table`` (the first matching ``source.columns`` entry), or None."""

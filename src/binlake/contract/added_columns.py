@@ -290,6 +290,7 @@ def _temporal(col: Column, text: str) -> Backfill:
         return Backfill(ZERO_DATE if k is Kind.DATE else ZERO_DATETIME)
     if k is Kind.TIMESTAMP:
         raise ValueError("a TIMESTAMP literal is read in the ALTER session's time zone")
-    parts = [int(g) if g else 0 for g in m.groups()[:6]]
-    value = dt.datetime(*parts, int((m.group(7) or "").ljust(6, "0")))  # a partial zero date raises
+    year, month, day, hour, minute, second = (int(g) if g else 0 for g in m.groups()[:6])
+    micro = int((m.group(7) or "").ljust(6, "0"))
+    value = dt.datetime(year, month, day, hour, minute, second, micro)  # a partial zero date raises
     return Backfill(encode_value(col, value.date() if k is Kind.DATE else value))

@@ -25,6 +25,11 @@ _DDL_TABLE = re.compile(
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"^\s*(?:/\*.*?\*/\s*|#[^\n]*\n\s*|--[^\n]*\n\s*)*", re.DOTALL)
+# A comment anywhere between the words (gh-ost writes ``rename /* gh-ost */ table ...``), with the
+# quoted texts it must not be looked for in; ``/*! ... */`` and ``/*M! ... */`` are executed, not comments.
+_INLINE_COMMENT = re.compile(
+    r"(`(?:[^`]|``)*`|'(?:[^'\\]|\\.|'')*'|\"(?:[^\"\\]|\\.|\"\")*\")|/\*(?!M?!).*?\*/", re.DOTALL
+)
 _MORE_NAMES = re.compile(rf"\s*,\s*(?P<name>{_QUALIFIED})")
 _RENAME_PAIR = re.compile(
     rf"\s*(?P<old>{_QUALIFIED})\s+(?:WAIT\s+\d+\s+|NOWAIT\s+)?TO\s+(?P<new>{_QUALIFIED})\s*,?", re.IGNORECASE
@@ -54,7 +59,7 @@ def ddl_effects(query: str, default_db: str | None) -> list[tuple[str | None, st
     Multi-table forms (``DROP TABLE a, b``, ``RENAME TABLE a TO b, c TO d`` as gh-ost and
     pt-online-schema-change swap tables) give one entry per table; temporary tables give none.
     """
-    text = _COMMENT.sub("", query, count=1)
+    text = _INLINE_COMMENT.sub(lambda m: m.group(1) or " ", _COMMENT.sub("", query, count=1))
     m = _DDL_TABLE.match(text)
     if not m:
         return [(default_db, None, DDL_OP)]
@@ -82,6 +87,12 @@ def ddl_effects(query: str, default_db: str | None) -> list[tuple[str | None, st
     if m.group("alter") and (renamed := _ALTER_RENAME.search(text, m.end())):
         return [(*first, DDL_OP), (*first, DROP_OP), (*_qualified(renamed.group("new"), first[0]), RENAMED_INTO_OP)]
     return [(*first, DDL_OP)]
+
+
+def creates_table(query: str) -> bool:
+    """True for a CREATE TABLE statement (not a temporary table)."""
+    m = _DDL_TABLE.match(_INLINE_COMMENT.sub(lambda m: m.group(1) or " ", _COMMENT.sub("", query, count=1)))
+    return m is not None and not any(m.group(g) for g in ("temporary", "alter", "drop", "rename", "truncate"))
 
 
 def column_renames(ddl: str | None) -> list[tuple[str, str]]:

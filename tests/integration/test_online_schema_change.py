@@ -1,0 +1,239 @@
+"""Online schema changes under a write load: a real pt-online-schema-change, and gh-ost's
+statement sequence as gh-ost issues it. Gold equals the source after the cut-over, and the
+source table is read by no snapshot after the first: the shadow's rows, copied and changed
+through the binlog, become the table."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from binlake.bronze.capture import run_capture
+from binlake.bronze.osc_replay import REPLAY_SUFFIX
+from binlake.config import load_config
+from binlake.contract.tables import Lakehouse
+from binlake.ops.pipeline import run_pipeline
+from tests.source_diff import diff_with_source
+
+ROOT = Path(__file__).resolve().parents[2]
+BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
+ROWS = 3000
+
+
+def _table(mariadb, db: str) -> None:
+    mariadb.execute(
+        f"CREATE TABLE `{db}`.t (id INT PRIMARY KEY, v INT NOT NULL, s VARCHAR(40))",
+        *[
+            f"INSERT INTO `{db}`.t VALUES " + ",".join(f"({i}, {i % 97}, 's{i}')" for i in range(k, k + 500))
+            for k in range(1, ROWS + 1, 500)
+        ],
+    )
+
+
+def _chunks(spark, config, db: str) -> tuple[int, int]:
+    """(manifest rows of snapshots that read the source table, manifest rows of replays)."""
+    rows = Lakehouse(config).snapshot_chunks.read(spark).where(f"db = '{db}' AND `table` = 't'").collect()
+    replays = sum(1 for r in rows if r["snapshot_id"].endswith(REPLAY_SUFFIX))
+    return len(rows) - replays, replays
+
+
+def _run(spark, config):
+    result = run_pipeline(spark, config)
+    assert result.ok, result.summary()
+    return result
+
+
+def _gold_equals_source(spark, config) -> None:
+    diffs = diff_with_source(spark, config)
+    assert diffs and all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
+
+
+class _Writer(threading.Thread):
+    """Autocommit inserts, updates and deletes on ``t`` until stopped; ``mirror`` is called
+    after each with (statement kind, id), as gh-ost applies what it reads in the binlog."""
+
+    def __init__(self, mariadb, db: str, mirror=None, seed: int = 7):
+        super().__init__(daemon=True)
+        self.mariadb, self.db, self.mirror = mariadb, db, mirror
+        self.stop = threading.Event()
+        self.rng = random.Random(seed)
+        self.done = 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.mariadb.root_connection(self.db) as conn, conn.cursor() as cur:
+                next_id = ROWS + 1
+                while not self.stop.is_set():
+                    kind = self.rng.choice(("insert", "update", "update", "delete"))
+                    if kind == "insert":
+                        key, next_id = next_id, next_id + 1
+                        cur.execute("INSERT INTO t VALUES (%s, %s, %s)", (key, key % 13, f"new{key}"))
+                    else:
+                        key = self.rng.randint(1, next_id - 1)
+                        if kind == "update":
+                            cur.execute("UPDATE t SET v = v + 1, s = CONCAT('u', id) WHERE id = %s", (key,))
+                        else:
+                            cur.execute("DELETE FROM t WHERE id = %s", (key,))
+                    if self.mirror is not None:
+                        self.mirror(cur, kind, key)
+                    self.done += 1
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test
+            self.error = exc
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.join(60)
+        assert self.error is None, self.error
+        assert self.done > 20, "the write load ran"
+
+
+def _ghost_apply(cur, kind: str, key: int) -> None:
+    """gh-ost's applier: a row event of ``t`` applied to ``_t_gho`` (REPLACE for inserts and
+    updates, DELETE for deletes), with the columns the two tables share."""
+    if kind == "delete":
+        cur.execute("delete /* gh-ost */ from `_t_gho` where id = %s", (key,))
+    else:
+        cur.execute("replace /* gh-ost */ into `_t_gho` (id, v, s) select id, v, s from t where id = %s", (key,))
+
+
+def _ghost_migration(spark, config, mariadb, db: str, capture_midway: bool = True) -> None:
+    """gh-ost's statements (go/logic/applier.go) for --alter 'ADD COLUMN note ...', up to and
+    including its atomic cut-over, with the write load on ``t`` applied to the ghost table."""
+    q = f"`{db}`"
+    mariadb.execute(
+        f"drop /* gh-ost */ table if exists {q}.`_t_ghc`",
+        f"create /* gh-ost */ table {q}.`_t_ghc` (id bigint auto_increment, last_update timestamp not null "
+        "default current_timestamp on update current_timestamp, hint varchar(64) charset ascii not null, "
+        "value varchar(4096) charset ascii not null, primary key(id), unique key hint_uidx(hint)) auto_increment=256",
+        f"create /* gh-ost */ table {q}.`_t_gho` like {q}.`t`",
+        f"alter /* gh-ost */ table {q}.`_t_gho` add column note varchar(20) not null default 'ghost'",
+        f"insert /* gh-ost */ into {q}.`_t_ghc` (id, hint, value) values (NULLIF(2, 0), 'state', 'GhostTableMigrated') "
+        "on duplicate key update last_update=NOW(), value=VALUES(value)",
+    )
+    writer = _Writer(mariadb, db, mirror=_ghost_apply)
+    writer.start()
+    step = 400
+    for low in range(1, ROWS + 2000, step):
+        mariadb.execute(
+            f"insert /* gh-ost `{db}`.`t` */ ignore into {q}.`_t_gho` (`id`, `v`, `s`) "
+            f"(select `id`, `v`, `s` from {q}.`t` force index (`PRIMARY`) "
+            f"where ((`id` >= {low}) and (`id` < {low + step})) lock in share mode)"
+        )
+        if capture_midway and low == 1 + 2 * step:
+            run_capture(spark, config)  # the copy spans several capture batches
+    writer.finish()
+    mariadb.execute(
+        f"create /* gh-ost */ table {q}.`_t_del` (id int auto_increment primary key) engine=InnoDB "
+        "comment='ghost-cut-over-sentry'",
+        f"drop /* gh-ost */ table if exists {q}.`_t_del`",
+        f"rename /* gh-ost */ table {q}.`t` to {q}.`_t_del`, {q}.`_t_gho` to {q}.`t`",
+        f"drop /* gh-ost */ table if exists {q}.`_t_del`",
+        f"drop /* gh-ost */ table if exists {q}.`_t_ghc`",
+        # Changes after the cut-over, on the new table.
+        f"UPDATE {q}.t SET note = 'after', v = v + 100 WHERE id % 50 = 0",
+        f"DELETE FROM {q}.t WHERE id % 77 = 0",
+        f"INSERT INTO {q}.t (id, v, s, note) VALUES (999999, 1, 'last', 'post')",
+    )
+
+
+def test_gh_ost_migration_under_load_is_replayed_and_gold_equals_the_source(spark, mariadb, database, make_config):
+    _table(mariadb, database)
+    config = make_config([f"{database}.t"], capture={"max_batch_rows": 2000})
+    _run(spark, config)
+    read_before, _ = _chunks(spark, config, database)
+
+    _ghost_migration(spark, config, mariadb, database)
+    result = _run(spark, config)
+
+    capture = next(s.result for s in result.steps if s.name == "capture")
+    _gold_equals_source(spark, config)
+    read_after, replays = _chunks(spark, config, database)
+    assert read_after == read_before, "the source table was read by no snapshot after the first"
+    assert replays == 1, "the cut-over is one replayed chunk"
+    assert [r.replayed for r in capture.replays] == [True], capture.summary()
+    gold = Lakehouse(config).gold(database, "t").read(spark)
+    assert "note" in gold.columns
+    assert not Lakehouse(config).silver(database, "_t_gho").exists(spark), "the shadow is mirrored in bronze only"
+
+
+@pytest.mark.skipif(shutil.which("pt-online-schema-change") is None, reason="make percona-toolkit-package")
+def test_a_real_pt_online_schema_change_under_load_is_replayed_and_gold_equals_the_source(
+    spark, mariadb, database, make_config
+):
+    _table(mariadb, database)
+    config = make_config([f"{database}.t"])
+    _run(spark, config)
+    read_before, _ = _chunks(spark, config, database)
+
+    writer = _Writer(mariadb, database)
+    writer.start()
+    try:
+        done = subprocess.run(
+            [
+                "pt-online-schema-change",
+                "--alter",
+                "ADD COLUMN note VARCHAR(20) NOT NULL DEFAULT 'pt'",
+                "--execute",
+                "--recursion-method=none",
+                "--chunk-size=300",
+                "--no-check-alter",
+                "--set-vars=lock_wait_timeout=30",
+                f"S={mariadb.socket_path},u=root,D={database},t=t",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        writer.finish()
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "Swapped original and new tables OK" in done.stdout
+    mariadb.execute(f"UPDATE `{database}`.t SET note = 'after' WHERE id % 40 = 0")
+    _run(spark, config)
+
+    _gold_equals_source(spark, config)
+    read_after, replays = _chunks(spark, config, database)
+    assert read_after == read_before, "the source table was read by no snapshot after the first"
+    assert replays == 1
+
+
+def _capture_process(config_path: Path, kill_at: str) -> int:
+    env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]", "BINLAKE_KILL_AT": kill_at}
+    proc = subprocess.run(
+        [BINLAKE, "--config", str(config_path), "capture", "--until-now"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr[-2000:]
+    return proc.returncode
+
+
+@pytest.mark.parametrize("kill_at", ["capture.replay_before_manifest", "capture.before_commit"])
+def test_a_kill_during_the_cut_over_converges(spark, mariadb, database, tmp_path, kill_at):
+    _table(mariadb, database)
+    config_path = tmp_path / "binlake.yml"
+    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lake"), [f"{database}.t"], server_id=7300))
+    config = load_config(config_path)
+    _run(spark, config)
+    read_before, _ = _chunks(spark, config, database)
+
+    _ghost_migration(spark, config, mariadb, database, capture_midway=False)
+    # The batch holding the RENAME: killed after the replay's rows and plan, before its
+    # manifest row; or after the replay, before the batch's commit.
+    assert _capture_process(config_path, kill_at) == -signal.SIGKILL
+    _run(spark, config)
+
+    _gold_equals_source(spark, config)
+    read_after, replays = _chunks(spark, config, database)
+    assert read_after == read_before, "the source table was read by no snapshot after the first"
+    assert replays == 1, "a re-read batch replays a cut-over once"
