@@ -138,9 +138,9 @@ def record(b, op, seq, before, after):
     return b.truncate(T, seq)
 
 
-# An example costs about a minute of Spark: one per run, and no shrinking (the failure
-# message names the batches' order, the example is printed as drawn). Two lakehouses of up
-# to five silver runs each: slow, left out of `make test-fast`.
+# An example is two lakehouses of up to five silver runs each, the dearest kind of Spark work
+# here: one example per run, and no shrinking (the failure message names the batches' order,
+# the example is printed as drawn). Slow, left out of `make test-fast`.
 @pytest.mark.slow
 @settings(
     max_examples=1,

@@ -3,7 +3,7 @@
 Why: local Spark starts its Python processes with ``pyspark.zip``, the py4j zip and the
 ``spark-core`` jar on ``PYTHONPATH``, and PySpark calls ``importlib.invalidate_caches()``
 at the start of every task, which on Python 3.11 re-reads the central directory of every
-zip on the path (over 6,000 entries here). That is a fixed CPU cost on every task, whatever
+zip on the path (thousands of entries). That is a fixed CPU cost on every task, whatever
 the task does: most of a snapshot chunk's time in Python. Spark also plans every Python
 data source read in two more processes (``create_data_source``, ``plan_data_source_read``),
 which pay the same per read before any task starts, and compile PySpark from the zip (no
@@ -22,13 +22,15 @@ Two ways in, both local only (see :mod:`binlake.spark`; never on Databricks):
 
 The daemon started either way also serves each task with :func:`serve_task` instead of
 PySpark's own, which fixes two costs every Python task paid whatever it did (found with
-strace on a reused worker; docs/performance.md, "Costs every local run pays"):
+strace on a reused worker; figures: ``local_worker_serve_task_s`` in benchmarks/history.csv):
 
 - a wait per task. The JVM sends a task's command and then its (small) input on a socket
   without ``TCP_NODELAY``, so Nagle holds the input back until the command is acknowledged,
   and Linux delays that acknowledgement by its delayed-ACK minimum (40 ms), because the
   worker sends nothing back until it has the input. :class:`AckingReader` acknowledges
   every read at once (``TCP_QUICKACK``; nothing to do where the option does not exist).
+  ``TCP_NODELAY`` on the worker's own socket would not help: the input is held back on the
+  JVM's side.
 - the full garbage collection PySpark's daemon runs after every task, over every object of
   the modules a worker has imported (pyarrow, pandas, binlake). :func:`collect_after_task`
   freezes the survivors of each task, so that those collections look only at what the next
