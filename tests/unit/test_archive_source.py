@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from binlake.bronze.binlog_reader import ReadRange, read_range
-from binlake.bronze.capture_archive import _check_filter, _check_resume, _start, archive_end, archive_files
+from binlake.bronze.capture_archive import archive_end, archive_files, archive_start, check_filter, check_resume
 from binlake.bronze.capture_state import CaptureState
 from binlake.config import SourceConfig, load_config_text
 from binlake.contract.position import BinlogPosition
@@ -187,9 +187,9 @@ def test_a_position_at_the_end_is_the_end(tmp_path):
 
 def test_capture_starts_at_the_first_file_or_the_given_position(tmp_path):
     files = archive_files(str(archive(tmp_path, "mysql-bin.000003", "mysql-bin.000004")))
-    assert _start(load(), files) == BinlogPosition("mysql-bin.000003", 4)
+    assert archive_start(load(), files) == BinlogPosition("mysql-bin.000003", 4)
     at = load(capture={"startup": "position", "start_position": "mysql-bin.000004:1560"})
-    assert _start(at, files) == BinlogPosition("mysql-bin.000004", 1560)
+    assert archive_start(at, files) == BinlogPosition("mysql-bin.000004", 1560)
 
 
 def state(file: str, pos: int, server_id: int | None = 1, table_filter: dict | None = None) -> CaptureState:
@@ -199,13 +199,13 @@ def state(file: str, pos: int, server_id: int | None = 1, table_filter: dict | N
 def test_a_resume_position_on_an_event_boundary_of_the_same_server_passes(tmp_path):
     directory = str(archive(tmp_path, "mysql-bin.000001", "mysql-bin.000002"))
     for pos in (4, 1560, 3331):
-        _check_resume(directory, archive_files(directory), state("mysql-bin.000002", pos))
+        check_resume(directory, archive_files(directory), state("mysql-bin.000002", pos))
 
 
 def test_files_missing_after_the_resume_position_are_named(tmp_path):
     directory = str(archive(tmp_path, "mysql-bin.000001", "mysql-bin.000004"))
     with pytest.raises(BinlogArchiveError) as info:
-        _check_resume(directory, archive_files(directory), state("mysql-bin.000001", 1560))
+        check_resume(directory, archive_files(directory), state("mysql-bin.000001", 1560))
     assert str(info.value) == (
         f"the binlog archive {directory} lacks mysql-bin.000002, mysql-bin.000003, which capture needs from its "
         "position mysql-bin.000001:1560 on: put the files in the archive"
@@ -216,14 +216,14 @@ def test_a_resume_position_inside_an_event_means_another_file(tmp_path):
     directory = str(archive(tmp_path, "mysql-bin.000001"))
     for pos in (1561, 4000):
         with pytest.raises(BinlogArchiveError, match=rf"mysql-bin.000001:{pos} is not an event boundary of"):
-            _check_resume(directory, archive_files(directory), state("mysql-bin.000001", pos))
+            check_resume(directory, archive_files(directory), state("mysql-bin.000001", pos))
 
 
 def test_files_of_another_server_are_refused(tmp_path):
     # The file's FORMAT_DESCRIPTION says server 1 wrote it.
     directory = str(archive(tmp_path, "mysql-bin.000001"))
     with pytest.raises(BinlogArchiveError) as info:
-        _check_resume(directory, archive_files(directory), state("mysql-bin.000001", 1560, server_id=2))
+        check_resume(directory, archive_files(directory), state("mysql-bin.000001", 1560, server_id=2))
     assert str(info.value) == (
         "the archive's mysql-bin.000001 was written by server 1, but capture has read server 2: point "
         "source.archive at that server's binlog files"
@@ -232,11 +232,11 @@ def test_files_of_another_server_are_refused(tmp_path):
 
 def test_a_narrower_table_filter_passes_and_a_wider_one_is_refused():
     config = load({"tables": ["shop.*"], "exclude": ["shop.audit"]})
-    _check_filter(config, state("mysql-bin.000001", 4, table_filter=None))
-    _check_filter(config, state("mysql-bin.000001", 4, table_filter={"tables": ["shop.*", "crm.*"], "exclude": []}))
+    check_filter(config, state("mysql-bin.000001", 4, table_filter=None))
+    check_filter(config, state("mysql-bin.000001", 4, table_filter={"tables": ["shop.*", "crm.*"], "exclude": []}))
     for before in ({"tables": ["crm.*"], "exclude": []}, {"tables": ["shop.*"], "exclude": ["shop.audit", "shop.x"]}):
         with pytest.raises(ArchiveSourceError, match=r"match more than at capture's last commit.*cannot snapshot"):
-            _check_filter(config, state("mysql-bin.000001", 4, table_filter=before))
+            check_filter(config, state("mysql-bin.000001", 4, table_filter=before))
 
 
 # ---------------------------------------------------------------------------------------
