@@ -107,13 +107,13 @@ def run_archive_capture(
     files = archive_files(directory)
     state = capture_state(spark, lh)
     if state is None:
-        start = _start(config, files)
+        start = archive_start(config, files)
         log.info("no capture state yet: starting at %s, in the archive %s", start, directory)
         writer = CaptureState(start, archive_server_id(directory, start.file), None)
         state = commit_batch(spark, lh, [], start, writer, None, result)
     else:
-        _check_filter(config, state)
-    _check_resume(directory, files, state)
+        check_filter(config, state)
+    check_resume(directory, files, state)
     result.start = state.position
     try:
         while True:
@@ -153,13 +153,13 @@ def archive_status(spark, config: Config) -> dict:
     }
 
 
-def _start(config: Config, files: list[BinlogFile]) -> BinlogPosition:
+def archive_start(config: Config, files: list[BinlogFile]) -> BinlogPosition:
     if config.capture.startup is StartupMode.POSITION:
         return BinlogPosition.parse(config.capture.start_position or "")
     return files[0].start
 
 
-def _check_resume(directory: str, files: list[BinlogFile], state: CaptureState) -> None:
+def check_resume(directory: str, files: list[BinlogFile], state: CaptureState) -> None:
     """The archive holds capture's position, as an event boundary, and every file after it,
     written by the server capture has read."""
     pos = state.position
@@ -183,7 +183,7 @@ def _check_resume(directory: str, files: list[BinlogFile], state: CaptureState) 
         )
 
 
-def _check_filter(config: Config, state: CaptureState) -> None:
+def check_filter(config: Config, state: CaptureState) -> None:
     """A table filter that may match tables the last commit's did not: their rows before
     capture's position are in files capture has passed, and an archive source cannot snapshot
     them. A narrower filter (a table excluded) is fine."""

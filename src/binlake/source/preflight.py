@@ -251,6 +251,7 @@ def check_server_options(report: PreflightReport, v: dict[str, str], mariadb: bo
             Status.OK,
             "ON: each transaction is one zstd TRANSACTION_PAYLOAD_EVENT, which capture decompresses" if on else "OFF",
         )
+    report.add("foreign-key actions", Status.INFO, foreign_key_mode(v, mariadb))
     if v.get("log_bin_compress", "OFF").upper() in ("ON", "1"):
         report.add(
             "log_bin_compress",
@@ -267,6 +268,21 @@ def foreign_keys_logged(v: dict[str, str], mariadb: bool) -> bool:
     return not mariadb and native is not None and native.upper() in ("OFF", "0", "FALSE")
 
 
+def foreign_key_mode(v: dict[str, str], mariadb: bool) -> str:
+    """Whether the server logs the rows ON DELETE/UPDATE CASCADE and SET NULL change: silver
+    applies the actions itself either way, so the line says which of the two it repeats."""
+    if foreign_keys_logged(v, mariadb):
+        return (
+            "innodb_native_foreign_keys=OFF: the server (MySQL 9.6+) applies CASCADE and SET NULL in the SQL layer "
+            "and logs the rows they change; silver applies them too, to the same rows and values"
+        )
+    setting = "" if mariadb or "innodb_native_foreign_keys" not in v else "innodb_native_foreign_keys=ON: "
+    return (
+        f"{setting}InnoDB applies CASCADE and SET NULL itself and the binlog does not hold the rows they change; "
+        "silver applies them to the captured child tables of captured parents"
+    )
+
+
 _AUTH_PLUGIN = re.compile(r"IDENTIFIED\s+(?:WITH|VIA)\s+'?`?(?P<plugin>[\w]+)", re.IGNORECASE)
 
 
@@ -277,10 +293,15 @@ def _check_login(report: PreflightReport, conn, source: SourceConfig) -> None:
         text = " ".join(str(v) for row in query(conn, "SHOW CREATE USER CURRENT_USER()") for v in row.values())
     except pymysql.err.MySQLError:
         return  # an old server without SHOW CREATE USER: the login itself worked
-    m = _AUTH_PLUGIN.search(text)
+    check_login_plugin(report, text, source.tls.enabled)
+
+
+def check_login_plugin(report: PreflightReport, create_user: str, tls: bool) -> None:
+    """The authentication line, from the user's ``SHOW CREATE USER`` text."""
+    m = _AUTH_PLUGIN.search(create_user)
     plugin = m.group("plugin").lower() if m else "mysql_native_password"
     if plugin in ("caching_sha2_password", "sha256_password"):
-        how = "over TLS" if source.tls.enabled else "with the server's RSA public key (the cryptography package)"
+        how = "over TLS" if tls else "with the server's RSA public key (the cryptography package)"
         report.add("authentication", Status.OK, f"{plugin}: binlake logs in {how}")
     elif plugin in ("mysql_native_password", "ed25519", "client_ed25519", "unix_socket"):
         report.add("authentication", Status.OK, plugin)
@@ -722,7 +743,21 @@ def _check_types(report: PreflightReport, conn, db: str, table: str) -> bool:
         "FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s ORDER BY ORDINAL_POSITION",
         (db, table),
     )
+    return check_column_types(report, db, table, rows)
+
+
+def check_column_types(report: PreflightReport, db: str, table: str, rows: list[dict]) -> bool:
+    """The table's columns (information_schema.COLUMNS rows) against binlake's type map: a type
+    it does not map fails; a VECTOR column (MySQL 9) is named with what it becomes."""
     bad = []
+    vectors = [f"{c['COLUMN_NAME']} ({c['COLUMN_TYPE']})" for c in rows if str(c["DATA_TYPE"]).lower() == "vector"]
+    if vectors:
+        report.add(
+            "types",
+            Status.INFO,
+            f"{db}.{table}: VECTOR column(s) {', '.join(vectors)} are mirrored as BINARY, their float32 values "
+            "little-endian as MySQL stores them (VECTOR_TO_STRING reads them back)",
+        )
     for c in rows:
         try:
             column_from_information_schema(
