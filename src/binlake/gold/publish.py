@@ -40,7 +40,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
@@ -93,6 +93,9 @@ from binlake.quality.checks import (
 )
 from binlake.silver import schema_evolution as se
 from binlake.timing import timed
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.gold")
 
@@ -752,7 +755,7 @@ def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
 
 
 def _publish_group(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     group: str,
@@ -768,71 +771,132 @@ def _publish_group(
     tables = [w.publish for w in work]
     publish_id = _publish_id(target, tables, {w.publish.name: w.digest for w in work})
     if tables and all(previous.get(t.name, {}).get("publish_id") == publish_id for t in tables):
-        for t in tables:
-            t.mode, t.gold_version, t.row_count = REUSE, previous[t.name]["gold_version"], previous[t.name]["row_count"]
-        gtid, source_time = _position_extras(spark, lh, target)
-        return GoldResult(publish_id, "unchanged", target, gtid, source_time, tables, group=group)
+        return _unchanged(spark, lh, group, target, publish_id, tables, previous)
 
     todo = [w for w in work if not w.publish.reused]
     with ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(todo))), thread_name_prefix="gold") as pool:
-        with console.bar(f"gold checks ({group})", total=len(todo), unit="tables") as bar:
-            for future in [pool.submit(timed, w.publish, _check, spark, config, lh, w) for w in todo]:
-                future.result()
-                bar.advance()
-        checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
+        _check_all(spark, config, lh, group, todo, pool, console)
         gtid, source_time = _position_extras(spark, lh, target)
-        blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
+        attempt = _Attempt(spark, lh, group, publish_id, target, gtid, source_time, tables, work, todo)
+        checks_json, blocking = attempt.checks()
         if blocking:
             _release(todo)
-            _record_results(spark, lh, publish_id, group, STATUS_FAILED, todo)
-            with _writing(lh.publish_log):
-                append_log(spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group)
-            raise QualityCheckFailed(
-                f"gold not published at {target}, the last good gold versions are kept: "
-                f"failed checks: {_describe_blocking(blocking)}"
+            attempt.refuse(checks_json, blocking)
+        warnings = _write_all(attempt, pool)
+    return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings, group=group)
+
+
+def _unchanged(
+    spark: SparkLike,
+    lh: Lakehouse,
+    group: str,
+    target: BinlogPosition,
+    publish_id: str,
+    tables: list[TablePublish],
+    previous: dict,
+) -> GoldResult:
+    """The group's last publish was this one (same position, tables and rules): gold stays as it is."""
+    for t in tables:
+        t.mode, t.gold_version, t.row_count = REUSE, previous[t.name]["gold_version"], previous[t.name]["row_count"]
+    gtid, source_time = _position_extras(spark, lh, target)
+    return GoldResult(publish_id, "unchanged", target, gtid, source_time, tables, group=group)
+
+
+def _check_all(
+    spark: SparkLike,
+    config: Config,
+    lh: Lakehouse,
+    group: str,
+    todo: list[_Work],
+    pool: ThreadPoolExecutor,
+    console: Console,
+) -> None:
+    """Run the checks of every table to publish, TABLE_THREADS at a time."""
+    with console.bar(f"gold checks ({group})", total=len(todo), unit="tables") as bar:
+        for future in [pool.submit(timed, w.publish, _check, spark, config, lh, w) for w in todo]:
+            future.result()
+            bar.advance()
+
+
+@dataclass
+class _Attempt:
+    """One publish attempt of a group: what its publish-log rows and check results say."""
+
+    spark: SparkLike
+    lh: Lakehouse
+    group: str
+    publish_id: str
+    target: BinlogPosition
+    gtid: str | None
+    source_time: str | None
+    tables: list[TablePublish]
+    work: list[_Work]
+    todo: list[_Work]
+
+    def checks(self) -> tuple[dict[str, str], list[tuple[str, Any]]]:
+        """The checks' JSON per table and the failed checks that block the publish, as they stand now."""
+        checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in self.work}
+        return checks_json, [(w.publish.name, r) for w in self.todo for r in w.outcome.blocking]
+
+    def log(self, status: str, checks_json: dict[str, str]) -> None:
+        """Append the attempt's publish-log rows (the commit point of a publish)."""
+        with _writing(self.lh.publish_log):
+            append_log(
+                self.spark,
+                self.lh,
+                self.publish_id,
+                self.target,
+                self.gtid,
+                self.source_time,
+                self.tables,
+                status,
+                checks_json,
+                self.group,
             )
 
-        written = [(lh.gold(w.publish.db, w.publish.table), (w.previous or {}).get("gold_version")) for w in todo]
-        written += [
-            (ref, ref.latest_version(spark) if ref.exists(spark) else None)
-            for ref in (
-                lh.gold_history(w.publish.db, w.publish.table) for w in todo if w.publish.history_version is not None
-            )
+    def refuse(self, checks_json: dict[str, str], blocking: list[tuple[str, Any]]) -> NoReturn:
+        """Record the attempt as failed and raise: the last good gold versions are kept."""
+        _record_results(self.spark, self.lh, self.publish_id, self.group, STATUS_FAILED, self.todo)
+        self.log(STATUS_FAILED, checks_json)
+        raise QualityCheckFailed(
+            f"gold not published at {self.target}, the last good gold versions are kept: "
+            f"failed checks: {_describe_blocking(blocking)}"
+        )
+
+
+def _write_all(attempt: _Attempt, pool: ThreadPoolExecutor) -> list[str]:
+    """Write every table to publish, then commit the publish by its publish-log rows; a check
+    that fails on the writes, or a write that fails, puts gold back. Returns the warnings."""
+    spark, lh, todo, publish_id = attempt.spark, attempt.lh, attempt.todo, attempt.publish_id
+    written = [(lh.gold(w.publish.db, w.publish.table), (w.previous or {}).get("gold_version")) for w in todo]
+    written += [
+        (ref, ref.latest_version(spark) if ref.exists(spark) else None)
+        for ref in (
+            lh.gold_history(w.publish.db, w.publish.table) for w in todo if w.publish.history_version is not None
+        )
+    ]
+    # Every commit of the writes says whose it is (_writer_tag): a later publish may then
+    # MERGE over a gold table a killed publish moved, and rebuilds over anyone else's write.
+    try:
+        warnings = [
+            line
+            for lines in pool.map(lambda w: timed(w.publish, _write, spark, lh, w, publish_id), todo)
+            for line in lines
         ]
-        # Every commit of the writes says whose it is (_writer_tag): a later publish may then
-        # MERGE over a gold table a killed publish moved, and rebuilds over anyone else's write.
-        try:
-            warnings = [
-                line
-                for lines in pool.map(lambda w: timed(w.publish, _write, spark, lh, w, publish_id), todo)
-                for line in lines
-            ]
-            checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in work}
-            # The row count and NOT NULL checks settle only once gold is written: a failure undoes the writes.
-            blocking = [(w.publish.name, r) for w in todo for r in w.outcome.blocking]
-            if blocking:
-                _roll_back(spark, written, _writer_tag(publish_id))
-                _record_results(spark, lh, publish_id, group, STATUS_FAILED, todo)
-                with _writing(lh.publish_log):
-                    append_log(
-                        spark, lh, publish_id, target, gtid, source_time, tables, STATUS_FAILED, checks_json, group
-                    )
-                raise QualityCheckFailed(
-                    f"gold not published at {target}, the last good gold versions are kept: "
-                    f"failed checks: {_describe_blocking(blocking)}"
-                )
-            _record_results(spark, lh, publish_id, group, STATUS_PUBLISHED, todo)
-            faults.point("gold.before_publish_log")
-            with _writing(lh.publish_log):
-                append_log(
-                    spark, lh, publish_id, target, gtid, source_time, tables, STATUS_PUBLISHED, checks_json, group
-                )
-        except LakehouseError:
+        # The row count and NOT NULL checks settle only once gold is written: a failure undoes the writes.
+        checks_json, blocking = attempt.checks()
+        if blocking:
             _roll_back(spark, written, _writer_tag(publish_id))
-            raise
-        finally:
-            _release(todo)
-    return GoldResult(publish_id, STATUS_PUBLISHED, target, gtid, source_time, tables, warnings, group=group)
+            attempt.refuse(checks_json, blocking)
+        _record_results(spark, lh, publish_id, attempt.group, STATUS_PUBLISHED, todo)
+        faults.point("gold.before_publish_log")
+        attempt.log(STATUS_PUBLISHED, checks_json)
+    except LakehouseError:
+        _roll_back(spark, written, _writer_tag(publish_id))
+        raise
+    finally:
+        _release(todo)
+    return warnings
 
 
 def _record_results(spark, lh: Lakehouse, publish_id: str, group: str, status: str, work: list[_Work]) -> None:
