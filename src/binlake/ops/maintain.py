@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.bronze.tables import changelog_deletable, restore_append_only
@@ -43,6 +44,9 @@ from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.write_errors import with_retry
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.maintain")
 
@@ -277,7 +281,7 @@ def _compact_tombstones(
 
 
 def _prune_bronze(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     states: list[TableState],
@@ -285,46 +289,68 @@ def _prune_bronze(
     now: datetime,
     result: MaintainResult,
 ) -> None:
-    from pyspark.sql import functions as F
-
+    """Remove the bronze rows nothing needs: typed snapshot tables, snapshot rows, change-log rows."""
     for s in states:
         _prune_typed_snapshots(spark, lh, s, facts[(s.db, s.table)], result)
     if lh.snapshot_rows.exists(spark):
         for s in states:
-            f = facts[(s.db, s.table)]
-            same = (F.col("db") == s.db) & (F.col("table") == s.table)
-            # The deletes take SQL text: a Delta command on a Spark Connect session takes no Column.
-            same_sql = f"db = {spark_string(s.db)} AND `table` = {spark_string(s.table)}"
-            if f.older:
-                doomed = f"{same_sql} AND snapshot_id IN ({', '.join(spark_string(i) for i in sorted(f.older))})"
-                result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, doomed)
-            if f.complete:
-                # Killed attempts of complete snapshots: rows without a manifest row, never read.
-                kept = (
-                    lh.snapshot_chunks.read(spark)
-                    .where(same & F.col("snapshot_id").isin(sorted(f.complete)))
-                    .select("snapshot_id", "chunk_id", "attempt_id")
-                    .distinct()
-                )
-                orphans = (
-                    lh.snapshot_rows.read(spark)
-                    .where(same & F.col("snapshot_id").isin(sorted(f.complete)))
-                    .select("snapshot_id", "chunk_id", "attempt_id")
-                    .distinct()
-                    .join(kept, ["snapshot_id", "chunk_id", "attempt_id"], "left_anti")
-                    .collect()
-                )
-                if orphans:
-                    doomed = " OR ".join(
-                        f"(snapshot_id = {spark_string(o['snapshot_id'])} AND chunk_id = {int(o['chunk_id'])} "
-                        f"AND attempt_id = {spark_string(o['attempt_id'])})"
-                        for o in orphans
-                    )
-                    result.snapshot_files_removed += _delete_partitions(
-                        spark, lh.snapshot_rows, f"{same_sql} AND ({doomed})"
-                    )
-    if not lh.changelog.exists(spark) or not states:
-        return
+            _prune_snapshot_rows(spark, lh, s, facts[(s.db, s.table)], result)
+    if lh.changelog.exists(spark) and states:
+        _prune_changelog(spark, config, lh, states, facts, now, result)
+
+
+def _prune_snapshot_rows(spark: SparkLike, lh: Lakehouse, s: TableState, f: _Snapshots, result: MaintainResult) -> None:
+    """Remove a table's snapshot rows of older snapshots and of killed attempts of complete ones."""
+    # The deletes take SQL text: a Delta command on a Spark Connect session takes no Column.
+    same_sql = f"db = {spark_string(s.db)} AND `table` = {spark_string(s.table)}"
+    if f.older:
+        doomed = f"{same_sql} AND snapshot_id IN ({', '.join(spark_string(i) for i in sorted(f.older))})"
+        result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, doomed)
+    if f.complete:
+        orphans = _orphan_attempts(spark, lh, s, f.complete)
+        if orphans:
+            result.snapshot_files_removed += _delete_partitions(spark, lh.snapshot_rows, f"{same_sql} AND ({orphans})")
+
+
+def _orphan_attempts(spark: SparkLike, lh: Lakehouse, s: TableState, complete: set[str]) -> str | None:
+    """Killed attempts of complete snapshots: rows without a manifest row, never read; as a
+    Spark SQL condition, or None when there are none."""
+    from pyspark.sql import functions as F
+
+    same = (F.col("db") == s.db) & (F.col("table") == s.table)
+    kept = (
+        lh.snapshot_chunks.read(spark)
+        .where(same & F.col("snapshot_id").isin(sorted(complete)))
+        .select("snapshot_id", "chunk_id", "attempt_id")
+        .distinct()
+    )
+    orphans = (
+        lh.snapshot_rows.read(spark)
+        .where(same & F.col("snapshot_id").isin(sorted(complete)))
+        .select("snapshot_id", "chunk_id", "attempt_id")
+        .distinct()
+        .join(kept, ["snapshot_id", "chunk_id", "attempt_id"], "left_anti")
+        .collect()
+    )
+    if not orphans:
+        return None
+    return " OR ".join(
+        f"(snapshot_id = {spark_string(o['snapshot_id'])} AND chunk_id = {int(o['chunk_id'])} "
+        f"AND attempt_id = {spark_string(o['attempt_id'])})"
+        for o in orphans
+    )
+
+
+def _prune_changelog(
+    spark: SparkLike,
+    config: Config,
+    lh: Lakehouse,
+    states: list[TableState],
+    facts: dict[tuple[str, str], _Snapshots],
+    now: datetime,
+    result: MaintainResult,
+) -> None:
+    """Remove the change-log rows past retention that every reader is past."""
     horizon = (now - timedelta(days=config.maintenance.changelog_retention_days)).strftime("%Y-%m-%d %H:%M:%S")
     bounds = {
         (s.db, s.table): min(s.position.key(), facts[(s.db, s.table)].base_lw)
