@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pyspark.errors import AnalysisException
 
@@ -71,6 +72,9 @@ from binlake.source import gtid as gtids
 from binlake.source.binlog.files import BinlogFile, wait_for_server
 from binlake.source.mysql import connect, master_status, server_id
 from binlake.spark import default_parallelism, require_binlake_on_workers
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 # The public names of capture, wherever they live.
 __all__ = [
@@ -211,7 +215,7 @@ def plan_ranges(
 
 
 def _capture_until(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     state: CaptureState,
@@ -221,70 +225,106 @@ def _capture_until(
 ) -> tuple[CaptureState, BinlogPosition]:
     """Batches from ``state`` up to ``target``; returns the state reached and the target
     (a new one when the source switched on the way)."""
-    max_files = max(1, min(MAX_PARALLEL_FILES, default_parallelism(spark)))
-    attempts = 0
-    files_total = max(1, target.file_index - state.position.file_index + 1)
-    # Nothing to read (already at the target) shows no bar.
-    with (console if state.position < target else QUIET).bar("capture", total=files_total, unit="files") as bar:
-        while state.position < target:
-            resume = state.position
-            try:
-                with connect(config.source) as conn:
-                    files = binlog_files(config, conn)
-                    if server_id(conn) != state.server_id:
-                        # Switched while capturing (a failover behind the same address).
-                        state = follow_source_state(spark, config, lh, conn, files, state, result)
-                        target = max(target, master_status(conn).in_epoch(state.position.epoch))
-                        continue
-                if not files or resume.file_index < files[0].index:
-                    # Purged while capturing (--continuous, or a slow batch): same policy as at start.
-                    with connect(config.source) as conn:
-                        state = ensure_not_purged(spark, config, lh, conn, files, state, result)
+    return _CaptureLoop(spark, config, lh, state, target, result).run(console)
+
+
+class _CaptureLoop:
+    """The batches of one capture up to a target: each step follows a source that switched,
+    re-positions after a purge, or reads and commits one batch; a step that fails is retried
+    or not by the policies of :meth:`retrying`."""
+
+    def __init__(
+        self,
+        spark: SparkLike,
+        config: Config,
+        lh: Lakehouse,
+        state: CaptureState,
+        target: BinlogPosition,
+        result: CaptureResult,
+    ) -> None:
+        self.spark, self.config, self.lh, self.result = spark, config, lh, result
+        self.state, self.target = state, target
+        self.max_files = max(1, min(MAX_PARALLEL_FILES, default_parallelism(spark)))
+        self.attempts = 0  # failed steps in a row
+
+    def run(self, console: Console) -> tuple[CaptureState, BinlogPosition]:
+        files_total = max(1, self.target.file_index - self.state.position.file_index + 1)
+        # Nothing to read (already at the target) shows no bar.
+        with (console if self.state.position < self.target else QUIET).bar(
+            "capture", total=files_total, unit="files"
+        ) as bar:
+            while self.state.position < self.target:
+                resume, changes_before = self.state.position, self.result.changes
+                try:
+                    committed = self.step()
+                except Exception as exc:  # server restarts and dropped dumps are retried
+                    self.attempts += 1
+                    if not self.retrying(exc, resume):
+                        raise
                     continue
-                ranges = plan_ranges(files, resume, target, max_files, config.capture.max_batch_rows)
-                changes_before = result.changes
-                if not ranges:
-                    # No bytes to read up to the target: the GTID position is unchanged.
-                    new = commit_batch(
-                        spark, lh, [], resume, CaptureState(target, state.server_id, state.gtid), None, result
+                if committed:
+                    self.attempts = 0
+                    bar.advance(
+                        max(0, self.state.position.file_index - resume.file_index),
+                        items=self.result.changes - changes_before,
                     )
-                else:
-                    new = _read_and_commit(spark, config, lh, state, ranges, result)
-                attempts = 0
-            except SourceConnectionError:
-                attempts += 1
-                if attempts >= MAX_ATTEMPTS:
-                    raise
-                log.warning(
-                    "capture batch from %s: source unreachable; retrying (%d/%d)", resume, attempts, MAX_ATTEMPTS - 1
-                )
-                wait_for_server(config.source, timeout=120)
-                continue
-            except BinlakeError:
-                raise
-            except AnalysisException:
-                raise  # a planning error, not a transient one: retrying cannot help
-            except Exception as exc:  # noqa: BLE001 - server restarts and dropped dumps are retried
-                if (refused := storage_error(exc)) is not None:
-                    raise refused from exc  # retrying cannot make the lakehouse writable
-                attempts += 1
-                if attempts >= MAX_ATTEMPTS:
-                    raise
-                first = (str(exc).strip().splitlines() or [""])[0][:200]
-                log.warning(
-                    "capture batch from %s failed (%s: %s); retrying (%d/%d)",
-                    resume,
-                    type(exc).__name__,
-                    first,
-                    attempts,
-                    MAX_ATTEMPTS - 1,
-                )
-                time.sleep(min(2**attempts, 10))
-                wait_for_server(config.source, timeout=120)
-                continue
-            bar.advance(max(0, new.position.file_index - resume.file_index), items=result.changes - changes_before)
-            state = new
-    return state, target
+        return self.state, self.target
+
+    def step(self) -> bool:
+        """One step toward the target; whether it committed a batch."""
+        spark, config, lh, state, result = self.spark, self.config, self.lh, self.state, self.result
+        resume = state.position
+        with connect(config.source) as conn:
+            files = binlog_files(config, conn)
+            if server_id(conn) != state.server_id:
+                # Switched while capturing (a failover behind the same address).
+                self.state = follow_source_state(spark, config, lh, conn, files, state, result)
+                self.target = max(self.target, master_status(conn).in_epoch(self.state.position.epoch))
+                return False
+        if not files or resume.file_index < files[0].index:
+            # Purged while capturing (--continuous, or a slow batch): same policy as at start.
+            with connect(config.source) as conn:
+                self.state = ensure_not_purged(spark, config, lh, conn, files, state, result)
+            return False
+        ranges = plan_ranges(files, resume, self.target, self.max_files, config.capture.max_batch_rows)
+        if not ranges:
+            # No bytes to read up to the target: the GTID position is unchanged.
+            after = CaptureState(self.target, state.server_id, state.gtid)
+            self.state = commit_batch(spark, lh, [], resume, after, None, result)
+        else:
+            self.state = _read_and_commit(spark, config, lh, state, ranges, result)
+        return True
+
+    def retrying(self, exc: Exception, resume: BinlogPosition) -> bool:
+        """Whether the step from ``resume`` that failed with ``exc`` is tried again (once the
+        source answers again); raises when the lakehouse cannot be written."""
+        attempts, source = self.attempts, self.config.source
+        if isinstance(exc, SourceConnectionError):
+            if attempts >= MAX_ATTEMPTS:
+                return False
+            log.warning(
+                "capture batch from %s: source unreachable; retrying (%d/%d)", resume, attempts, MAX_ATTEMPTS - 1
+            )
+            wait_for_server(source, timeout=120)
+            return True
+        if isinstance(exc, BinlakeError | AnalysisException):
+            return False  # binlake's own verdict, or a planning error: retrying cannot help
+        if (refused := storage_error(exc)) is not None:
+            raise refused from exc  # retrying cannot make the lakehouse writable
+        if attempts >= MAX_ATTEMPTS:
+            return False
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        log.warning(
+            "capture batch from %s failed (%s: %s); retrying (%d/%d)",
+            resume,
+            type(exc).__name__,
+            first,
+            attempts,
+            MAX_ATTEMPTS - 1,
+        )
+        time.sleep(min(2**attempts, 10))
+        wait_for_server(source, timeout=120)
+        return True
 
 
 def _read_and_commit(
