@@ -226,31 +226,43 @@ class PacketReader:
                 if starts:
                     break  # a row over 16 MiB is its own block
                 return self._long_row(data, pos)
-            first = data[pos + 4] if length else 0
-            if first == 0xFF:
-                self.finished = True
-                self.conn._next_seq_id = (seq + 1) % 256
-                pymysql.protocol.MysqlPacket(bytes(data[pos + 4 : end]), self.conn.encoding).raise_for_error()
-            if first == 0xFE and length < 9:  # EOF: the result is complete
-                self.warning_count = data[pos + 5] | data[pos + 6] << 8 if length >= 5 else 0
-                status = data[pos + 7] | data[pos + 8] << 8 if length >= 5 else 0
-                self.has_next = bool(status & pymysql.constants.SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
-                self.pending = bytes(data[end:])
-                done = self.finished = True
-                break
-            self.conn._force_close()
-            raise pymysql.err.InternalError(
-                f"Unexpected packet in a result set (first byte {first:#04x}, {length} bytes)"
-            )
+            self._end_of_result(data, pos, end, seq)
+            done = True
+            break
         buf = np.frombuffer(bytes(data[:pos]), dtype=np.uint8)
         at = np.array(starts, dtype=np.int64)
-        wrong = np.flatnonzero(buf[at - 1] != (first_seq + np.arange(len(at))) % 256)
-        if len(wrong):
-            self._wrong_sequence(int(buf[at[wrong[0]] - 1]), (first_seq + int(wrong[0])) % 256)
+        self._check_sequences(buf, at, first_seq)
         self.conn._next_seq_id = (first_seq + len(starts) + done) % 256
         if not done:
             self.pending = bytes(data[pos:])
         return buf, at, done
+
+    def _end_of_result(self, data: bytearray, pos: int, end: int, seq: int) -> None:
+        """The packet ``data[pos:end]`` (sequence id ``seq``), not a row, ends the result set:
+        an EOF packet keeps its warning count and status and the bytes after it; an error
+        packet raises the server's error; anything else is a protocol error."""
+        length = end - pos - 4
+        first = data[pos + 4] if length else 0
+        if first == 0xFF:
+            self.finished = True
+            self.conn._next_seq_id = (seq + 1) % 256
+            pymysql.protocol.MysqlPacket(bytes(data[pos + 4 : end]), self.conn.encoding).raise_for_error()
+        if first == 0xFE and length < 9:  # EOF: the result is complete
+            self.warning_count = data[pos + 5] | data[pos + 6] << 8 if length >= 5 else 0
+            status = data[pos + 7] | data[pos + 8] << 8 if length >= 5 else 0
+            self.has_next = bool(status & pymysql.constants.SERVER_STATUS.SERVER_MORE_RESULTS_EXISTS)
+            self.pending = bytes(data[end:])
+            self.finished = True
+            return
+        self.conn._force_close()
+        raise pymysql.err.InternalError(f"Unexpected packet in a result set (first byte {first:#04x}, {length} bytes)")
+
+    def _check_sequences(self, buf: np.ndarray, at: np.ndarray, first_seq: int) -> None:
+        """The row packets starting at ``at`` (payload offsets in ``buf``) carry the sequence
+        ids that follow ``first_seq``, all checked at once."""
+        wrong = np.flatnonzero(buf[at - 1] != (first_seq + np.arange(len(at))) % 256)
+        if len(wrong):
+            self._wrong_sequence(int(buf[at[wrong[0]] - 1]), (first_seq + int(wrong[0])) % 256)
 
     def _wrong_sequence(self, got: int, expected: int):
         self.conn._force_close()
