@@ -238,7 +238,6 @@ def _read_new_bronze(
     a table with nothing new costs no Spark job after this. ``widths``: per table, the column
     count of each schema version (how a partial row image is told)."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     cl_end = lh.changelog.latest_version(spark)
     ch_end = lh.snapshot_chunks.latest_version(spark)
@@ -260,65 +259,82 @@ def _read_new_bronze(
         new.changes = lh.changelog.read_changes(spark, min(starts.values()), cl_end).persist(
             StorageLevel.MEMORY_AND_DISK
         )
-        firsts = spark.createDataFrame(
-            [(db, t, v, widths.get((db, t), {})) for (db, t), v in sorted(starts.items())],
-            "db STRING, `table` STRING, _first BIGINT, _widths MAP<STRING, INT>",
-        )
-        # One pass over the new commits: per table what they hold for it (from its own first
-        # version), and, over everything, the largest heartbeat (commits append heartbeats in
-        # binlog order, so the newest is the largest; it is where the change log is applied
-        # up to) and the GTID and commit time of the last change there, which gold publishes.
-        data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
-        statement = f"op = '{STATEMENT_OP}'"
-        own = "_first IS NOT NULL AND _commit_version >= _first"
-        rows = (
-            new.changes.join(F.broadcast(firsts), ["db", "table"], "left")
-            .groupBy("db", "table")
-            .agg(
-                F.expr(f"count_if({own} AND op IN ({data}))").alias("changes"),
-                F.expr(f"count_if({own} AND op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
-                F.expr(f"count_if({own} AND op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
-                F.expr(f"collect_list(CASE WHEN {own} AND op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
-                F.expr(f"count_if({own} AND {PARTIAL_SQL})").alias("partial"),
-                F.expr(f"count_if({own} AND {statement})").alias("statements"),
-                F.expr(f"min(CASE WHEN {own} AND {statement} THEN {STATEMENT_SQL} END)").alias("first_statement"),
-                F.expr(f"max(CASE WHEN {own} AND {statement} THEN {STATEMENT_SQL} END)").alias("last_statement"),
-                # Capture could not tell the table: every captured table of the database.
-                F.expr(
-                    f"collect_list(CASE WHEN `table` IS NULL AND {statement} THEN {DATABASE_STATEMENT_SQL} END)"
-                ).alias("database_statements"),
-                F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file"))).alias("hb"),
-                *position_fact_columns(),
-            )
-            .collect()
-        )
+        rows = _summarise_changes(spark, new.changes, starts, widths)
         top = max((r["hb"] for r in rows if r["hb"] is not None), default=None)
         new.applied = BinlogPosition.from_log(top["binlog_file"], top["file_index"], top["pos"]) if top else None
         _learn_position_facts(spark, lh, new, min(starts.values()), rows)
-        for r in rows:
-            if r["db"] is None or (r["db"], r["table"]) not in starts:
-                continue
-            news = TableNews(
-                int(r["changes"]),
-                int(r["updates_deletes"]),
-                int(r["ddl"]),
-                tuple(r["emptied"] or ()),
-                partial=int(r["partial"]),
-                statements=int(r["statements"]),
-                first_statement=_statement(r["first_statement"]),
-                last_statement=_statement(r["last_statement"]),
-            )
-            if news.any:
-                new.news[(r["db"], r["table"])] = news
-        database_statements = {r["db"]: r["database_statements"] for r in rows if r["db"] and r["table"] is None}
-        for (db, t), start in starts.items():
-            mine = [_statement(s) for s in database_statements.get(db) or () if s["version"] >= start]
-            if mine:
-                new.news[(db, t)] = new.news.get((db, t), TableNews()).with_statements(mine)
+        new.news.update(_table_news(rows, starts))
     ch_starts = [s for s in new.chunks_start.values() if s is not None]
     if ch_starts:
         new.manifest = [r.asDict() for r in lh.snapshot_chunks.read_changes(spark, min(ch_starts), ch_end).collect()]
     return new
+
+
+def _summarise_changes(spark: SparkLike, changes: DataFrame, starts: dict, widths: dict) -> list:
+    """The aggregate of the new commits ``changes``: one row per (db, table) in them.
+    ``starts``: each table's first version new to it; ``widths``: its column counts."""
+    from pyspark.sql import functions as F
+
+    firsts = spark.createDataFrame(
+        [(db, t, v, widths.get((db, t), {})) for (db, t), v in sorted(starts.items())],
+        "db STRING, `table` STRING, _first BIGINT, _widths MAP<STRING, INT>",
+    )
+    # One pass over the new commits: per table what they hold for it (from its own first
+    # version), and, over everything, the largest heartbeat (commits append heartbeats in
+    # binlog order, so the newest is the largest; it is where the change log is applied
+    # up to) and the GTID and commit time of the last change there, which gold publishes.
+    data, emptying = _in_list(DATA_OPS), _in_list(EMPTYING_OPS)
+    statement = f"op = '{STATEMENT_OP}'"
+    own = "_first IS NOT NULL AND _commit_version >= _first"
+    return (
+        changes.join(F.broadcast(firsts), ["db", "table"], "left")
+        .groupBy("db", "table")
+        .agg(
+            F.expr(f"count_if({own} AND op IN ({data}))").alias("changes"),
+            F.expr(f"count_if({own} AND op IN ('{UPDATE}', '{DELETE}'))").alias("updates_deletes"),
+            F.expr(f"count_if({own} AND op IN ({_in_list(DDL_OPS)}))").alias("ddl"),
+            F.expr(f"collect_list(CASE WHEN {own} AND op IN ({emptying}) THEN {EMPTIED_SQL} END)").alias("emptied"),
+            F.expr(f"count_if({own} AND {PARTIAL_SQL})").alias("partial"),
+            F.expr(f"count_if({own} AND {statement})").alias("statements"),
+            F.expr(f"min(CASE WHEN {own} AND {statement} THEN {STATEMENT_SQL} END)").alias("first_statement"),
+            F.expr(f"max(CASE WHEN {own} AND {statement} THEN {STATEMENT_SQL} END)").alias("last_statement"),
+            # Capture could not tell the table: every captured table of the database.
+            F.expr(f"collect_list(CASE WHEN `table` IS NULL AND {statement} THEN {DATABASE_STATEMENT_SQL} END)").alias(
+                "database_statements"
+            ),
+            F.max(F.when(F.col("op") == HEARTBEAT_OP, F.struct("file_index", "pos", "binlog_file"))).alias("hb"),
+            *position_fact_columns(),
+        )
+        .collect()
+    )
+
+
+def _table_news(rows: list, starts: dict) -> dict[tuple[str, str], TableNews]:
+    """Per table of ``starts`` with new records, the TableNews of the aggregate ``rows`` (a
+    statement whose table capture could not tell is news to every table of its database)."""
+    found: dict[tuple[str, str], TableNews] = {}
+    for r in rows:
+        if r["db"] is None or (r["db"], r["table"]) not in starts:
+            continue
+        news = TableNews(
+            int(r["changes"]),
+            int(r["updates_deletes"]),
+            int(r["ddl"]),
+            tuple(r["emptied"] or ()),
+            partial=int(r["partial"]),
+            statements=int(r["statements"]),
+            first_statement=_statement(r["first_statement"]),
+            last_statement=_statement(r["last_statement"]),
+        )
+        if news.any:
+            found[(r["db"], r["table"])] = news
+    database_statements = {r["db"]: r["database_statements"] for r in rows if r["db"] and r["table"] is None}
+    for (db, t), start in starts.items():
+        # collect_list keeps no nulls: every struct found is a statement.
+        mine = [m for s in database_statements.get(db) or () if s["version"] >= start if (m := _statement(s))]
+        if mine:
+            found[(db, t)] = found.get((db, t), TableNews()).with_statements(mine)
+    return found
 
 
 def _statement(found) -> dict | None:
@@ -456,20 +472,69 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
         if not ref.exists(spark):
             raise NotReadyError(f"{what} does not exist at {ref}: run binlake snapshot or binlake capture first")
 
-    previous = read_progress(spark, lh)
-    histories = se.load_histories(spark, lh)
-    tables = sorted(t for t in histories if config.source.captures(*t))
-    widths = {t: {e.version: len(e.schema.columns) for e in histories[t]} for t in tables}
-    new = _read_new_bronze(spark, lh, previous, tables, widths)
-    # A table new to silver is prepared even with nothing to apply: that creates its table.
-    work = sorted(set(_to_prepare(new, histories, tables)) | {t for t in tables if t not in previous})
-    floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in new.manifest})
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
-    results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in tables}
+    run = _SilverRun(spark, config, lh)
+    rows: list[ProgressRow] = []
+    try:
+        rows = run.write_progress(run.apply_tables(console))
+    finally:
+        if run.new.changes is not None:
+            run.new.changes.unpersist()
+    result = run.result(rows)
+    if result.failed:
+        # The CLI prints only the error line; the per-table summary goes to the log.
+        log.warning("%s", result.summary())
+        raise stopped_error(result)
+    return result
 
-    def prepare_one(db: str, table: str) -> TableBatch:
-        res = results[f"{db}.{table}"]
-        history = se.load_history(spark, lh, db, table, histories)
+
+class _SilverRun:
+    """One silver run: what bronze committed since silver's progress (read when the run is
+    made), and the phases that apply it table by table: prepare, hold back, derive the
+    foreign-key actions, apply, write the progress rows."""
+
+    def __init__(self, spark: SparkLike, config: Config, lh: Lakehouse) -> None:
+        self.spark, self.config, self.lh = spark, config, lh
+        self.previous = read_progress(spark, lh)
+        self.histories = se.load_histories(spark, lh)
+        self.tables = sorted(t for t in self.histories if config.source.captures(*t))
+        widths = {t: {e.version: len(e.schema.columns) for e in self.histories[t]} for t in self.tables}
+        self.new = _read_new_bronze(spark, lh, self.previous, self.tables, widths)
+        # A table new to silver is prepared even with nothing to apply: that creates its table.
+        self.work = sorted(
+            set(_to_prepare(self.new, self.histories, self.tables)) | {t for t in self.tables if t not in self.previous}
+        )
+        self.floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in self.new.manifest})
+        self.now = datetime.now(timezone.utc).replace(tzinfo=None)
+        self.results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in self.tables}
+        self.specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
+
+    def apply_tables(self, console: Console) -> list[ProgressRow]:
+        """Prepare and apply every table with work, TABLE_THREADS at a time; the progress rows
+        of the tables applied."""
+        work, results = self.work, self.results
+        # Every write is conditional on _cdc_seq: a failure in one table leaves the others
+        # correct, and the progress rows are written only when all have finished.
+        with (
+            console.bar("silver", len(work), "tables") as bar,
+            ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver") as pool,
+        ):
+            prepared = [_submit(pool, results[f"{db}.{table}"], self.prepare_one, db, table) for db, table in work]
+            batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
+            _hold_back(batches, results, _links(self.histories, self.tables), self.new.news)
+            bar.advance(len(work) - len(batches))  # stopped tables
+            derived = self.derive(batches)
+            futures = [
+                _submit(pool, results[name], self.apply_one, b, derived.get(name)) for name, b in batches.items()
+            ]
+            for _ in as_completed(futures):
+                bar.advance()
+            # Re-raises a run-wide failure, after the other tables ended.
+            return [r for r in (f.result() for f in futures) if r is not None]
+
+    def prepare_one(self, db: str, table: str) -> TableBatch:
+        spark, lh, new, config = self.spark, self.lh, self.new, self.config
+        res = self.results[f"{db}.{table}"]
+        history = se.load_history(spark, lh, db, table, self.histories)
         if history and history[-1].schema.column_rules != rule_digest(config.source, db, table):
             # The config's rule is not the one bronze's rows were read under: applying them
             # would publish what the new rule hides (or hide what it now shows).
@@ -484,34 +549,43 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
             new.changelog_start[(db, table)],
             new.news.get((db, table), TableNews()),
             new.chunks_of(db, table),
-            applied_before=(db, table) in previous,
-            recorded=previous.get((db, table)),
+            applied_before=(db, table) in self.previous,
+            recorded=self.previous.get((db, table)),
         )
         res.changes, res.snapshot_rows, res.chunks = batch.change_count, batch.snapshot_rows, len(batch.chunks)
         res.schema_changes, res.recreated = batch.schema_changes, batch.rebuilt
         res.backfilled = batch.backfilled
         rule = config.history.table(db, table)
         if rule is not None:
-            specs[batch.name] = hist.HistorySpec.of(rule, batch.schema)
-            hist.prepare_history(spark, lh, db, table, history, batch.ref, batch.schema, specs[batch.name], batch.fresh)
+            self.specs[batch.name] = spec = hist.HistorySpec.of(rule, batch.schema)
+            hist.prepare_history(spark, lh, db, table, history, batch.ref, batch.schema, spec, batch.fresh)
         return batch
 
-    specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
-
-    def apply_one(batch: TableBatch, derived) -> ProgressRow:
-        spec = specs.get(batch.name)
-        emptied = new.news.get((batch.db, batch.table), TableNews()).emptied
-        record = (
-            None
-            if spec is None
-            else (
-                lambda records, first_load=False: hist.record_history(
-                    spark, lh, batch, records, floors, spec, emptied, first_load
+    def derive(self, batches: dict[str, TableBatch]) -> dict[str, DataFrame]:
+        """Foreign-key actions become records of the child tables, derived before any table
+        is merged, from silver as the last completed run left it."""
+        spark, previous = self.spark, self.previous
+        return derive(
+            spark,
+            {
+                name: CascadeTable(
+                    schema=b.schema,
+                    records=b.records,
+                    changes=b.changes,
+                    emptied=b.emptied,
+                    base=functools.partial(
+                        state_after_last_run, spark, b.ref, b.schema, previous.get((b.db, b.table)), b.fresh
+                    ),
                 )
-            )
+                for name, b in batches.items()
+            },
         )
-        done = apply(spark, batch, derived, floors, history=record)
-        res = results[batch.name]
+
+    def apply_one(self, batch: TableBatch, derived: DataFrame | None) -> ProgressRow:
+        spark, lh = self.spark, self.lh
+        spec = self.specs.get(batch.name)
+        done = apply(spark, batch, derived, self.floors, history=self._history_recorder(batch, spec))
+        res = self.results[batch.name]
         res.merged, res.cascaded, res.truncated, res.reconciled = (
             done.merged,
             done.cascaded,
@@ -523,51 +597,35 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
         # Gold publishes the history table as of this version, the one matching silver's.
         history_version = lh.silver_history(*key).latest_version(spark) if spec is not None else None
         return _progress_row(
-            new, key, previous.get(key), now, batch.ref.latest_version(spark), done.zero_dates, history_version
+            self.new,
+            key,
+            self.previous.get(key),
+            self.now,
+            batch.ref.latest_version(spark),
+            done.zero_dates,
+            history_version,
         )
 
-    rows: list[ProgressRow] = []
-    try:
-        # Every write is conditional on _cdc_seq: a failure in one table leaves the others
-        # correct, and the progress rows are written only when all have finished.
-        with (
-            console.bar("silver", len(work), "tables") as bar,
-            ThreadPoolExecutor(max(1, min(TABLE_THREADS, len(work))), thread_name_prefix="silver") as pool,
-        ):
-            prepared = [_submit(pool, results[f"{db}.{table}"], prepare_one, db, table) for db, table in work]
-            batches = {b.name: b for b in (f.result() for f in prepared) if b is not None}
-            _hold_back(batches, results, _links(histories, tables), new.news)
-            bar.advance(len(work) - len(batches))  # stopped tables
+    def _history_recorder(self, batch: TableBatch, spec: hist.HistorySpec | None) -> Callable[..., int] | None:
+        """What records the table's history as the batch is applied, for a table that keeps history."""
+        if spec is None:
+            return None
+        emptied = self.new.news.get((batch.db, batch.table), TableNews()).emptied
+        spark, lh, floors = self.spark, self.lh, self.floors
+        return lambda records, first_load=False: hist.record_history(
+            spark, lh, batch, records, floors, spec, emptied, first_load
+        )
 
-            # Foreign-key actions become records of the child tables, derived before any
-            # table is merged, from silver as the last completed run left it.
-            derived = derive(
-                spark,
-                {
-                    name: CascadeTable(
-                        schema=b.schema,
-                        records=b.records,
-                        changes=b.changes,
-                        emptied=b.emptied,
-                        base=functools.partial(
-                            state_after_last_run, spark, b.ref, b.schema, previous.get((b.db, b.table)), b.fresh
-                        ),
-                    )
-                    for name, b in batches.items()
-                },
-            )
-            futures = [_submit(pool, results[name], apply_one, b, derived.get(name)) for name, b in batches.items()]
-            for _ in as_completed(futures):
-                bar.advance()
-            # Re-raises a run-wide failure, after the other tables ended.
-            rows = [r for r in (f.result() for f in futures) if r is not None]
-
+    def write_progress(self, applied: list[ProgressRow]) -> list[ProgressRow]:
+        """Write the progress rows: ``applied`` and those of the tables not applied; returns them all."""
+        new, previous, results, now = self.new, self.previous, self.results, self.now
+        rows = list(applied)
         # Tables with nothing new move their progress forward without being touched.
         stopped = {tuple(r.name.split(".", 1)) for r in results.values() if r.error}
         done = {(r.db, r.table) for r in rows}
         rows += [
             _progress_row(new, t, previous.get(t), now, previous[t].silver_version)
-            for t in tables
+            for t in self.tables
             if t not in done and t not in stopped and t in previous
         ]
         # A stopped table keeps its progress, with the reason: status, gold and the job's
@@ -579,23 +637,20 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
         ]
         faults.point("silver.before_progress")
         if new.changes is not None or new.manifest or done or any(r.stopped for r in rows):  # else no commit
-            write_progress(spark, lh, rows, previous)
-    finally:
-        if new.changes is not None:
-            new.changes.unpersist()
-    positions = [
-        BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos)
-        for r in rows
-        if r.applied_file and r.applied_file_index is not None and r.applied_pos is not None  # set together
-    ]
-    result = SilverResult(
-        list(results.values()), max(positions) if positions else None, untouched=len(tables) - len(work)
-    )
-    if result.failed:
-        # The CLI prints only the error line; the per-table summary goes to the log.
-        log.warning("%s", result.summary())
-        raise stopped_error(result)
-    return result
+            write_progress(self.spark, self.lh, rows, previous)
+        return rows
+
+    def result(self, rows: list[ProgressRow]) -> SilverResult:
+        positions = [
+            BinlogPosition.from_log(r.applied_file, r.applied_file_index, r.applied_pos)
+            for r in rows
+            if r.applied_file and r.applied_file_index is not None and r.applied_pos is not None  # set together
+        ]
+        return SilverResult(
+            list(self.results.values()),
+            max(positions) if positions else None,
+            untouched=len(self.tables) - len(self.work),
+        )
 
 
 def stopped_error(result: SilverResult) -> SchemaChangeError | SilverTableError | IncompleteChangeError:
