@@ -30,10 +30,10 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.contract.position import BinlogPosition
@@ -41,6 +41,14 @@ from binlake.contract.schemas import METRICS_COMMENT, METRICS_SCHEMA
 from binlake.contract.tables import Lakehouse
 from binlake.contract.write_errors import with_retry
 from binlake.errors import BinlakeError
+
+if TYPE_CHECKING:
+    from binlake.bronze.capture import CaptureResult
+    from binlake.bronze.snapshot import SnapshotResult
+    from binlake.gold.publish import GoldResult
+    from binlake.ops.maintain import MaintainResult
+    from binlake.ops.verify import VerifyResult
+    from binlake.silver.run import SilverResult
 
 log = logging.getLogger("binlake.metrics")
 
@@ -275,6 +283,17 @@ def _micros_to_dt(us: int | None) -> datetime | None:
 
 
 def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config) -> Iterable[dict[str, Any]]:
+    """The rows of one step: the step's own (no ``table``), then one per table, by the type of
+    its result (nothing for a type not in :func:`_rows_by_result`)."""
+    for kind, rows in _rows_by_result():
+        if isinstance(outcome, kind):
+            return rows(outcome, head, config)
+    return ()
+
+
+def _rows_by_result() -> tuple[tuple[type, Callable[[Any, SourceHead | None, Config], Iterator[dict[str, Any]]]], ...]:
+    """Each step's result type and the function that makes its rows."""
+    # Imported when rows are made, not with this module: importing metrics loads no step.
     from binlake.bronze.capture import CaptureResult
     from binlake.bronze.snapshot import SnapshotResult
     from binlake.gold.publish import GoldResult
@@ -282,102 +301,120 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
     from binlake.ops.verify import VerifyResult
     from binlake.silver.run import SilverResult
 
-    if isinstance(outcome, SnapshotResult):
+    return (
+        (SnapshotResult, _snapshot_rows),
+        (CaptureResult, _capture_rows),
+        (SilverResult, _silver_rows),
+        (GoldResult, _gold_rows),
+        (MaintainResult, _maintain_rows),
+        (VerifyResult, _verify_rows),
+    )
+
+
+def _snapshot_rows(outcome: SnapshotResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:
+    yield {
+        "rows_in": outcome.rows,
+        "detail": f"{len(outcome.tables)} table(s) read, {len(outcome.skipped)} complete",
+    }
+    for t in outcome.tables:
         yield {
-            "rows_in": outcome.rows,
-            "detail": f"{len(outcome.tables)} table(s) read, {len(outcome.skipped)} complete",
+            "table": t.name,
+            "status": OK,
+            "rows_in": t.rows,
+            "detail": f"{t.mode}: {t.chunks_read}/{t.chunks_total} chunks",
         }
-        for t in outcome.tables:
+
+
+def _capture_rows(outcome: CaptureResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:
+    lag = head.lag_bytes(outcome.end) if head else None
+    secs = lag_seconds(head.at, _micros_to_dt(outcome.last_commit_ts), lag == 0) if head and lag is not None else None
+    detail = "; ".join(outcome.warnings + [f"source switch: {s}" for s in outcome.source_switches]) or None
+    yield {
+        "rows_in": outcome.changes,
+        "position": str(outcome.end) if outcome.end else None,
+        "lag_bytes": lag,
+        "lag_seconds": secs,
+        "detail": _one_line(detail) if detail else None,
+    }
+    for name, n in sorted(outcome.table_changes.items()):
+        yield {"table": name, "status": OK, "rows_in": n, "publish_group": _group(config, name)}
+
+
+def _silver_rows(outcome: SilverResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:
+    lag = head.lag_bytes(outcome.applied) if head else None
+    yield {
+        "rows_in": sum(t.changes + t.snapshot_rows for t in outcome.tables),
+        "changes_applied": sum(t.merged for t in outcome.tables),
+        "position": str(outcome.applied) if outcome.applied else None,
+        "lag_bytes": lag,
+        "status": STOPPED if outcome.failed else OK,
+        "detail": f"{len(outcome.failed)} table(s) stopped" if outcome.failed else None,
+    }
+    for t in outcome.tables:
+        yield {
+            "table": t.name,
+            "publish_group": _group(config, t.name),
+            "status": STOPPED if t.error else OK,
+            "rows_in": t.changes + t.snapshot_rows,
+            "changes_applied": t.merged,
+            "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
+            "lag_bytes": None if t.error else lag,
+            "seconds": round(t.seconds, 3),
+            "detail": _one_line(t.error) if t.error else None,
+        }
+
+
+def _gold_rows(outcome: GoldResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:
+    groups = outcome.groups or [outcome]
+    published = sum(1 for g in groups if g.status == "published")
+    yield {
+        "rows_out": sum(t.row_count or 0 for g in groups for t in g.tables),
+        "detail": f"{published} of {len(groups)} group(s) published",
+    }
+    for g in groups:
+        lag = head.lag_bytes(g.position) if head else None
+        newest = datetime.fromisoformat(str(g.source_time)) if g.source_time else None
+        secs = lag_seconds(head.at, newest, lag == 0) if head and lag is not None else None
+        for t in g.tables:
+            failed, warned = _check_counts(t.checks)
             yield {
                 "table": t.name,
+                "publish_group": g.group,
                 "status": OK,
-                "rows_in": t.rows,
-                "detail": f"{t.mode}: {t.chunks_read}/{t.chunks_total} chunks",
+                "rows_out": t.row_count,
+                "position": str(g.position),
+                "lag_bytes": lag,
+                "lag_seconds": secs,
+                "checks_failed": failed,
+                "checks_warned": warned,
+                "seconds": None if t.seconds is None else round(t.seconds, 3),
+                "detail": f"{g.status}, {t.mode}",
             }
-    elif isinstance(outcome, CaptureResult):
-        lag = head.lag_bytes(outcome.end) if head else None
-        secs = (
-            lag_seconds(head.at, _micros_to_dt(outcome.last_commit_ts), lag == 0) if head and lag is not None else None
-        )
-        detail = "; ".join(outcome.warnings + [f"source switch: {s}" for s in outcome.source_switches]) or None
+
+
+def _maintain_rows(outcome: MaintainResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:
+    yield {
+        "rows_out": sum(outcome.tombstones_removed.values()) + outcome.changelog_rows_removed,
+        "detail": _one_line(outcome.summary().splitlines()[0]),
+    }
+    for name, n in sorted(outcome.tombstones_removed.items()):
+        yield {"table": name, "status": OK, "rows_out": n, "detail": "tombstones removed"}
+
+
+def _verify_rows(outcome: VerifyResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:
+    yield {
+        "rows_in": sum(t.source_rows for t in outcome.tables),
+        "status": OK if outcome.ok else MISMATCH,
+        "checks_failed": len(outcome.mismatches),
+    }
+    for t in outcome.tables:
         yield {
-            "rows_in": outcome.changes,
-            "position": str(outcome.end) if outcome.end else None,
-            "lag_bytes": lag,
-            "lag_seconds": secs,
-            "detail": _one_line(detail) if detail else None,
+            "table": t.name,
+            "status": MISMATCH if t.mismatches else OK,
+            "rows_in": t.source_rows,
+            "checks_failed": len(t.mismatches),
+            "detail": f"{len(t.chunks)} chunk(s) compared",
         }
-        for name, n in sorted(outcome.table_changes.items()):
-            yield {"table": name, "status": OK, "rows_in": n, "publish_group": _group(config, name)}
-    elif isinstance(outcome, SilverResult):
-        lag = head.lag_bytes(outcome.applied) if head else None
-        yield {
-            "rows_in": sum(t.changes + t.snapshot_rows for t in outcome.tables),
-            "changes_applied": sum(t.merged for t in outcome.tables),
-            "position": str(outcome.applied) if outcome.applied else None,
-            "lag_bytes": lag,
-            "status": STOPPED if outcome.failed else OK,
-            "detail": f"{len(outcome.failed)} table(s) stopped" if outcome.failed else None,
-        }
-        for t in outcome.tables:
-            yield {
-                "table": t.name,
-                "publish_group": _group(config, t.name),
-                "status": STOPPED if t.error else OK,
-                "rows_in": t.changes + t.snapshot_rows,
-                "changes_applied": t.merged,
-                "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
-                "lag_bytes": None if t.error else lag,
-                "seconds": round(t.seconds, 3),
-                "detail": _one_line(t.error) if t.error else None,
-            }
-    elif isinstance(outcome, GoldResult):
-        groups = outcome.groups or [outcome]
-        published = sum(1 for g in groups if g.status == "published")
-        yield {
-            "rows_out": sum(t.row_count or 0 for g in groups for t in g.tables),
-            "detail": f"{published} of {len(groups)} group(s) published",
-        }
-        for g in groups:
-            lag = head.lag_bytes(g.position) if head else None
-            newest = datetime.fromisoformat(str(g.source_time)) if g.source_time else None
-            secs = lag_seconds(head.at, newest, lag == 0) if head and lag is not None else None
-            for t in g.tables:
-                failed, warned = _check_counts(t.checks)
-                yield {
-                    "table": t.name,
-                    "publish_group": g.group,
-                    "status": OK,
-                    "rows_out": t.row_count,
-                    "position": str(g.position),
-                    "lag_bytes": lag,
-                    "lag_seconds": secs,
-                    "checks_failed": failed,
-                    "checks_warned": warned,
-                    "seconds": None if t.seconds is None else round(t.seconds, 3),
-                    "detail": f"{g.status}, {t.mode}",
-                }
-    elif isinstance(outcome, MaintainResult):
-        yield {
-            "rows_out": sum(outcome.tombstones_removed.values()) + outcome.changelog_rows_removed,
-            "detail": _one_line(outcome.summary().splitlines()[0]),
-        }
-        for name, n in sorted(outcome.tombstones_removed.items()):
-            yield {"table": name, "status": OK, "rows_out": n, "detail": "tombstones removed"}
-    elif isinstance(outcome, VerifyResult):
-        yield {
-            "rows_in": sum(t.source_rows for t in outcome.tables),
-            "status": OK if outcome.ok else MISMATCH,
-            "checks_failed": len(outcome.mismatches),
-        }
-        for t in outcome.tables:
-            yield {
-                "table": t.name,
-                "status": MISMATCH if t.mismatches else OK,
-                "rows_in": t.source_rows,
-                "checks_failed": len(t.mismatches),
-                "detail": f"{len(t.chunks)} chunk(s) compared",
-            }
 
 
 def _group(config: Config, name: str) -> str | None:
