@@ -301,86 +301,104 @@ def _fmt_seconds(value: Any) -> str:
 
 def format_status(status: Mapping[str, Any]) -> str:
     """``collect_status`` as text for a terminal or a job log."""
-    lines = []
+    sections = (_capture_lines, _continuous_lines, _notice_lines, _publish_lines, _table_lines)
+    return "\n".join(line for section in sections for line in section(status))
+
+
+def _capture_lines(status: Mapping[str, Any]) -> list[str]:
+    """Where capture is, against the server's position when it is known."""
     cap = status.get("capture")
     lag = status.get("lag") or {}
     captured = status.get("captured")
-    if cap:
-        resume = cap.get("resume_position") or (captured or {}).get("position") or "?"
-        server = cap.get("server_position") or "?"
-        lag_text = f"lag {lag.get('bytes'):,} bytes" if lag.get("bytes") is not None else "lag ? bytes"
-        secs = lag.get("seconds")
-        prefix = "<= " if (lag.get("seconds_basis") or "").startswith("upper bound") else ""
-        lines.append(f"capture: resume {resume}, server {server}, {lag_text}, {prefix}{_fmt_seconds(secs)}")
-        if cap.get("oldest_binlog"):
-            lines.append(f"oldest binlog on server: {cap['oldest_binlog']}")
-    elif captured:
-        lines.append(
-            f"capture: last batch ends at {captured['position']} (captured {captured['captured_at']}); "
-            "source position unknown"
-        )
-    else:
-        lines.append("capture: nothing captured yet")
+    if not cap:
+        if captured:
+            return [
+                f"capture: last batch ends at {captured['position']} (captured {captured['captured_at']}); "
+                "source position unknown"
+            ]
+        return ["capture: nothing captured yet"]
+    resume = cap.get("resume_position") or (captured or {}).get("position") or "?"
+    server = cap.get("server_position") or "?"
+    lag_text = f"lag {lag.get('bytes'):,} bytes" if lag.get("bytes") is not None else "lag ? bytes"
+    secs = lag.get("seconds")
+    prefix = "<= " if (lag.get("seconds_basis") or "").startswith("upper bound") else ""
+    lines = [f"capture: resume {resume}, server {server}, {lag_text}, {prefix}{_fmt_seconds(secs)}"]
+    if cap.get("oldest_binlog"):
+        lines.append(f"oldest binlog on server: {cap['oldest_binlog']}")
+    return lines
+
+
+def _continuous_lines(status: Mapping[str, Any]) -> list[str]:
+    """The last loop of a continuous run, and gold's freshness over its last publishes."""
     cont = status.get("continuous")
-    if cont:
-        last = cont["last_loop"]
-        fresh = (
-            (
-                f", freshness median {cont['freshness_p50_seconds']:.1f} s, max {cont['freshness_max_seconds']:.1f} s "
-                f"over the last {cont['freshness_publishes']} publishes"
-            )
-            if cont["freshness_publishes"]
-            else ""
+    if not cont:
+        return []
+    last = cont["last_loop"]
+    fresh = (
+        (
+            f", freshness median {cont['freshness_p50_seconds']:.1f} s, max {cont['freshness_max_seconds']:.1f} s "
+            f"over the last {cont['freshness_publishes']} publishes"
         )
-        lines.append(
-            f"continuous: loop {cont['loops']} ended {cont['seconds_since_last_loop']:,.0f} s ago "
-            f"({last['seconds']:.1f} s: {last['captured']} changes, gold {last['gold']}){fresh}"
-        )
+        if cont["freshness_publishes"]
+        else ""
+    )
+    return [
+        f"continuous: loop {cont['loops']} ended {cont['seconds_since_last_loop']:,.0f} s ago "
+        f"({last['seconds']:.1f} s: {last['captured']} changes, gold {last['gold']}){fresh}"
+    ]
+
+
+def _notice_lines(status: Mapping[str, Any]) -> list[str]:
+    """Who holds which layer's lease, then the warnings and notes."""
     writers: dict[str, list[str]] = {}
     for layer, lease in (status.get("writers") or {}).items():
         writers.setdefault(f"{lease['holder']} until {lease['until']} UTC", []).append(layer)
-    for holder, layers in writers.items():
-        lines.append(f"writing {', '.join(layers)}: {holder}")
-    for w in status.get("warnings") or []:
-        lines.append(f"WARNING: {w}")
-    for n in status.get("notes") or []:
-        lines.append(f"note: {n}")
+    lines = [f"writing {', '.join(layers)}: {holder}" for holder, layers in writers.items()]
+    lines += [f"WARNING: {w}" for w in status.get("warnings") or []]
+    lines += [f"note: {n}" for n in status.get("notes") or []]
+    return lines
+
+
+def _publish_lines(status: Mapping[str, Any]) -> list[str]:
     last = status.get("last_publish")
-    if last:
-        lines.append(
-            f"last publish: {last['publish_id']} at {last['position']}"
-            + (f" (GTID {last['gtid']})" if last.get("gtid") else "")
-            + f", source time {last['source_time'] or '?'}, published {last['published_at']}"
-        )
-    else:
-        lines.append("last publish: none yet")
+    if not last:
+        return ["last publish: none yet"]
+    return [
+        f"last publish: {last['publish_id']} at {last['position']}"
+        + (f" (GTID {last['gtid']})" if last.get("gtid") else "")
+        + f", source time {last['source_time'] or '?'}, published {last['published_at']}"
+    ]
+
+
+def _table_lines(status: Mapping[str, Any]) -> list[str]:
+    """One aligned row per table, then the failing checks of the last publish attempt."""
     tables = status.get("tables") or []
-    if tables:
-        header = ("table", "group", "silver applied", "gold published at", "gold lag", "gold version", "last attempt")
-        rows = [
-            (
-                t["table"],
-                t.get("group") or "-",
-                (t["silver_position"] or "-") + (" STOPPED" if t.get("stopped") else ""),
-                t["published_position"] or "-",
-                "-"
-                if t.get("gold_lag_seconds") is None
-                else ("<= " if t["gold_lag_seconds"] else "") + _fmt_seconds(t["gold_lag_seconds"]),
-                "-" if t["gold_version"] is None else str(t["gold_version"]),
-                t["last_attempt_status"] or "-",
-            )
-            for t in tables
-        ]
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    if not tables:
+        return []
+    header = ("table", "group", "silver applied", "gold published at", "gold lag", "gold version", "last attempt")
+    rows = [
+        (
+            t["table"],
+            t.get("group") or "-",
+            (t["silver_position"] or "-") + (" STOPPED" if t.get("stopped") else ""),
+            t["published_position"] or "-",
+            "-"
+            if t.get("gold_lag_seconds") is None
+            else ("<= " if t["gold_lag_seconds"] else "") + _fmt_seconds(t["gold_lag_seconds"]),
+            "-" if t["gold_version"] is None else str(t["gold_version"]),
+            t["last_attempt_status"] or "-",
+        )
+        for t in tables
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [""]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in [header, *rows]]
+    failing = [(t["table"], c) for t in tables for c in t.get("failing_checks") or []]
+    if failing:
         lines.append("")
-        for r in [header, *rows]:
-            lines.append("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-        failing = [(t["table"], c) for t in tables for c in t.get("failing_checks") or []]
-        if failing:
-            lines.append("")
-            lines.append("failing checks of the last publish attempt (binlake checks --docs DIR renders GE's results):")
-            lines += [f"  {name} {_describe_check(c)}" for name, c in failing]
-    return "\n".join(lines)
+        lines.append("failing checks of the last publish attempt (binlake checks --docs DIR renders GE's results):")
+        lines += [f"  {name} {_describe_check(c)}" for name, c in failing]
+    return lines
 
 
 def _describe_check(c: Mapping[str, Any]) -> str:
