@@ -14,8 +14,9 @@ applies a batch.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from binlake.contract.changelog import DATA_OPS, DELETE, UPDATE
 from binlake.contract.position import (
@@ -169,7 +170,12 @@ def is_typed(chunk: dict) -> bool:
 
 
 def typed_snapshot_records(
-    spark: SparkLike, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict, defaults: dict | None = None
+    spark: SparkLike,
+    lh: Lakehouse,
+    chunks: list[dict],
+    target: TableSchema,
+    name_maps: dict,
+    defaults: dict | None = None,
 ):
     """Records (as :func:`batch_records` returns them) of the given (trusted) typed chunks of one
     table: each snapshot's typed rows of the manifest's attempts, at the chunk's low watermark,
@@ -326,7 +332,9 @@ class Prepared:
     backfilled: dict  # {column: silver rows given their ADD's default by this run}
 
 
-def _prepare_table(spark: SparkLike, lh: Lakehouse, ref: TableRef, history, new_chunks, name: str, applied_before: bool):
+def _prepare_table(
+    spark: SparkLike, lh: Lakehouse, ref: TableRef, history, new_chunks, name: str, applied_before: bool
+):
     """Create or evolve the silver table, giving the rows older than an ADD COLUMN its value."""
     target = history[-1]
     db, table = name.split(".", 1)
@@ -444,8 +452,6 @@ def prepare(
     from. Raises :class:`~binlake.errors.IncompleteChangeError` for changes the binlog holds
     only in part that silver cannot apply exactly (:mod:`binlake.silver.partial`).
     """
-    from pyspark.sql import functions as F
-
     name = f"{db}.{table}"
     ref = lh.silver(db, table)
     if not history:
@@ -455,28 +461,12 @@ def prepare(
     cutoff, fresh, schema_changes, rebuilt = done.cutoff, done.fresh, done.schema_changes, done.rebuilt
     decoder = Decoder(schema, se.name_maps(history, schema), backfill.defaults_of(history, done.resolved, schema))
 
-    records = None
-    if cl is not None and cl_start is not None and news.changes:
-        records = changelog_records(cl, db, table, cl_start).where(F.col("op").isin(*DATA_OPS))
-        if cutoff is not None:
-            records = records.where(F.expr(f"{CHANGELOG_SEQ_SQL} >= {seq_literal(cutoff)}"))
+    records = _new_records(cl, db, table, cl_start, news, cutoff)
     if cutoff is not None:
         new_chunks = [c for c in new_chunks if c["schema_version"] == history[-1].version]
-
-    stored_truncate = None if fresh else parse_seq(ref.properties(spark).get(se.TRUNCATED_SEQ_PROPERTY))
+    cut = _truncations(spark, ref, fresh, news, cutoff)
     # A table no completed run applied may still hold rows: a killed run's bulk load.
     empty = fresh or (not applied_before and ref.is_empty(spark))
-    # pos is where the statement's event ends: a snapshot whose low watermark is that same
-    # position was read after it, and its rows, at (lw, -1), must outlive it. So the boundary
-    # sorts just below them; no row event ends at a DDL statement's position.
-    bounds = sorted(
-        (t["file_index"], t["pos"], DERIVED_ROW)
-        for t in news.emptied
-        if cutoff is None or (t["file_index"], t["pos"], DERIVED_ROW) >= cutoff
-    )
-    batch_truncate = bounds[-1] if bounds else None
-    truncated = max(stored_truncate or batch_truncate, batch_truncate) if batch_truncate else stored_truncate
-    emptied = tuple(sorted({*bounds, *([stored_truncate] if stored_truncate else [])}))
 
     typed_chunks = [c for c in new_chunks if is_typed(c)]
     map_chunks = [c for c in new_chunks if not is_typed(c)]
@@ -486,6 +476,102 @@ def prepare(
         if typed_chunks
         else None
     )
+    decoded, changes, rereconcile = _decode(
+        spark,
+        lh,
+        schema,
+        decoder,
+        news,
+        _Parts(records, snaps, typed, new_chunks),
+        cut,
+        lambda: state_after_last_run(spark, ref, schema, recorded, empty),
+    )
+    return TableBatch(
+        db=db,
+        table=table,
+        ref=ref,
+        schema=schema,
+        records=decoded,
+        changes=changes,
+        truncated=cut.truncated,
+        batch_truncate=cut.batch_truncate,
+        emptied=cut.emptied,
+        chunks=new_chunks,
+        fresh=empty,
+        pending=bool(news.changes) or bool(new_chunks),
+        change_count=news.changes,
+        snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
+        snapshot_zero_dates=sum(int(c.get("zero_dates") or 0) for c in typed_chunks),
+        schema_changes=schema_changes,
+        backfilled=done.backfilled,
+        rebuilt=rebuilt,
+        snapshots_only=not news.changes and cut.stored is None and not cut.bounds,
+        rereconcile=rereconcile,
+    )
+
+
+def _new_records(cl, db: str, table: str, cl_start: int | None, news: TableNews, cutoff) -> DataFrame | None:
+    """The table's data records of the change feed ``cl`` from ``cl_start``, those at or
+    after ``cutoff`` (a rebuild's) when there is one; None when it has no new changes."""
+    from pyspark.sql import functions as F
+
+    if cl is None or cl_start is None or not news.changes:
+        return None
+    records = changelog_records(cl, db, table, cl_start).where(F.col("op").isin(*DATA_OPS))
+    if cutoff is not None:
+        records = records.where(F.expr(f"{CHANGELOG_SEQ_SQL} >= {seq_literal(cutoff)}"))
+    return records
+
+
+class _Truncations(NamedTuple):
+    """The TRUNCATE-like bounds a batch applies: the silver table's stored one, the batch's."""
+
+    stored: tuple | None  # the table's stored TRUNCATE (TRUNCATED_SEQ_PROPERTY), unless fresh
+    bounds: list  # the batch's, sorted
+    batch_truncate: tuple | None  # the batch's last
+    truncated: tuple | None  # the later of the stored and the batch's last
+    emptied: tuple  # every bound, the stored one too
+
+
+def _truncations(spark: SparkLike, ref: TableRef, fresh: bool, news: TableNews, cutoff) -> _Truncations:
+    stored = None if fresh else parse_seq(ref.properties(spark).get(se.TRUNCATED_SEQ_PROPERTY))
+    # pos is where the statement's event ends: a snapshot whose low watermark is that same
+    # position was read after it, and its rows, at (lw, -1), must outlive it. So the boundary
+    # sorts just below them; no row event ends at a DDL statement's position.
+    bounds = sorted(
+        (t["file_index"], t["pos"], DERIVED_ROW)
+        for t in news.emptied
+        if cutoff is None or (t["file_index"], t["pos"], DERIVED_ROW) >= cutoff
+    )
+    batch_truncate = bounds[-1] if bounds else None
+    truncated = max(stored or batch_truncate, batch_truncate) if batch_truncate else stored
+    emptied = tuple(sorted({*bounds, *([stored] if stored else [])}))
+    return _Truncations(stored, bounds, batch_truncate, truncated, emptied)
+
+
+class _Parts(NamedTuple):
+    """A batch's new records before decoding: the change-log records and the snapshot rows."""
+
+    records: DataFrame | None  # change-log data records, or None
+    snaps: DataFrame | None  # rows of map-encoded snapshot chunks, or None
+    typed: DataFrame | None  # rows of typed snapshot chunks, or None
+    chunks: list[dict]  # the new manifest rows
+
+
+def _decode(
+    spark: SparkLike,
+    lh: Lakehouse,
+    schema: TableSchema,
+    decoder: Decoder,
+    news: TableNews,
+    parts: _Parts,
+    cut: _Truncations,
+    base: Callable[[], DataFrame],
+) -> tuple[DataFrame, DataFrame | None, list]:
+    """The batch's records decoded, its logged changes (for foreign-key actions) and the
+    ranges to reconcile again; changes the binlog holds only in part are completed first
+    (:mod:`binlake.silver.partial`; ``base``: silver as the last completed run left it)."""
+    records, snaps, typed = parts.records, parts.snaps, parts.typed
     completed = None
     if news.partial or news.statements:
         records = records if records is not None else _no_changes(spark)
@@ -500,41 +586,20 @@ def prepare(
             records,
             snapshot_part,
             news,
-            lambda: state_after_last_run(spark, ref, schema, recorded, empty),
-            emptied,
-            truncated,
-            new_chunks,
+            base,
+            cut.emptied,
+            cut.truncated,
+            parts.chunks,
         )
         records = completed.changes
     if records is None and (snaps is not None or typed is None):
         records = _no_changes(spark)
+    rereconcile = completed.rereconcile if completed is not None else []
     if completed is not None and completed.records is not None:
-        decoded, changes = completed.records, completed.cascade
-    else:
-        decoded = batch_records(schema, decoder, records, snaps, typed)
-        changes = logged_changes(schema, decoder, records) if news.updates_deletes else None
-    return TableBatch(
-        db=db,
-        table=table,
-        ref=ref,
-        schema=schema,
-        records=decoded,
-        changes=changes,
-        truncated=truncated,
-        batch_truncate=batch_truncate,
-        emptied=emptied,
-        chunks=new_chunks,
-        fresh=empty,
-        pending=bool(news.changes) or bool(new_chunks),
-        change_count=news.changes,
-        snapshot_rows=sum(int(c["row_count"]) for c in new_chunks),
-        snapshot_zero_dates=sum(int(c.get("zero_dates") or 0) for c in typed_chunks),
-        schema_changes=schema_changes,
-        backfilled=done.backfilled,
-        rebuilt=rebuilt,
-        snapshots_only=not news.changes and stored_truncate is None and not bounds,
-        rereconcile=completed.rereconcile if completed is not None else [],
-    )
+        return completed.records, completed.cascade, rereconcile
+    decoded = batch_records(schema, decoder, records, snaps, typed)
+    changes = logged_changes(schema, decoder, records) if news.updates_deletes else None
+    return decoded, changes, rereconcile
 
 
 def _no_changes(spark: SparkLike):
