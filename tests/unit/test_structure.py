@@ -120,16 +120,6 @@ LONG_DECLARATIVE_TABLES = {
     "binlake.deploy.dashboard.dashboard": "the Lakeview dashboard document, one entry per widget",
 }
 
-# Orchestrators other branches are splitting into phases right now (issue 58); each leaves
-# this list when it is split.
-LONG_PENDING_SPLIT = {
-    "binlake.ops.metrics._step_rows": "an isinstance ladder over the result types (issue 58)",
-    "binlake.ops.status.format_status": "status formatting (issue 58)",
-    "binlake.silver.batch.prepare": "the batch preparation (issue 58)",
-    "binlake.silver.run._read_new_bronze": "the bronze read of a silver run (issue 58)",
-    "binlake.silver.run.run_silver": "the silver orchestrator (issue 58)",
-}
-
 
 def function_lengths(source: str, module: str) -> dict[str, tuple[int, int]]:
     """Qualified name -> (first line, length in lines, docstring included) of every function
@@ -162,13 +152,12 @@ def long_functions() -> dict[str, str]:
 
 
 def test_no_function_is_longer_than_80_lines_but_the_declarative_tables():
-    allowed = LONG_DECLARATIVE_TABLES.keys() | LONG_PENDING_SPLIT.keys()
-    assert [where for name, where in long_functions().items() if name not in allowed] == []
+    assert [where for name, where in long_functions().items() if name not in LONG_DECLARATIVE_TABLES] == []
 
 
 def test_every_allowed_long_function_still_exists_and_is_still_long():
     long = long_functions()
-    assert [name for name in LONG_DECLARATIVE_TABLES.keys() | LONG_PENDING_SPLIT.keys() if name not in long] == []
+    assert [name for name in LONG_DECLARATIVE_TABLES if name not in long] == []
 
 
 def test_function_lengths_count_methods_nested_functions_and_docstrings():
