@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from pyspark.errors import AnalysisException
 
@@ -72,6 +73,9 @@ from binlake.source.binlog.files import BinlogFile, wait_for_server
 from binlake.source.mysql import connect, master_status, server_id
 from binlake.spark import default_parallelism, require_binlake_on_workers
 
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
+
 # The public names of capture, wherever they live.
 __all__ = [
     "TXN_APP_ID",
@@ -98,7 +102,7 @@ MAX_ATTEMPTS = 6
 # public API
 
 
-def run_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
+def run_capture(spark: SparkLike, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
     """Capture from the stored resume position up to the server's position at start
     (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``).
 
@@ -161,7 +165,7 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     return result
 
 
-def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
+def recover_from_purge(spark: SparkLike, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     """``binlake snapshot --reset-capture``: restart capture at the server's current position
     and re-snapshot ``tables`` (all captured tables when None), since the changes between the
     old resume position and the new one are lost to the change log. Returns the snapshot's
@@ -211,7 +215,7 @@ def plan_ranges(
 
 
 def _capture_until(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     state: CaptureState,
@@ -288,7 +292,7 @@ def _capture_until(
 
 
 def _read_and_commit(
-    spark, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
 ) -> CaptureState:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
