@@ -199,7 +199,7 @@ def not_ready(blockers: dict[str, list[str]], target: BinlogPosition) -> NotRead
     err = NotReadyError(
         f"gold not published at {target} (Invariant S does not hold; last good gold kept): " + " | ".join(parts)
     )
-    err.blockers = blockers  # type: ignore[attr-defined]
+    err.blockers = blockers
     return err
 
 
