@@ -112,6 +112,9 @@ class TableCheck:
     chunks: list[ChunkCheck] = field(default_factory=list)
     rechecked: bool = False
     repaired_chunks: int = 0
+    # Where the source read began (its low watermark, set by _verify_table): a recheck looks for
+    # changes after it. Not an argument, not in repr or comparisons.
+    _lw_min: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -288,13 +291,13 @@ def _verify_tables(
                 ]
             schema = comparable_columns(config, schema)
             check = _verify_table(spark, config, lh, schema, chunks)
-            if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):  # type: ignore[attr-defined]
+            if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):
                 # A differing chunk that changed after the source read may just be newer in
                 # silver than in the read: read and compare the table once more.
                 log.info("verify: %s changed while it was read; checking it once more", schema.name)
                 second = _verify_table(spark, config, lh, schema, chunks)
                 second.rechecked = True
-                busy = _changed_chunks(spark, lh, schema, second._lw_min, second.mismatches)  # type: ignore[attr-defined]
+                busy = _changed_chunks(spark, lh, schema, second._lw_min, second.mismatches)
                 second.chunks = [_with_status(c, "changing") if c.chunk_id in busy else c for c in second.chunks]
                 check = second
             out.append(check)
@@ -339,7 +342,7 @@ def _verify_table(
         t_rows, t_sum = silver_stats.get(chunk_id, (0, Decimal(0)))
         status = "ok" if (s_rows, s_sum) == (t_rows, t_sum) else "mismatch"
         check.chunks.append(ChunkCheck(chunk_id, start, end, s_rows, t_rows, s_sum, t_sum, status))
-    check._lw_min = lw_min  # type: ignore[attr-defined]
+    check._lw_min = lw_min
     return check
 
 
