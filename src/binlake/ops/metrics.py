@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.contract.position import BinlogPosition
@@ -41,6 +41,9 @@ from binlake.contract.schemas import METRICS_COMMENT, METRICS_SCHEMA
 from binlake.contract.tables import Lakehouse
 from binlake.contract.write_errors import with_retry
 from binlake.errors import BinlakeError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.metrics")
 
@@ -164,7 +167,7 @@ class MetricsRecorder:
         """Nothing was recorded for :data:`FLUSH_SECONDS`: an idle loop records its lag."""
         return not self.rows and time.monotonic() - self.last_flush >= FLUSH_SECONDS
 
-    def flush(self, spark) -> int:
+    def flush(self, spark: SparkLike) -> int:
         """Append the collected rows; returns how many. Never raises: a lost metrics row must
         not fail the run it describes."""
         with self._lock:
@@ -188,7 +191,7 @@ class MetricsRecorder:
 _ready: set[str] = set()
 
 
-def ensure_metrics_table(spark, config: Config) -> None:
+def ensure_metrics_table(spark: SparkLike, config: Config) -> None:
     ref = Lakehouse(config).metrics
     if str(ref) in _ready:
         return
@@ -196,7 +199,7 @@ def ensure_metrics_table(spark, config: Config) -> None:
     _ready.add(str(ref))
 
 
-def read_metrics(spark, config: Config, since: datetime | None = None):
+def read_metrics(spark: SparkLike, config: Config, since: datetime | None = None):
     """The metrics table as a DataFrame (rows started at or after ``since``), or None when
     nothing has been recorded yet."""
     from pyspark.sql import functions as F
@@ -319,17 +322,17 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
             "status": STOPPED if outcome.failed else OK,
             "detail": f"{len(outcome.failed)} table(s) stopped" if outcome.failed else None,
         }
-        for t in outcome.tables:
+        for ts in outcome.tables:
             yield {
-                "table": t.name,
-                "publish_group": _group(config, t.name),
-                "status": STOPPED if t.error else OK,
-                "rows_in": t.changes + t.snapshot_rows,
-                "changes_applied": t.merged,
-                "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
-                "lag_bytes": None if t.error else lag,
-                "seconds": round(t.seconds, 3),
-                "detail": _one_line(t.error) if t.error else None,
+                "table": ts.name,
+                "publish_group": _group(config, ts.name),
+                "status": STOPPED if ts.error else OK,
+                "rows_in": ts.changes + ts.snapshot_rows,
+                "changes_applied": ts.merged,
+                "position": None if ts.error else (str(outcome.applied) if outcome.applied else None),
+                "lag_bytes": None if ts.error else lag,
+                "seconds": round(ts.seconds, 3),
+                "detail": _one_line(ts.error) if ts.error else None,
             }
     elif isinstance(outcome, GoldResult):
         groups = outcome.groups or [outcome]
@@ -342,20 +345,20 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
             lag = head.lag_bytes(g.position) if head else None
             newest = datetime.fromisoformat(str(g.source_time)) if g.source_time else None
             secs = lag_seconds(head.at, newest, lag == 0) if head and lag is not None else None
-            for t in g.tables:
-                failed, warned = _check_counts(t.checks)
+            for tp in g.tables:
+                failed, warned = _check_counts(tp.checks)
                 yield {
-                    "table": t.name,
+                    "table": tp.name,
                     "publish_group": g.group,
                     "status": OK,
-                    "rows_out": t.row_count,
+                    "rows_out": tp.row_count,
                     "position": str(g.position),
                     "lag_bytes": lag,
                     "lag_seconds": secs,
                     "checks_failed": failed,
                     "checks_warned": warned,
-                    "seconds": None if t.seconds is None else round(t.seconds, 3),
-                    "detail": f"{g.status}, {t.mode}",
+                    "seconds": None if tp.seconds is None else round(tp.seconds, 3),
+                    "detail": f"{g.status}, {tp.mode}",
                 }
     elif isinstance(outcome, MaintainResult):
         yield {
@@ -370,13 +373,13 @@ def _step_rows(step: str, outcome: Any, head: SourceHead | None, config: Config)
             "status": OK if outcome.ok else MISMATCH,
             "checks_failed": len(outcome.mismatches),
         }
-        for t in outcome.tables:
+        for tc in outcome.tables:
             yield {
-                "table": t.name,
-                "status": MISMATCH if t.mismatches else OK,
-                "rows_in": t.source_rows,
-                "checks_failed": len(t.mismatches),
-                "detail": f"{len(t.chunks)} chunk(s) compared",
+                "table": tc.name,
+                "status": MISMATCH if tc.mismatches else OK,
+                "rows_in": tc.source_rows,
+                "checks_failed": len(tc.mismatches),
+                "detail": f"{len(tc.chunks)} chunk(s) compared",
             }
 
 
@@ -424,7 +427,7 @@ def _blocked_rows(error: BaseException) -> list[dict[str, Any]]:
 # Recording a whole command
 
 
-def recorded(spark, config: Config, command: str, run: Any) -> Any:
+def recorded(spark: SparkLike, config: Config, command: str, run: Any) -> Any:
     """Run ``run()`` (one command) and append its metrics rows, also when it fails; returns
     what ``run()`` returned, or re-raises what it raised."""
     recorder = MetricsRecorder(config, command)
@@ -439,7 +442,7 @@ def recorded(spark, config: Config, command: str, run: Any) -> Any:
 
 
 def _record_safely(
-    spark,
+    spark: SparkLike,
     recorder: MetricsRecorder,
     config: Config,
     result: Any,
