@@ -10,8 +10,12 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from binlake.errors import BinlakeError, ConfigError, cause_of
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 COMMANDS = (
     "preflight",
@@ -224,7 +228,7 @@ def _dispatch(args: argparse.Namespace, config=None) -> int:
     return 0
 
 
-def _run_command(spark, config, args: argparse.Namespace, console):
+def _run_command(spark: SparkLike, config, args: argparse.Namespace, console):
     """The work of one lakehouse command; returns its result (which has ``summary()``)."""
     from binlake.ops import commands
 

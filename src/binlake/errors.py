@@ -12,10 +12,13 @@ class BinlakeError(Exception):
     a command that did part of its work completed before failing (its own result object: the
     :class:`~binlake.silver.run.SilverResult` whose stopped tables say why, the
     :class:`~binlake.gold.publish.GoldResult` of the groups that published, the
-    :class:`~binlake.ops.verify.VerifyResult` with its mismatches), else None."""
+    :class:`~binlake.ops.verify.VerifyResult` with its mismatches), else None.
+    ``pipeline_result`` is the :class:`~binlake.ops.pipeline.PipelineResult` of the steps a
+    ``binlake run`` completed before this error stopped it, else None."""
 
     exit_code = 1
     result: Any = None
+    pipeline_result: Any = None
 
     def __init__(self, message: str, *, result: Any = None):
         # One line, always: schedulers and log greps depend on it.
@@ -43,9 +46,11 @@ class ArchiveSourceError(ConfigError):
 
 
 class PreflightError(BinlakeError):
-    """The source is not set up for change capture; ``problems`` lists every fix."""
+    """The source is not set up for change capture; ``problems`` lists every fix, ``report``
+    is the whole :class:`~binlake.source.preflight.PreflightReport` when preflight ran."""
 
     exit_code = 4
+    report: Any = None
 
     def __init__(self, problems: list[str]):
         self.problems = list(problems)
@@ -235,9 +240,12 @@ class IncompleteChangeError(BinlakeError):
 
 
 class QualityCheckFailed(BinlakeError):
-    """A gold check with severity ``fail`` failed; the last good gold version is kept."""
+    """A gold check with severity ``fail`` failed; the last good gold version is kept.
+    ``tables`` and ``blocked`` as for :class:`NotReadyError`."""
 
     exit_code = 7
+    tables: list[str] | None = None
+    blocked: dict[str, NotReadyError | QualityCheckFailed] | None = None
 
 
 class VerifyMismatch(BinlakeError):
@@ -253,9 +261,16 @@ class LakehouseError(BinlakeError):
 
 
 class NotReadyError(BinlakeError):
-    """A command ran before what it depends on exists (e.g. gold before any silver)."""
+    """A command ran before what it depends on exists (e.g. gold before any silver).
+
+    Gold's: ``blockers`` maps each table that blocks a publish to why; ``tables`` are the
+    tables of the publish group it blocked; ``blocked`` (on the error a gold run raises) maps
+    each blocked group to its own error."""
 
     exit_code = 10
+    blockers: dict[str, list[str]] | None = None
+    tables: list[str] | None = None
+    blocked: dict[str, NotReadyError | QualityCheckFailed] | None = None
 
 
 class TableNameClash(ConfigError):

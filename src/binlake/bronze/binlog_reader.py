@@ -197,7 +197,7 @@ def arrow_schema():
 class _Images:
     """One MAP<STRING, STRING> column (before or after images), built as flat keys/values/offsets."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.keys: list = []
         self.values: list = []
         self.offsets: list[int] = [0]

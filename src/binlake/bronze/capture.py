@@ -102,7 +102,7 @@ MAX_ATTEMPTS = 6
 # public API
 
 
-def run_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
+def run_capture(spark: SparkLike, config: Config, continuous: bool = False, console: Console = QUIET) -> CaptureResult:
     """Capture from the stored resume position up to the server's position at start
     (``continuous=False``, ``--until-now``) or until interrupted (``continuous=True``).
 
@@ -165,7 +165,7 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
     return result
 
 
-def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
+def recover_from_purge(spark: SparkLike, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     """``binlake snapshot --reset-capture``: restart capture at the server's current position
     and re-snapshot ``tables`` (all captured tables when None), since the changes between the
     old resume position and the new one are lost to the change log. Returns the snapshot's
@@ -328,7 +328,7 @@ class _CaptureLoop:
 
 
 def _read_and_commit(
-    spark, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, state: CaptureState, ranges: list[ReadRange], result: CaptureResult
 ) -> CaptureState:
     from pyspark import StorageLevel
     from pyspark.sql import functions as F

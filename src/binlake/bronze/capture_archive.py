@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from binlake.bronze.capture_commit import CaptureResult, commit_batch
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
@@ -42,6 +43,9 @@ from binlake.source.binlog.events import STOP, Rotate
 from binlake.source.binlog.files import FILE_START, BinlogFile, bytes_between, missing_between
 from binlake.source.binlog.stream import archive_stream
 from binlake.spark import default_parallelism
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.capture")
 
@@ -93,7 +97,7 @@ def archive_end(files: list[BinlogFile], position: BinlogPosition) -> BinlogPosi
 
 
 def run_archive_capture(
-    spark, config: Config, batches: ArchiveBatches, continuous: bool = False, console: Console = QUIET
+    spark: SparkLike, config: Config, batches: ArchiveBatches, continuous: bool = False, console: Console = QUIET
 ) -> CaptureResult:
     """Capture the archive from the stored resume position to its end (``continuous``: then
     wait for new files until interrupted). ``batches`` are capture's own range planning and
@@ -133,7 +137,7 @@ def run_archive_capture(
     return result
 
 
-def archive_status(spark, config: Config) -> dict:
+def archive_status(spark: SparkLike, config: Config) -> dict:
     """``capture_status`` of an archive source: the resume position, the archive's end, the
     bytes between them and the archive's oldest file."""
     lh = Lakehouse(config)
@@ -202,7 +206,7 @@ def check_filter(config: Config, state: CaptureState) -> None:
 
 
 def _capture_until(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     state: CaptureState,

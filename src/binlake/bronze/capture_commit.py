@@ -13,6 +13,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.bronze.capture_state import CaptureState, capture_state
@@ -22,6 +23,9 @@ from binlake.config import Config
 from binlake.contract.changelog import CHANGELOG_SCHEMA, DATA_OPS, DDL_OPS, STATEMENT_OP, heartbeat_row
 from binlake.contract.position import BinlogPosition
 from binlake.contract.tables import Lakehouse
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.capture")
 
@@ -86,7 +90,7 @@ def table_filter(config: Config) -> dict:
 
 
 def commit_batch(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     schemas,
     start: BinlogPosition,

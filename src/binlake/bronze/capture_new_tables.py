@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from binlake.bronze.capture_commit import CaptureResult, table_filter
 from binlake.bronze.capture_state import CaptureState
@@ -21,11 +22,14 @@ from binlake.errors import ArchiveSourceError
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect
 
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
+
 log = logging.getLogger("binlake.capture")
 
 
 def snapshot_newly_matched(
-    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, conn, state: CaptureState, result: CaptureResult
 ) -> None:
     """Snapshot the tables the filter matches now and did not at capture's last commit,
     unless a snapshot taken since capture's position already covers them."""
@@ -78,7 +82,13 @@ def snapshot_newly_matched(
 
 
 def renamed_into(
-    spark, config: Config, lh: Lakehouse, changes, batch_schemas: list, renamed: list[dict], result: CaptureResult
+    spark: SparkLike,
+    config: Config,
+    lh: Lakehouse,
+    changes,
+    batch_schemas: list,
+    renamed: list[dict],
+    result: CaptureResult,
 ) -> None:
     """The rows of the tables another table was renamed into: a cut-over of an online schema
     change replays the mirrored shadow (:mod:`binlake.bronze.osc_replay`); any other rename,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from typing import TYPE_CHECKING
 
 from binlake.bronze.capture_commit import CaptureResult, commit_batch
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
@@ -38,10 +39,13 @@ from binlake.source.binlog.files import (
 from binlake.source.catalog import captured_tables
 from binlake.source.mysql import connect, is_mariadb, master_status, server_id
 
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
+
 log = logging.getLogger("binlake.capture")
 
 
-def follow_source(spark, config: Config) -> BinlogPosition | None:
+def follow_source(spark: SparkLike, config: Config) -> BinlogPosition | None:
     """Capture's check of the source on its own: when the source is another server or its
     binlog was reset, record where capture goes on (a GTID switch into a new source epoch),
     apply the re-snapshot policy, or raise :class:`SourceChangedError`. Returns the resume
@@ -54,7 +58,7 @@ def follow_source(spark, config: Config) -> BinlogPosition | None:
         return follow_source_state(spark, config, lh, conn, list_binlogs(conn), state, CaptureResult()).position
 
 
-def reset_capture(spark, config: Config) -> BinlogPosition:
+def reset_capture(spark: SparkLike, config: Config) -> BinlogPosition:
     """Restart capture at the server's current position (after a purge, or on a reset or
     foreign source); returns it.
 
@@ -86,7 +90,7 @@ def reset_capture(spark, config: Config) -> BinlogPosition:
     return state.position
 
 
-def capture_status(spark, config: Config) -> dict:
+def capture_status(spark: SparkLike, config: Config) -> dict:
     """Resume position, server position, lag in bytes, oldest binlog and a purge warning."""
     if config.source.archive is not None:
         from binlake.bronze.capture_archive import archive_status
@@ -122,7 +126,7 @@ def capture_status(spark, config: Config) -> dict:
 # startup and purge
 
 
-def startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[BinlogFile]) -> BinlogPosition:
+def startup_position(spark: SparkLike, config: Config, lh: Lakehouse, conn, files: list[BinlogFile]) -> BinlogPosition:
     mode = config.capture.startup
     if mode is StartupMode.POSITION:
         return BinlogPosition.parse(config.capture.start_position or "")
@@ -134,7 +138,7 @@ def startup_position(spark, config: Config, lh: Lakehouse, conn, files: list[Bin
     return master_status(conn)
 
 
-def _initial_position(spark, lh: Lakehouse, conn) -> BinlogPosition:
+def _initial_position(spark: SparkLike, lh: Lakehouse, conn) -> BinlogPosition:
     """At or before the low watermark of every snapshot chunk, even of chunks being read now.
 
     A snapshot may run right now: its readers have taken low watermarks whose manifest rows
@@ -204,7 +208,7 @@ def binlog_files(config: Config, conn) -> list[BinlogFile]:
 
 
 def ensure_not_purged(
-    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
 ) -> CaptureState:
     tables = _captured_table_names(config, conn)
     if config.capture.on_purge is PurgePolicy.ARCHIVE:
@@ -283,7 +287,7 @@ def _position_problem(conn, files, state: CaptureState) -> str | None:
 
 
 def follow_source_state(
-    spark, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
+    spark: SparkLike, config: Config, lh: Lakehouse, conn, files, state: CaptureState, result: CaptureResult
 ) -> CaptureState:
     """``state``, or, when the source is another server or a reset binlog, the state capture
     resumes from there (a GTID switch), or the re-snapshot policy's, or a loud stop."""
@@ -301,7 +305,14 @@ def follow_source_state(
 
 
 def _switch(
-    spark, config: Config, lh: Lakehouse, conn, state: CaptureState, sid: int, problem: str, result: CaptureResult
+    spark: SparkLike,
+    config: Config,
+    lh: Lakehouse,
+    conn,
+    state: CaptureState,
+    sid: int,
+    problem: str,
+    result: CaptureResult,
 ) -> CaptureState:
     epoch = state.position.epoch + 1
     if state.gtid and is_mariadb(conn):

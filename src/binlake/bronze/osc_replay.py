@@ -24,6 +24,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.config import SourceConfig
@@ -49,6 +50,9 @@ from binlake.contract.schemas import (
 )
 from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.capture")
 
@@ -115,7 +119,7 @@ def cut_overs(source: SourceConfig, renamed: list[dict]) -> list[CutOver]:
     for r in renamed:
         effects = ddl_effects(r["ddl"] or "", r["db"])
         for i, (db, table, op) in enumerate(effects):
-            if (db, table) != (r["db"], r["table"]) or op != RENAMED_INTO_OP or i == 0:
+            if db is None or table is None or (db, table) != (r["db"], r["table"]) or op != RENAMED_INTO_OP or i == 0:
                 continue
             old_db, old = effects[i - 1][0], effects[i - 1][1]
             if old_db == db and old is not None and source.shadow_of(db, old) == table:
@@ -161,7 +165,7 @@ def _before_cut(df, cut: CutOver, table: str):
     return df.where((F.col("db") == cut.db) & (F.col("table") == table) & earlier)
 
 
-def shadow_records(spark, lh: Lakehouse, batch, cut: CutOver):
+def shadow_records(spark: SparkLike, lh: Lakehouse, batch, cut: CutOver):
     """The shadow's change-log records before the cut-over: committed ones and the batch's."""
     cols = ["op", "file_index", "pos", "row", "before", "after", "schema_version", "ddl"]
     committed = _before_cut(lh.changelog.read(spark), cut, cut.shadow).select(*cols)
@@ -218,7 +222,9 @@ def shadow_rows(records, created: tuple, key: tuple[str, ...]):
     return latest.where(F.col("img").isNotNull()).select("img", "schema_version")
 
 
-def shadow_schema(spark, lh: Lakehouse, batch_schemas, cut: CutOver, version: str | None) -> TableSchema | None:
+def shadow_schema(
+    spark: SparkLike, lh: Lakehouse, batch_schemas, cut: CutOver, version: str | None
+) -> TableSchema | None:
     """The shadow's stored schema of ``version`` (the version of its newest row change), from
     the batch's new versions or ``schema_history``."""
     from pyspark.sql import functions as F
@@ -238,7 +244,7 @@ def shadow_schema(spark, lh: Lakehouse, batch_schemas, cut: CutOver, version: st
     return TableSchema.from_json(rows[0]["schema_json"]) if rows else None
 
 
-def replayed_before(spark, lh: Lakehouse, cut: CutOver) -> int | None:
+def replayed_before(spark: SparkLike, lh: Lakehouse, cut: CutOver) -> int | None:
     """The rows of a replay of this cut-over already committed (a re-read batch), or None."""
     from pyspark.sql import functions as F
 
@@ -260,7 +266,7 @@ def replayed_before(spark, lh: Lakehouse, cut: CutOver) -> int | None:
     return int(rows[0]["row_count"]) if rows else None
 
 
-def replay_cut_over(spark, lh: Lakehouse, batch, batch_schemas: list[TableSchema], cut: CutOver) -> Replay:
+def replay_cut_over(spark: SparkLike, lh: Lakehouse, batch, batch_schemas: list[TableSchema], cut: CutOver) -> Replay:
     """Replay the shadow of ``cut`` as its table, or say why not (nothing written then).
 
     ``batch``: the capture batch's change-log rows (not committed yet); ``batch_schemas``: the
@@ -315,7 +321,7 @@ def replay_cut_over(spark, lh: Lakehouse, batch, batch_schemas: list[TableSchema
         records.unpersist()
 
 
-def _write_replay(spark, lh: Lakehouse, rows, schema: TableSchema, cut: CutOver, n: int) -> None:
+def _write_replay(spark: SparkLike, lh: Lakehouse, rows, schema: TableSchema, cut: CutOver, n: int) -> None:
     """The replay as a one-chunk map-form snapshot of ``cut.table`` at the RENAME's position:
     its schema in schema_history, rows and marker, plan row, then (last) its manifest row."""
     from pyspark.sql import functions as F

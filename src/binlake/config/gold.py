@@ -69,7 +69,9 @@ class CheckRule:
         """The GE expectation this rule means, named as the rule always was (``between(price, 0, 100)``)."""
         col = self.column
         if self.kind in ("between", "row_count"):
-            lo, hi = self.between if self.kind == "between" else self.row_count  # type: ignore[misc]
+            pair = self.between if self.kind == "between" else self.row_count
+            assert pair is not None, "kind names the rule's field that is set"
+            lo, hi = pair
             bounds = {k: v for k, v in (("min_value", lo), ("max_value", hi)) if v is not None}
             if self.kind == "between":
                 return Expectation(

@@ -20,6 +20,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -84,7 +88,7 @@ _conf_holders = 0
 
 
 @contextmanager
-def tagged_commands(spark, tag: str) -> Iterator[None]:
+def tagged_commands(spark: SparkLike, tag: str) -> Iterator[None]:
     """Delta commands run inside carry ``tag`` as their commit's user metadata, and no other
     commit of this process made through :func:`committing` runs meanwhile."""
     global _conf_holders
@@ -103,7 +107,7 @@ def tagged_commands(spark, tag: str) -> Iterator[None]:
 
 
 @contextmanager
-def committing(spark) -> Iterator[None]:
+def committing(spark: SparkLike) -> Iterator[None]:
     """An untagged commit: on a Spark Connect session, it waits for the tagged commands of
     other threads (the session, and so the tag setting, may be theirs too). A classic
     session's threads that tag commands have sessions of their own."""

@@ -178,7 +178,7 @@ def parse_job_args(argv: Sequence[str]) -> JobInvocation:  # noqa: C901 (one bra
         source["exclude"] = _csv(ns.exclude)
 
     lakehouse = dict(settings.get("lakehouse") or {})
-    if isinstance(lakehouse.get("path"), str) and not Path(lakehouse["path"]).is_absolute():
+    if origin and isinstance(lakehouse.get("path"), str) and not Path(lakehouse["path"]).is_absolute():
         # Relative to the file, as binlake --config reads it; absolute in --print-config's output.
         lakehouse["path"] = str((Path(origin).resolve().parent / lakehouse["path"]).resolve())
     flags = (

@@ -211,9 +211,11 @@ def _show(config_path: Path, db) -> int:
             print(f"     {table:16} {source_rows:>11} {live:>11} {tombstones:>10} {gold_rows:>9} {held:>11}  {where}")
     names = {t: lh.gold("shop", t).sql for t in ("customers", "orders", "products")}
     sql = ANALYST_SQL.format(**names)
+    root = config.lakehouse_root
+    assert root is not None, "the demo's lakehouse is a path"
     print(
         "\n     SQL on gold:"
-        + "\n       ".join(line for line in sql.replace(str(Path(config.lakehouse_root)), "<lakehouse>").splitlines())
+        + "\n       ".join(line for line in sql.replace(str(Path(root)), "<lakehouse>").splitlines())
     )
     spark.sql(sql).show(truncate=False)
     print(

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +83,7 @@ def _archive_workload(target: str) -> int:
     from pyspark.sql.datasource import DataSource, DataSourceReader
 
     from binlake.local.class_archive import dump_options
-    from binlake.spark import get_spark
+    from binlake.spark import REMOTE_ENV, get_spark, is_connect
 
     class _Rows(DataSource):
         @classmethod
@@ -101,8 +102,12 @@ def _archive_workload(target: str) -> int:
 
             yield pa.RecordBatch.from_pydict({"id": pa.array([1, 2], pa.int32()), "text": ["a", "b"]})
 
-    spark = get_spark("binlake-warm-archive", extra_conf={"spark.driver.extraJavaOptions": dump_options(target)})
-    jvm = spark.sparkContext._gateway.proc
+    spark = get_spark("binlake-warm-archive", extra_conf={"spark.driver.extraJavaOptions": dump_options(Path(target))})
+    # The archive holds a local JVM's classes: a Spark Connect session has no JVM here.
+    assert not is_connect(spark), f"unset {REMOTE_ENV} to write the class archive"
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a local session has a py4j gateway"
+    jvm = gateway.proc
     with tempfile.TemporaryDirectory() as d:
         spark.dataSource.register(_Rows)
         rows = spark.read.format("binlake-warm-rows").load()

@@ -8,7 +8,7 @@ reads each table ``VERSION AS OF gold_version`` (:func:`gold_as_of`, docs/gold.m
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.contract.layout import require_current_layout
@@ -22,6 +22,9 @@ from binlake.contract.schemas import (
 )
 from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 STATUS_PUBLISHED = "published"
 STATUS_FAILED = "failed"
@@ -37,7 +40,7 @@ RECENT_COMMITS = 20
 _ready: set[str] = set()
 
 
-def ensure_publish_log(spark, lh: Lakehouse) -> None:
+def ensure_publish_log(spark: SparkLike, lh: Lakehouse) -> None:
     log_ref = lh.publish_log
     if str(log_ref) in _ready:
         return
@@ -52,7 +55,7 @@ def ensure_publish_log(spark, lh: Lakehouse) -> None:
 _latest: Memo[dict[str, dict]] = Memo()
 
 
-def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
+def last_published(spark: SparkLike, lh: Lakehouse, tables=None) -> dict[str, dict]:
     """Each table's row of its latest successful publish, by ``db.table`` (``tables``: only
     these names; None: every table the log holds).
 
@@ -69,7 +72,7 @@ def last_published(spark, lh: Lakehouse, tables=None) -> dict[str, dict]:
     return {name: dict(row) for name, row in found.items()}
 
 
-def _last_published(spark, lh: Lakehouse, wanted: set | None, latest: int) -> dict[str, dict]:
+def _last_published(spark: SparkLike, lh: Lakehouse, wanted: set | None, latest: int) -> dict[str, dict]:
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
@@ -114,7 +117,7 @@ def _last_published(spark, lh: Lakehouse, wanted: set | None, latest: int) -> di
 
 
 def append_log(
-    spark,
+    spark: SparkLike,
     lh: Lakehouse,
     publish_id: str,
     p: BinlogPosition,
@@ -177,7 +180,12 @@ def append_log(
 
 
 def append_check_results(
-    spark, lh: Lakehouse, publish_id: str, group: str | None, status: str, results: list[tuple[str, str, dict]]
+    spark: SparkLike,
+    lh: Lakehouse,
+    publish_id: str,
+    group: str | None,
+    status: str,
+    results: list[tuple[str, str, dict]],
 ) -> None:
     """Append GE's validation result (its JSON) of each (db, table) a publish attempt checked."""
     import json
@@ -226,7 +234,9 @@ def _utc_text(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S.%f")
 
 
-def publish_as_of(spark, config: Config, db: str, table: str, position: Any = None, time: Any = None) -> dict:
+def publish_as_of(
+    spark: SparkLike, config: Config, db: str, table: str, position: Any = None, time: Any = None
+) -> dict:
     """The publish-log row ``gold_as_of`` uses (the latest publish at or before position/time)."""
     from pyspark.sql import functions as F
 
@@ -260,7 +270,7 @@ def publish_as_of(spark, config: Config, db: str, table: str, position: Any = No
     return best[0].asDict()
 
 
-def gold_as_of(spark, config: Config, db: str, table: str, position: Any = None, time: Any = None):
+def gold_as_of(spark: SparkLike, config: Config, db: str, table: str, position: Any = None, time: Any = None):
     """Gold ``db.table`` as it was published at a binlog position or source time.
 
     ``position``: ``"mysql-bin.000003:1234"`` or ``(file_index, pos)``; the latest publish at

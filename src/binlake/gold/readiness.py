@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.contract.memo import Memo
@@ -25,6 +25,9 @@ from binlake.contract.position import BinlogPosition
 from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError
 from binlake.silver.progress import progress_rows
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class TableState:
         return f"{self.db}.{self.table}"
 
 
-def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
+def silver_progress(spark: SparkLike, config: Config, lh: Lakehouse) -> list[TableState]:
     """The progress of each captured table silver has applied, by name."""
     rows = progress_rows(spark, lh) or {}
     out = [
@@ -58,7 +61,9 @@ def silver_progress(spark, config: Config, lh: Lakehouse) -> list[TableState]:
             r.history_version,
         )
         for r in rows.values()
-        if r.applied_file_index is not None and config.source.captures(r.db, r.table)
+        # the applied position's three fields are written together
+        if r.applied_file is not None and r.applied_file_index is not None and r.applied_pos is not None
+        if config.source.captures(r.db, r.table)
     ]
     return sorted(out, key=lambda s: (s.db, s.table))
 
@@ -72,7 +77,7 @@ def _in_tables(names) -> Any:
     return cond
 
 
-def _latest_snapshots(spark, lh: Lakehouse, names) -> dict[tuple[str, str], tuple[str, set[int]]]:
+def _latest_snapshots(spark: SparkLike, lh: Lakehouse, names) -> dict[tuple[str, str], tuple[str, set[int]]]:
     """Each table's latest planned snapshot: (snapshot id, its chunk ids)."""
     # The plan holds one row per chunk: collected narrow, grouped on the driver.
     rows = (
@@ -94,7 +99,7 @@ def _latest_snapshots(spark, lh: Lakehouse, names) -> dict[tuple[str, str], tupl
     return planned
 
 
-def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | None) -> dict:
+def _completed_chunks(spark: SparkLike, lh: Lakehouse, names, snapshot_ids, version: int | None) -> dict:
     """{(db, table, snapshot id): {chunk id: high watermark}} in the manifest (at ``version``)."""
     from pyspark.sql import functions as F
 
@@ -119,7 +124,9 @@ def _completed_chunks(spark, lh: Lakehouse, names, snapshot_ids, version: int | 
 _clear: Memo[tuple] = Memo()
 
 
-def snapshot_blockers(spark, lh: Lakehouse, states: list[TableState], target: BinlogPosition) -> dict[str, list[str]]:
+def snapshot_blockers(
+    spark: SparkLike, lh: Lakehouse, states: list[TableState], target: BinlogPosition
+) -> dict[str, list[str]]:
     """Why each table's latest snapshot does not satisfy Invariant S at ``target``."""
     blockers: dict[str, list[str]] = {}
     if not states or not lh.snapshot_plan.exists(spark):
@@ -192,7 +199,7 @@ def not_ready(blockers: dict[str, list[str]], target: BinlogPosition) -> NotRead
     err = NotReadyError(
         f"gold not published at {target} (Invariant S does not hold; last good gold kept): " + " | ".join(parts)
     )
-    err.blockers = blockers  # type: ignore[attr-defined]
+    err.blockers = blockers
     return err
 
 
@@ -205,7 +212,7 @@ def publish_groups(config: Config, states: list[TableState]) -> dict[str, list[T
     return dict(sorted(groups.items()))
 
 
-def check_group(spark, lh: Lakehouse, states: list[TableState]) -> BinlogPosition:
+def check_group(spark: SparkLike, lh: Lakehouse, states: list[TableState]) -> BinlogPosition:
     """Check Invariant S for one publish group; return its P or raise NotReadyError."""
     target = max(s.position for s in states)
     blockers: dict[str, list[str]] = {}

@@ -4,12 +4,17 @@ tables."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from binlake.config import Config
 from binlake.contract.tables import Lakehouse, TableRef
 from binlake.errors import NotReadyError
 
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
-def recent_changes(spark, config: Config, db: str = "", table: str = "", limit: int = 100):
+
+def recent_changes(spark: SparkLike, config: Config, db: str = "", table: str = "", limit: int = 100):
     """The newest bronze change-log rows (optionally of one ``db``/``table``), newest first by
     change sequence: ``file_index, pos, row``, never by time."""
     from pyspark.sql import functions as F
@@ -18,7 +23,7 @@ def recent_changes(spark, config: Config, db: str = "", table: str = "", limit: 
     return df.orderBy(F.col("file_index").desc(), F.col("pos").desc(), F.col("row").desc()).limit(limit)
 
 
-def snapshot_chunks(spark, config: Config, db: str = "", table: str = "", limit: int = 100):
+def snapshot_chunks(spark: SparkLike, config: Config, db: str = "", table: str = "", limit: int = 100):
     """The completed snapshot chunks (the manifest), newest commit first."""
     from pyspark.sql import functions as F
 
@@ -26,7 +31,7 @@ def snapshot_chunks(spark, config: Config, db: str = "", table: str = "", limit:
     return df.orderBy(F.col("committed_at").desc(), F.col("chunk_id").desc()).limit(limit)
 
 
-def _filtered(spark, ref: TableRef, db: str, table: str, limit: int):
+def _filtered(spark: SparkLike, ref: TableRef, db: str, table: str, limit: int):
     from pyspark.sql import functions as F
 
     if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:

@@ -20,12 +20,15 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.contract.layout import require_current_layout
 from binlake.contract.tables import Lakehouse
 from binlake.errors import ConfigError, NotReadyError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ class StoredResult:
         return [r for r in self.result.get("results", []) if not r.get("success")]
 
 
-def stored_results(spark, config: Config, tables: list[str] | None = None, last: int = 1) -> list[StoredResult]:
+def stored_results(
+    spark: SparkLike, config: Config, tables: list[str] | None = None, last: int = 1
+) -> list[StoredResult]:
     """The newest ``last`` stored results of each table (``tables``: only these), newest first.
     A publish repeated after a kill stored its results again; the newest copy stands."""
     from pyspark.sql import Window

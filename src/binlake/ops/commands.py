@@ -31,6 +31,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from binlake.config import Config
 from binlake.console import QUIET, Console
@@ -38,6 +39,9 @@ from binlake.contract.layout import LAYOUT_VERSION, Step, ensure_current_layout
 from binlake.contract.leases import CAPTURE, GOLD, LAYERS, SILVER, Holder, Leases, holding
 from binlake.contract.tables import Lakehouse
 from binlake.ops.metrics import JOB_RUN_ENV
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.commands")
 
@@ -73,7 +77,7 @@ class MigrateResult:
         return f"lakehouse layout {self.before} -> {self.after}: {done}"
 
 
-def prepare_lakehouse(spark, config: Config, command: str = "migrate") -> MigrateResult:
+def prepare_lakehouse(spark: SparkLike, config: Config, command: str = "migrate") -> MigrateResult:
     """Bring the lakehouse to this binlake's layout (a no-op after the first call in a process)."""
     steps = ensure_current_layout(spark, Lakehouse(_checked(config)), _holder(command))
     result = MigrateResult(steps[0].number - 1 if steps else LAYOUT_VERSION, steps=steps)
@@ -82,14 +86,14 @@ def prepare_lakehouse(spark, config: Config, command: str = "migrate") -> Migrat
     return result
 
 
-def migrate_lakehouse(spark, config: Config) -> MigrateResult:
+def migrate_lakehouse(spark: SparkLike, config: Config) -> MigrateResult:
     """``binlake migrate``: move a lakehouse an earlier binlake laid out to this binlake's layout
     (:mod:`binlake.contract.layout` lists the steps); every writing command does it too."""
     return prepare_lakehouse(spark, config)
 
 
 @contextmanager
-def _writing(spark, config: Config, command: str, layers: Sequence[str], on_lost=None) -> Iterator[Leases]:
+def _writing(spark: SparkLike, config: Config, command: str, layers: Sequence[str], on_lost=None) -> Iterator[Leases]:
     lh = Lakehouse(_checked(config))
     prepare_lakehouse(spark, config, command)
     with holding(spark, lh, layers, _holder(command), on_lost=on_lost) as leases:
@@ -104,21 +108,21 @@ def _interrupt_main() -> None:
     _thread.interrupt_main()
 
 
-def run_snapshot(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
+def run_snapshot(spark: SparkLike, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     from binlake.bronze import snapshot
 
     prepare_lakehouse(spark, _checked(config), "snapshot")
     return snapshot.run_snapshot(spark, config, tables=tables, console=console)
 
 
-def recover_from_purge(spark, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
+def recover_from_purge(spark: SparkLike, config: Config, tables: Sequence[str] | None = None, console: Console = QUIET):
     from binlake.bronze import capture
 
     with _writing(spark, config, "snapshot --reset-capture", (CAPTURE,)):
         return capture.recover_from_purge(spark, config, tables=tables, console=console)
 
 
-def run_capture(spark, config: Config, continuous: bool = False, console: Console = QUIET):
+def run_capture(spark: SparkLike, config: Config, continuous: bool = False, console: Console = QUIET):
     from binlake.bronze import capture
 
     command = "capture --continuous" if continuous else "capture"
@@ -126,21 +130,21 @@ def run_capture(spark, config: Config, continuous: bool = False, console: Consol
         return capture.run_capture(spark, config, continuous=continuous, console=console)
 
 
-def run_silver(spark, config: Config, console: Console = QUIET):
+def run_silver(spark: SparkLike, config: Config, console: Console = QUIET):
     from binlake.silver import run
 
     with _writing(spark, config, "silver", (SILVER,)):
         return run.run_silver(spark, config, console=console)
 
 
-def run_gold(spark, config: Config, console: Console = QUIET):
+def run_gold(spark: SparkLike, config: Config, console: Console = QUIET):
     from binlake.gold import publish
 
     with _writing(spark, config, "gold", (GOLD,)):
         return publish.run_gold(spark, config, console=console)
 
 
-def run_pipeline(spark, config: Config, console: Console = QUIET):
+def run_pipeline(spark: SparkLike, config: Config, console: Console = QUIET):
     """``binlake run``: snapshot what needs it, capture until now, silver, gold."""
     from binlake.ops import pipeline
 
@@ -149,7 +153,7 @@ def run_pipeline(spark, config: Config, console: Console = QUIET):
 
 
 def run_continuous(
-    spark,
+    spark: SparkLike,
     config: Config,
     console: Console = QUIET,
     poll_seconds: float | None = None,
@@ -166,7 +170,11 @@ def run_continuous(
 
 
 def run_verify(
-    spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, console: Console = QUIET
+    spark: SparkLike,
+    config: Config,
+    repair: bool = False,
+    tables: Sequence[str] | None = None,
+    console: Console = QUIET,
 ):
     from binlake.ops import verify
 
@@ -174,14 +182,14 @@ def run_verify(
     return verify.run_verify(spark, config, repair=repair, tables=tables, console=console)
 
 
-def run_maintain(spark, config: Config):
+def run_maintain(spark: SparkLike, config: Config):
     from binlake.ops import maintain
 
     prepare_lakehouse(spark, _checked(config), "maintain")
     return maintain.run_maintain(spark, config)
 
 
-def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]):
+def run_erase(spark: SparkLike, config: Config, table: str, key_pairs: Sequence[str]):
     from binlake.ops import erase
 
     prepare_lakehouse(spark, _checked(config), "erase")

@@ -42,6 +42,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from binlake.bronze.capture import run_capture
 from binlake.config import Config
@@ -53,6 +54,9 @@ from binlake.ops.metrics import MetricsRecorder, source_head
 from binlake.ops.pipeline import snapshot_what_needs_it
 from binlake.silver.run import run_silver
 from binlake.spark import small_plans
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.continuous")
 
@@ -122,7 +126,7 @@ def _freshness(gold) -> float | None:
 
 
 def run_continuous(
-    spark,
+    spark: SparkLike,
     config: Config,
     console: Console = QUIET,
     poll_seconds: float = POLL_SECONDS,
@@ -164,7 +168,9 @@ def run_continuous(
 class _Stages:
     """Capture, silver and gold, each looping in a thread, handing over by two events."""
 
-    def __init__(self, spark, config, lh, state, metrics, console, poll_seconds, max_loops, stop, snapshot_rows=0):
+    def __init__(
+        self, spark: SparkLike, config, lh, state, metrics, console, poll_seconds, max_loops, stop, snapshot_rows=0
+    ):
         self.spark, self.config, self.lh, self.state = spark, config, lh, state
         self.metrics, self.console, self.poll = metrics, console, poll_seconds
         self.max_loops, self.stop = max_loops, stop
@@ -318,7 +324,7 @@ class _Stages:
             self.stop.set()
 
 
-def _own_session(spark):
+def _own_session(spark: SparkLike):
     """A session sharing ``spark``'s context and cache with SQL settings of its own (the same
     session where one cannot be made: a Spark Connect client)."""
     try:

@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from binlake.bronze.tables import (
     changelog_deletable,
@@ -43,6 +44,9 @@ from binlake.errors import ConfigError, ErasureRefused
 from binlake.gold.readiness import silver_progress, snapshot_blockers
 from binlake.silver import schema_evolution as se
 from binlake.source.mysql import connect, query
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.erase")
 
@@ -102,7 +106,7 @@ def parse_key(schema: TableSchema, pairs: Sequence[str]) -> dict[str, str]:
     return key
 
 
-def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> EraseResult:
+def run_erase(spark: SparkLike, config: Config, table: str, key_pairs: Sequence[str]) -> EraseResult:
     """Remove the rows of one key of ``table`` (``db.table``) from every layer; see the module doc."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -120,7 +124,7 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
     rule = config.source.column_rule(db, name)
     if rule is not None and any(c in rule.mask for c in key):
         salt = config.source.salt_for(rule)
-        key = {c: masked_text(rule.mask[c], salt, v) if c in rule.mask else v for c, v in key.items()}
+        key = {c: _masked_key(rule.mask[c], salt, v) if c in rule.mask else v for c, v in key.items()}
     _check_silver_applied_the_delete(spark, config, lh, schema, key)
 
     result = EraseResult(table=schema.name, key=key)
@@ -157,9 +161,15 @@ def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> Er
     return result
 
 
-def _erase(spark, ref: TableRef, label: str, condition: str) -> ErasedTable:
+def _erase(spark: SparkLike, ref: TableRef, label: str, condition: str) -> ErasedTable:
     rows = delete_where(spark, ref, condition, f"erase from {label}")
     return ErasedTable(label, rows, ref.latest_version(spark) if rows else None)
+
+
+def _masked_key(how: str, salt: str, value: str) -> str:
+    masked = masked_text(how, salt, value)
+    assert masked is not None, "a key column is hashed, never nulled (ColumnRule refuses null)"
+    return masked
 
 
 def _typed_literal(schema: TableSchema, column: str, value: str) -> str:
@@ -170,7 +180,9 @@ def _typed_predicate(schema: TableSchema, key: Mapping[str, str]) -> str:
     return " AND ".join(f"{quote_ident(c)} = {_typed_literal(schema, c, v)}" for c, v in key.items())
 
 
-def _snapshot_table_predicate(spark, lh: Lakehouse, ref: TableRef, schema: TableSchema, key: Mapping[str, str]):
+def _snapshot_table_predicate(
+    spark: SparkLike, lh: Lakehouse, ref: TableRef, schema: TableSchema, key: Mapping[str, str]
+):
     """The SQL that matches the key in a typed snapshot table, whose columns are those of the
     schema version it was read with (a key column renamed since is found under its old name);
     None when that version lacks a key column (no row of it can hold the key)."""
@@ -179,9 +191,10 @@ def _snapshot_table_predicate(spark, lh: Lakehouse, ref: TableRef, schema: Table
     if any(c not in types for c in key):
         version = ref.properties(spark).get(SNAPSHOT_VERSION_PROPERTY)
         maps = se.name_maps(se.load_history(spark, lh, schema.database, schema.table), schema)
-        names = {c: maps.get(version, {}).get(c) for c in key}
-        if any(n is None or n not in types for n in names.values()):
+        renamed = maps.get(version, {}) if version is not None else {}
+        if any(renamed.get(c) not in types for c in key):
             return None
+        names = {c: renamed[c] for c in key}
     return " AND ".join(
         f"{quote_ident(names[c])} = CAST({spark_string(v)} AS {types[names[c]]})" for c, v in key.items()
     )
@@ -220,7 +233,7 @@ def _check_gone_at_source(config: Config, schema: TableSchema, key: Mapping[str,
 
 
 def _check_silver_applied_the_delete(
-    spark, config: Config, lh: Lakehouse, schema: TableSchema, key: Mapping[str, str]
+    spark: SparkLike, config: Config, lh: Lakehouse, schema: TableSchema, key: Mapping[str, str]
 ) -> None:
     ref = lh.silver(schema.database, schema.table)
     if (

@@ -14,18 +14,23 @@ import io
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.errors import MissingDependencyError
 from binlake.ops.metrics import HEALTH_VIEWS, health_view, read_metrics
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 DAYS = 7
 # Stopped tables come from the status (current); the current lag is the alert's.
 _NOT_CHARTED = ("stopped_tables", "current_lag")
 
 
-def write_health_page(spark, config: Config, status: Mapping[str, Any], path: str | Path, days: int = DAYS) -> Path:
+def write_health_page(
+    spark: SparkLike, config: Config, status: Mapping[str, Any], path: str | Path, days: int = DAYS
+) -> Path:
     """Write the page for ``status`` (:func:`binlake.ops.status.collect_status`) to ``path``."""
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
@@ -37,7 +42,7 @@ def write_health_page(spark, config: Config, status: Mapping[str, Any], path: st
     return out
 
 
-def _views(spark, config: Config, since: datetime) -> dict[str, list[dict]]:
+def _views(spark: SparkLike, config: Config, since: datetime) -> dict[str, list[dict]]:
     """Each chart's and table's rows, aggregated by Spark (the page gets a few hundred rows)."""
     metrics = read_metrics(spark, config)
     if metrics is None:

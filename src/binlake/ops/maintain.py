@@ -92,7 +92,7 @@ class _Snapshots:
     complete: set = field(default_factory=set)  # its complete snapshots
 
 
-def run_maintain(spark, config: Config) -> MaintainResult:
+def run_maintain(spark: SparkLike, config: Config) -> MaintainResult:
     """Run the four steps (see the module doc); returns what was done."""
     if not isinstance(config, Config):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
@@ -150,7 +150,7 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     return result
 
 
-def _optimize(spark, config: Config, ref: TableRef) -> bool:
+def _optimize(spark: SparkLike, config: Config, ref: TableRef) -> bool:
     """OPTIMIZE ``ref`` if it has enough files; True if it did."""
     if not ref.exists(spark) or _file_count(spark, ref) < config.maintenance.optimize_min_files:
         return False
@@ -158,18 +158,18 @@ def _optimize(spark, config: Config, ref: TableRef) -> bool:
     return True
 
 
-def _vacuum(spark, config: Config, ref: TableRef) -> bool:
+def _vacuum(spark: SparkLike, config: Config, ref: TableRef) -> bool:
     if not ref.exists(spark):
         return False
     ref.delta(spark).vacuum(float(config.maintenance.vacuum_retention_hours))
     return True
 
 
-def _file_count(spark, ref: TableRef) -> int:
-    return int(spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("numFiles").first()[0] or 0)
+def _file_count(spark: SparkLike, ref: TableRef) -> int:
+    return int(spark.sql(f"DESCRIBE DETAIL {ref.sql}").select("numFiles").collect()[0][0] or 0)
 
 
-def _snapshot_facts(spark, lh: Lakehouse, states: list[TableState]) -> dict[tuple[str, str], _Snapshots]:
+def _snapshot_facts(spark: SparkLike, lh: Lakehouse, states: list[TableState]) -> dict[tuple[str, str], _Snapshots]:
     """What the snapshot tables say about each table, by ``(db, table)`` (a name ``db.table``
     is ambiguous: a database name may hold a dot)."""
     from pyspark.sql import functions as F
@@ -244,7 +244,7 @@ def _covers_everything(chunks) -> bool:
 
 
 def _compact_tombstones(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     states: list[TableState],
@@ -353,9 +353,9 @@ def _prune_changelog(
     """Remove the change-log rows past retention that every reader is past."""
     horizon = (now - timedelta(days=config.maintenance.changelog_retention_days)).strftime("%Y-%m-%d %H:%M:%S")
     bounds = {
-        (s.db, s.table): min(s.position.key(), facts[(s.db, s.table)].base_lw)
+        (s.db, s.table): min(s.position.key(), lw)
         for s in states
-        if facts[(s.db, s.table)].base_lw is not None and not s.stopped
+        if (lw := facts[(s.db, s.table)].base_lw) is not None and not s.stopped
     }
     if not bounds:
         return
@@ -391,7 +391,9 @@ def changelog_retention_condition(
     return f"captured_at < TIMESTAMP {spark_string(horizon)} AND (({per_table}){beats})"
 
 
-def _prune_typed_snapshots(spark, lh: Lakehouse, s: TableState, f: _Snapshots, result: MaintainResult) -> None:
+def _prune_typed_snapshots(
+    spark: SparkLike, lh: Lakehouse, s: TableState, f: _Snapshots, result: MaintainResult
+) -> None:
     """The typed snapshot tables' part of retention: a snapshot planned before the base is
     dropped whole (its own table), and killed attempts of complete snapshots (rows without a
     manifest row, never read) are deleted."""
@@ -425,7 +427,7 @@ def _prune_typed_snapshots(spark, lh: Lakehouse, s: TableState, f: _Snapshots, r
                 result.snapshot_files_removed += _delete_partitions(spark, ref, doomed)
 
 
-def _delete_partitions(spark, ref: TableRef, predicate) -> int:
+def _delete_partitions(spark: SparkLike, ref: TableRef, predicate) -> int:
     """Delete the snapshot rows ``predicate`` matches (whole partitions of snapshot_rows, a
     metadata-only commit; whole attempts' files of a typed snapshot table); returns the files removed."""
     return delete_where(spark, ref, predicate, f"snapshot retention of {ref}", metric="numRemovedFiles")

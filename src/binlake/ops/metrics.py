@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from binlake.ops.maintain import MaintainResult
     from binlake.ops.verify import VerifyResult
     from binlake.silver.run import SilverResult
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.metrics")
 
@@ -172,7 +173,7 @@ class MetricsRecorder:
         """Nothing was recorded for :data:`FLUSH_SECONDS`: an idle loop records its lag."""
         return not self.rows and time.monotonic() - self.last_flush >= FLUSH_SECONDS
 
-    def flush(self, spark) -> int:
+    def flush(self, spark: SparkLike) -> int:
         """Append the collected rows; returns how many. Never raises: a lost metrics row must
         not fail the run it describes."""
         with self._lock:
@@ -196,7 +197,7 @@ class MetricsRecorder:
 _ready: set[str] = set()
 
 
-def ensure_metrics_table(spark, config: Config) -> None:
+def ensure_metrics_table(spark: SparkLike, config: Config) -> None:
     ref = Lakehouse(config).metrics
     if str(ref) in _ready:
         return
@@ -204,7 +205,7 @@ def ensure_metrics_table(spark, config: Config) -> None:
     _ready.add(str(ref))
 
 
-def read_metrics(spark, config: Config, since: datetime | None = None):
+def read_metrics(spark: SparkLike, config: Config, since: datetime | None = None):
     """The metrics table as a DataFrame (rows started at or after ``since``), or None when
     nothing has been recorded yet."""
     from pyspark.sql import functions as F

@@ -26,10 +26,14 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.console import QUIET, Console
+from binlake.errors import BinlakeError
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.pipeline")
 
@@ -73,7 +77,7 @@ NO_SNAPSHOT = (
 )
 
 
-def snapshot_what_needs_it(spark, config: Config, console: Console = QUIET):
+def snapshot_what_needs_it(spark: SparkLike, config: Config, console: Console = QUIET):
     """The run's first step: snapshot the captured tables whose snapshot is missing or open
     (none for a binlog archive, which has no server to read tables from)."""
     if config.source.archive is not None:
@@ -91,7 +95,7 @@ def snapshot_what_needs_it(spark, config: Config, console: Console = QUIET):
         return run_snapshot(spark, config, tables=None, console=console)
 
 
-def pipeline_steps(spark, config: Config, console) -> list[tuple[str, Callable[[], Any]]]:
+def pipeline_steps(spark: SparkLike, config: Config, console) -> list[tuple[str, Callable[[], Any]]]:
     from binlake.spark import small_plans
 
     # The round's input, which sizes silver's and gold's plans: the snapshot's rows and the
@@ -177,13 +181,17 @@ def _stopped_at(result: PipelineResult, name: str, exc: BaseException) -> None:
         name,
         "; completed:\n" + "\n".join(s.summary() for s in done) if done else " (first step)",
     )
+    if isinstance(exc, BinlakeError):
+        exc.pipeline_result = result
+        return
     try:
-        exc.pipeline_result = result  # type: ignore[attr-defined]
+        # Any other exception (Spark's, Python's) carries it too, undeclared.
+        setattr(exc, "pipeline_result", result)  # noqa: B010
     except AttributeError:  # pragma: no cover - exceptions with __slots__
         pass
 
 
-def run_pipeline(spark, config: Config, console: Console = QUIET) -> PipelineResult:
+def run_pipeline(spark: SparkLike, config: Config, console: Console = QUIET) -> PipelineResult:
     """snapshot (only what needs it), capture until now, silver, gold; stops at the first failure."""
     if config is None or not hasattr(config, "lakehouse"):
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")

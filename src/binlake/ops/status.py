@@ -19,7 +19,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from binlake.bronze.capture import capture_status
 from binlake.config import Config
@@ -32,6 +32,9 @@ from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
 from binlake.ops.metrics import lag_seconds
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 
 def _plain(value: Any) -> Any:
@@ -49,7 +52,7 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool, type(None))) else str(value)
 
 
-def _capture_side(spark, config: Config, notes: list[str]) -> dict[str, Any] | None:
+def _capture_side(spark: SparkLike, config: Config, notes: list[str]) -> dict[str, Any] | None:
     """What capture_status reports of the source (server position, lag, purge risk), or None
     with a note when the source cannot be asked."""
     try:
@@ -74,7 +77,7 @@ def _capture_side(spark, config: Config, notes: list[str]) -> dict[str, Any] | N
 RECENT_COMMITS = 50
 
 
-def _captured(spark, lh: Lakehouse) -> dict[str, Any] | None:
+def _captured(spark: SparkLike, lh: Lakehouse) -> dict[str, Any] | None:
     """The last capture batch in the change log (its heartbeat), from the lakehouse alone.
 
     Reads only the latest :data:`RECENT_COMMITS` commits' rows, so ``status`` costs the same
@@ -121,7 +124,7 @@ def _lag(capture: dict | None, captured: dict | None, now: datetime) -> dict[str
     return {"bytes": lag_bytes, "seconds": seconds, "seconds_basis": basis}
 
 
-def _last_attempts(spark, lh: Lakehouse) -> dict[str, dict]:
+def _last_attempts(spark: SparkLike, lh: Lakehouse) -> dict[str, dict]:
     """The latest publish attempt per table, published or failed."""
     from pyspark.sql import functions as F
 
@@ -160,7 +163,7 @@ def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | 
 
 
 def _table_rows(
-    spark, config: Config, lh: Lakehouse, warnings: list[str], capture=None, now: datetime | None = None
+    spark: SparkLike, config: Config, lh: Lakehouse, warnings: list[str], capture=None, now: datetime | None = None
 ) -> list[dict[str, Any]]:
     progress = {s.name: s for s in silver_progress(spark, config, lh)}
     published = last_published(spark, lh)
@@ -197,7 +200,7 @@ def _table_rows(
     return rows
 
 
-def collect_status(spark, config: Config) -> dict[str, Any]:
+def collect_status(spark: SparkLike, config: Config) -> dict[str, Any]:
     """Everything ``binlake status`` shows, as a JSON-ready dict.
 
     Keys: ``generated_at``, ``capture`` (what capture_status reports, or None), ``captured``
@@ -265,7 +268,7 @@ def _continuous(lh: Lakehouse, now: datetime) -> dict[str, Any] | None:
     }
 
 
-def _last_publish(spark, lh: Lakehouse) -> dict[str, Any] | None:
+def _last_publish(spark: SparkLike, lh: Lakehouse) -> dict[str, Any] | None:
     from pyspark.sql import functions as F
 
     if not lh.publish_log.exists(spark):

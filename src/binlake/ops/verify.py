@@ -50,6 +50,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import current_epoch
@@ -69,6 +70,9 @@ from binlake.silver.ranges import key_range_predicate, key_range_sql
 from binlake.silver.run import run_silver
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, consistent_read, server_id
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 log = logging.getLogger("binlake.verify")
 
@@ -108,6 +112,9 @@ class TableCheck:
     chunks: list[ChunkCheck] = field(default_factory=list)
     rechecked: bool = False
     repaired_chunks: int = 0
+    # Where the source read began (its low watermark, set by _verify_table): a recheck looks for
+    # changes after it. Not an argument, not in repr or comparisons.
+    _lw_min: tuple[int, int] = field(init=False, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -164,7 +171,11 @@ class VerifyResult:
 
 
 def run_verify(
-    spark, config: Config, repair: bool = False, tables: Sequence[str] | None = None, console: Console = QUIET
+    spark: SparkLike,
+    config: Config,
+    repair: bool = False,
+    tables: Sequence[str] | None = None,
+    console: Console = QUIET,
 ) -> VerifyResult:
     """Compare source and silver chunk by chunk; with ``repair``, re-read differing chunks.
 
@@ -188,8 +199,8 @@ def run_verify(
             hashed_keys = [
                 f"{db}.{t}"
                 for db, t in targets
-                if config.source.column_rule(db, t) is not None
-                and set(config.source.column_rule(db, t).mask) & set(table_schema(conn, config.source, db, t).key)
+                if (rule := config.source.column_rule(db, t)) is not None
+                and set(rule.mask) & set(table_schema(conn, config.source, db, t).key)
             ]
         if hashed_keys:
             log.warning("verify: %s left out: a key column is masked (source.columns)", ", ".join(hashed_keys))
@@ -234,7 +245,7 @@ def _targets(config: Config, names: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _yield_snapshot_ties(
-    spark, config: Config, lh: Lakehouse, db: str, table: str, ranges: list[tuple[str | None, str | None]]
+    spark: SparkLike, config: Config, lh: Lakehouse, db: str, table: str, ranges: list[tuple[str | None, str | None]]
 ) -> None:
     """Let the repair snapshot win against snapshot-made rows at the same position.
 
@@ -261,7 +272,7 @@ def _yield_snapshot_ties(
 
 
 def _verify_tables(
-    spark, config: Config, lh: Lakehouse, targets: list[tuple[str, str]], console: Console
+    spark: SparkLike, config: Config, lh: Lakehouse, targets: list[tuple[str, str]], console: Console
 ) -> list[TableCheck]:
 
     out = []
@@ -280,13 +291,13 @@ def _verify_tables(
                 ]
             schema = comparable_columns(config, schema)
             check = _verify_table(spark, config, lh, schema, chunks)
-            if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):  # type: ignore[attr-defined]
+            if _changed_chunks(spark, lh, schema, check._lw_min, check.mismatches):
                 # A differing chunk that changed after the source read may just be newer in
                 # silver than in the read: read and compare the table once more.
                 log.info("verify: %s changed while it was read; checking it once more", schema.name)
                 second = _verify_table(spark, config, lh, schema, chunks)
                 second.rechecked = True
-                busy = _changed_chunks(spark, lh, schema, second._lw_min, second.mismatches)  # type: ignore[attr-defined]
+                busy = _changed_chunks(spark, lh, schema, second._lw_min, second.mismatches)
                 second.chunks = [_with_status(c, "changing") if c.chunk_id in busy else c for c in second.chunks]
                 check = second
             out.append(check)
@@ -316,7 +327,11 @@ def _with_status(c: ChunkCheck, status: str) -> ChunkCheck:
 
 
 def _verify_table(
-    spark, config: Config, lh: Lakehouse, schema: TableSchema, chunks: list[tuple[int, str | None, str | None]]
+    spark: SparkLike,
+    config: Config,
+    lh: Lakehouse,
+    schema: TableSchema,
+    chunks: list[tuple[int, str | None, str | None]],
 ) -> TableCheck:
     source_stats, lw_min, hw_max = _source_side(spark, config, lh, schema, chunks)
     _catch_up(spark, config, lh, schema, hw_max)
@@ -327,7 +342,7 @@ def _verify_table(
         t_rows, t_sum = silver_stats.get(chunk_id, (0, Decimal(0)))
         status = "ok" if (s_rows, s_sum) == (t_rows, t_sum) else "mismatch"
         check.chunks.append(ChunkCheck(chunk_id, start, end, s_rows, t_rows, s_sum, t_sum, status))
-    check._lw_min = lw_min  # type: ignore[attr-defined]
+    check._lw_min = lw_min
     return check
 
 
@@ -363,7 +378,7 @@ def _chunk_of(schema: TableSchema, chunks: list[tuple[int, str | None, str | Non
     return expr.otherwise(F.lit(-1)) if expr is not None else F.lit(-1)
 
 
-def _source_side(spark, config: Config, lh: Lakehouse, schema: TableSchema, chunks):
+def _source_side(spark: SparkLike, config: Config, lh: Lakehouse, schema: TableSchema, chunks):
     """Per chunk (rows, checksum) computed by the source server in one aggregate scan, and
     the binlog positions just before and just after it (the read's low and high watermark).
 
@@ -387,13 +402,13 @@ def _source_side(spark, config: Config, lh: Lakehouse, schema: TableSchema, chun
     return stats, lw.key(), hw.key()
 
 
-def _silver_side(spark, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
+def _silver_side(spark: SparkLike, lh: Lakehouse, schema: TableSchema, chunks) -> dict[int, tuple[int, Decimal]]:
     rows = _silver_stats_frame(spark, lh, schema, chunks).collect()
     parts = range(1, len(hash_parts(schema)) + 1)
     return {int(r["g"]): (int(r["n"]), sum((Decimal(r[f"h{j}"] or 0) for j in parts), Decimal(0))) for r in rows}
 
 
-def _silver_stats_frame(spark, lh: Lakehouse, schema: TableSchema, chunks):
+def _silver_stats_frame(spark: SparkLike, lh: Lakehouse, schema: TableSchema, chunks):
     """Per chunk ``g`` of silver's live rows: the row count ``n`` and one sum ``h<j>`` per
     hash part (:func:`binlake.ops.verify_sql.hash_parts`), whose total is the checksum."""
     from pyspark.sql import functions as F
@@ -424,7 +439,7 @@ def _silver_stats_frame(spark, lh: Lakehouse, schema: TableSchema, chunks):
 # Catching up, and telling concurrent change from drift
 
 
-def _applied(spark, lh: Lakehouse, schema: TableSchema) -> tuple[int, int] | None:
+def _applied(spark: SparkLike, lh: Lakehouse, schema: TableSchema) -> tuple[int, int] | None:
     from pyspark.sql import functions as F
 
     if not lh.silver_progress.exists(spark):
@@ -439,7 +454,7 @@ def _applied(spark, lh: Lakehouse, schema: TableSchema) -> tuple[int, int] | Non
     return int(rows[0]["applied_file_index"]), int(rows[0]["applied_pos"])
 
 
-def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tuple[int, int]) -> None:
+def _catch_up(spark: SparkLike, config: Config, lh: Lakehouse, schema: TableSchema, hw: tuple[int, int]) -> None:
     """Silver must have applied the binlog at least up to ``hw`` before it is compared."""
     applied = _applied(spark, lh, schema)
     if applied is not None and applied >= hw:
@@ -461,7 +476,7 @@ def _catch_up(spark, config: Config, lh: Lakehouse, schema: TableSchema, hw: tup
 
 
 def _changed_chunks(
-    spark, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int], chunks: list[ChunkCheck]
+    spark: SparkLike, lh: Lakehouse, schema: TableSchema, lw: tuple[int, int], chunks: list[ChunkCheck]
 ) -> set[int]:
     """Ids of ``chunks`` that bronze recorded a change in after ``lw`` (by before or after
     image, so a key moved by an UPDATE touches both chunks; a TRUNCATE touches all)."""
@@ -484,12 +499,13 @@ def _changed_chunks(
     decoder = Decoder(schema, se.name_maps(history, schema))
     keyed = _key_schema(schema)
     index = {c.name: i for i, c in enumerate(schema.columns)}
-    images = None
-    for image in ("before", "after"):
-        part = changes.select(
+    before, after = (
+        changes.select(
             *[F.expr(decoder.column_sql(c.name, image)).alias(f"_v{index[c.name]}") for c in schema.key_columns]
         )
-        images = part if images is None else images.unionByName(part)
+        for image in ("before", "after")
+    )
+    images = before.unionByName(after)
     flags = [
         F.max(F.when(key_range_predicate(keyed, c.start_key, c.end_key), 1).otherwise(0)).alias(f"c{c.chunk_id}")
         for c in chunks

@@ -345,7 +345,9 @@ def chunk_of_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) ->
             if lo == hi:
                 return str(int(chunks[lo][0]))
             mid = (lo + hi + 1) // 2
-            cond = _at_least(schema, _bound(schema, chunks[mid][1]), params)  # type: ignore[arg-type]
+            bound = _bound(schema, chunks[mid][1])
+            assert bound is not None, "sorted contiguous chunks after the first start at a key"
+            cond = _at_least(schema, bound, params)
             return f"CASE WHEN {cond} THEN {search(mid, hi)} ELSE {search(lo, mid - 1)} END"
 
         body = search(0, len(chunks) - 1)

@@ -57,6 +57,12 @@ class Check:
     droppable: bool = False
     planned: Planned | None = None
 
+    @property
+    def expectation(self) -> Planned:
+        """The planned expectation of a check of ``origin`` expectation."""
+        assert self.planned is not None, f"check {self.name} is a built-in, not an expectation"
+        return self.planned
+
 
 @dataclass
 class CheckResult:
@@ -224,6 +230,7 @@ def _builtin_aggregates(builtins: Sequence[Check], key: Sequence[str]) -> dict[s
         if c.kind == "primary_key_unique":
             out[c.name] = F.count(F.when(complete, 1)) - F.count_distinct(*cols)
         elif c.kind in ("primary_key_not_null", "not_null"):
+            assert c.column is not None, f"check {c.name} is on a column"
             out[c.name] = F.count(F.when(F.col(quote_ident(c.column)).isNull(), 1))
     return out
 
@@ -249,13 +256,13 @@ def check_rows(df, plan: ChecksPlan, table_level: bool, observe_columns: bool = 
         from binlake.quality import engine
 
         with engine.batch_of(df) as batch:
-            validation = engine.validate(batch, [c.planned.config for c in expectations], aggregates)
+            validation = engine.validate(batch, [c.expectation.config for c in expectations], aggregates)
             values = validation.extra
             ge_results = _settle_expectations(validation, expectations)
             outcome.validations.append(validation.result)
             failing_drops = [c for c in expectations if c.severity is Severity.DROP and not ge_results[c.name].success]
             if failing_drops:
-                outcome.conditions = unexpected_conditions(df, [c.planned for c in failing_drops])
+                outcome.conditions = unexpected_conditions(df, [c.expectation for c in failing_drops])
     else:
         if observe_columns:
             outcome.observed = {c.name: aggregates.pop(c.name) for c in plan.builtins if c.kind == "not_null"}
@@ -281,7 +288,7 @@ def check_table(df, plan: ChecksPlan, outcome: TableChecks) -> None:
     from binlake.quality import engine
 
     with engine.batch_of(df) as batch:
-        validation = engine.validate(batch, [c.planned.config for c in expectations])
+        validation = engine.validate(batch, [c.expectation.config for c in expectations])
         results = _settle_expectations(validation, expectations)
     outcome.validations.append(validation.result)
     outcome.checks.extend(expectations)

@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 # No usage statistics leave a binlake process (and a closed network would only time out).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -47,6 +47,11 @@ from great_expectations.expectations.registry import get_metric_provider  # noqa
 from great_expectations.validator.metric_configuration import MetricConfiguration  # noqa: E402
 from great_expectations.validator.metrics_calculator import MetricsCalculator  # noqa: E402
 
+if TYPE_CHECKING:
+    from great_expectations.expectations.expectation import ColumnMapExpectation
+
+    from binlake.spark import SparkLike
+
 GE_VERSION = gx.__version__
 # Metrics that read the batch's schema, never its rows: safe to resolve while recording.
 _SCHEMA_METRICS = ("table.columns", "table.column_types")
@@ -56,7 +61,7 @@ _lock = threading.Lock()
 _context = None
 
 
-def use_session(spark) -> None:
+def use_session(spark: SparkLike) -> None:
     """The Spark session every validation runs on (binlake runs one per process)."""
     global _session
     _session = spark
@@ -65,7 +70,7 @@ def use_session(spark) -> None:
 class OneScanEngine(SparkDFExecutionEngine):
     """GE's Spark engine that computes a validation's aggregates in one query per domain."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("spark", _session)
         kwargs["persist"] = False  # one scan: nothing is read twice, so nothing is cached
         super().__init__(*args, **kwargs)
@@ -131,8 +136,8 @@ class OneScanEngine(SparkDFExecutionEngine):
         missing = [n for n in self.extra if n not in self.extra_values]
         if missing:
             # No GE aggregate read the plain rows (or their query failed): binlake's own alone.
-            row = self.dataframe.agg(*[self.extra[n].alias(n) for n in missing]).first()
-            self.extra_values.update({n: row[n] for n in missing})
+            own = self.dataframe.agg(*[self.extra[n].alias(n) for n in missing]).collect()[0]
+            self.extra_values.update({n: own[n] for n in missing})
 
     def row_count(self) -> int | None:
         """The batch's row count, when the validation needed it (every column metric does)."""
@@ -173,7 +178,7 @@ class BinlakeSparkDatasource(SparkDatasource):
     """GE's Spark datasource on :class:`OneScanEngine`."""
 
     type: Literal["binlake_spark"] = "binlake_spark"  # type: ignore[assignment]
-    execution_engine_override = OneScanEngine  # type: ignore[assignment]
+    execution_engine_override = OneScanEngine
 
 
 def _get_context():
@@ -255,10 +260,12 @@ def unexpected_condition(batch, config: ExpectationConfiguration):
     Column over the batch's columns: TRUE exactly for the rows the expectation rejects. Resolved
     while recording, so no aggregate (the row count it formally depends on) is computed."""
     engine: OneScanEngine = batch.data.execution_engine
-    expectation = config.to_domain_obj()
+    # Row-level expectations on one column are GE's column map expectations.
+    expectation = cast("ColumnMapExpectation", config.to_domain_obj())
     with engine.recording():
         deps = expectation.get_validation_dependencies(execution_engine=engine)
         count = deps.get_metric_configuration(f"{expectation.map_metric}.unexpected_count")
+        assert count is not None, f"{config.type} has no unexpected_count metric"
         metric = MetricConfiguration(
             metric_name=f"{expectation.map_metric}.condition",
             metric_domain_kwargs=count.metric_domain_kwargs,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.contract.added_columns import added_definitions, backfill
@@ -32,6 +33,9 @@ from binlake.contract.tables import TableRef
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import DefaultBackfillError
 from binlake.silver import schema_evolution as se
+
+if TYPE_CHECKING:
+    from binlake.spark import SparkLike
 
 BACKFILL_PROPERTY = "binlake.backfill"
 
@@ -73,7 +77,9 @@ def property_value(resolved: dict[str, list[Added]]) -> str:
     return json.dumps({k: [asdict(a) for a in v] for k, v in sorted(resolved.items())}, sort_keys=True)
 
 
-def resolve(spark, lh, db: str, table: str, history: list, known: dict[str, list[Added]]) -> dict[str, list[Added]]:
+def resolve(
+    spark: SparkLike, lh, db: str, table: str, history: list, known: dict[str, list[Added]]
+) -> dict[str, list[Added]]:
     """Every adding step's columns: ``known`` ones as they are, the others read from their
     statements (one range read of the change log's DDL rows for all of them)."""
     missing = [(p, e, adds) for p, e, adds in adding_steps(history) if step_key(e) not in known]
@@ -82,6 +88,7 @@ def resolve(spark, lh, db: str, table: str, history: list, known: dict[str, list
     statements = _statements(spark, lh, db, table, [(p, e) for p, e, _ in missing if e.ddl is None])
     out = dict(known)
     for prev, entry, adds in missing:
+        found: list[tuple[tuple[int, int, int], str, int | None]]
         if entry.ddl is not None:  # recorded with the version (no change-log row of its own)
             found = [((entry.file_index or 0, entry.pos or 0, 0), entry.ddl, None)]
         else:
@@ -102,7 +109,9 @@ def _added(schema: TableSchema, name: str, statements: list, entry: se.HistoryEn
     return Added(name, got.text, got.unknown, (entry.file_index or 0, entry.pos or 0, DERIVED_ROW))
 
 
-def _statements(spark, lh, db: str, table: str, gaps: list) -> list[tuple[tuple[int, int, int], str, int | None]]:
+def _statements(
+    spark: SparkLike, lh, db: str, table: str, gaps: list
+) -> list[tuple[tuple[int, int, int], str, int | None]]:
     """The table's DDL statements in the change log within the gaps' positions, in binlog
     order, as ``(seq, text, statement time in epoch seconds)``."""
     from pyspark.sql import functions as F
@@ -157,7 +166,9 @@ def unknown_error(name: str, a: Added, entry: se.HistoryEntry) -> DefaultBackfil
     )
 
 
-def update_older_rows(spark, ref: TableRef, schema: TableSchema, entry, resolved: dict[str, list[Added]]) -> dict:
+def update_older_rows(
+    spark: SparkLike, ref: TableRef, schema: TableSchema, entry, resolved: dict[str, list[Added]]
+) -> dict:
     """Give silver's live rows older than the step's ADD their added columns' values; returns
     ``{column: rows updated}``. Running it again changes nothing (the same rows, the same
     value), so a run killed after it simply runs it again."""

@@ -104,7 +104,7 @@ def run_preflight(config: Config, table_check: TableCheck | None = None) -> Pref
     report = check_source(config.source, table_check)
     if report.problems:
         err = PreflightError(report.problems)
-        err.report = report  # type: ignore[attr-defined]
+        err.report = report
         raise err
     return report
 
