@@ -389,7 +389,7 @@ def scenario_kill9(h: Harness, out: Outcome) -> None:
     kills = 24 if h.full else 4
     try:
         for i in range(kills):
-            if i < len(KILL_POINTS) or not h.full and i < kills - 1:
+            if i < len(KILL_POINTS) or (not h.full and i < kills - 1):
                 point = KILL_POINTS[i % len(KILL_POINTS)]
                 rc, err = h.binlake(config, "run", kill_at=point)
                 label = point

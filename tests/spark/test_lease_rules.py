@@ -37,10 +37,9 @@ def _expire(spark, lh, layer):
 
 def test_a_second_writer_of_a_layer_is_refused_with_the_holder_and_what_to_do(spark, lh):
     first = Holder("run --continuous", job_id="11", job_run_id="22")
-    with holding(spark, lh, LAYERS, first):
-        with pytest.raises(LeaseHeldError) as refused:
-            with holding(spark, lh, ["capture"], Holder("capture")):
-                pytest.fail("the second writer ran")
+    with holding(spark, lh, LAYERS, first), pytest.raises(LeaseHeldError) as refused:
+        with holding(spark, lh, ["capture"], Holder("capture")):
+            pytest.fail("the second writer ran")
     message = str(refused.value)
     assert message.startswith(f"the capture layer is being written by `binlake run --continuous` (pid {first.pid} on ")
     assert ", job 11 run 22)" in message and "\n" not in message
@@ -80,9 +79,8 @@ def test_a_lease_given_back_or_expired_is_free(spark, lh):
 def test_a_killed_process_on_this_host_or_an_earlier_run_of_the_same_job_is_taken_over_at_once(spark, lh):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     killed = Holder("run --continuous", pid=int(dead.stdout))
-    with holding(spark, lh, LAYERS, killed):
-        with holding(spark, lh, ["capture"], Holder("capture")):
-            assert current_holders(spark, lh)["capture"]["holder"].startswith("`binlake capture`")
+    with holding(spark, lh, LAYERS, killed), holding(spark, lh, ["capture"], Holder("capture")):
+        assert current_holders(spark, lh)["capture"]["holder"].startswith("`binlake capture`")
     restarted = Holder("run --continuous", job_id="7", job_run_id="2", host="new-cluster")
     with holding(spark, lh, LAYERS, Holder("run --continuous", job_id="7", job_run_id="1", host="old-cluster")):
         with holding(spark, lh, LAYERS, restarted):

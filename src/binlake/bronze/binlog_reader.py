@@ -304,7 +304,7 @@ class _ChangeColumns:
         self.after.add(after)
         self.n += 1
 
-    def add_event(self, db, table, op, pos, first_row, n, images, commit_ts, gtid, server_id, schema_version):  # noqa: PLR0913
+    def add_event(self, db, table, op, pos, first_row, n, images, commit_ts, gtid, server_id, schema_version):
         """The ``n`` rows of one ROWS event, numbered from ``first_row``; ``images``: the
         before and the after image, each ``(names, flat texts)`` (see _Images.add_flat) or None."""
         c = self.cols

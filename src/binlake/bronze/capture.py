@@ -264,7 +264,7 @@ def _capture_until(
                 raise
             except AnalysisException:
                 raise  # a planning error, not a transient one: retrying cannot help
-            except Exception as exc:  # noqa: BLE001 - server restarts and dropped dumps are retried
+            except Exception as exc:  # server restarts and dropped dumps are retried
                 if (refused := storage_error(exc)) is not None:
                     raise refused from exc  # retrying cannot make the lakehouse writable
                 attempts += 1

@@ -658,7 +658,7 @@ def _observed_markers(observed, chunks: list[_Pending]) -> dict[int, dict] | Non
         if not _arrived(observed):
             return None
         markers = json.loads(observed.get["markers"])
-    except Exception:  # noqa: BLE001 - any failure here only costs the read-back
+    except Exception:  # any failure here only costs the read-back
         log.debug("snapshot markers not observed; reading them back", exc_info=True)
         return None
     by_chunk = {m[SNAPSHOT_CHUNK_ID]: m[SNAPSHOT_CHUNK_STATS] for m in markers}

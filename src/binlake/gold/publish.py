@@ -274,7 +274,7 @@ def _writing(ref: TableRef) -> Iterator[None]:
         yield
     except BinlakeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
+    except Exception as exc:  # Py4J/Delta errors carry a Java stack trace
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise LakehouseError(
             f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays "

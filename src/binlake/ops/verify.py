@@ -375,10 +375,9 @@ def _source_side(spark, config: Config, lh: Lakehouse, schema: TableSchema, chun
     sql, params = chunk_stats_sql(schema, chunks)
     with connect(config.source) as conn:  # connect() pins time_zone '+00:00': TIMESTAMP texts are UTC
         epoch = current_epoch(spark, lh, server_id(conn))
-        with consistent_read(conn) as read:
-            with conn.cursor() as cur:
-                cur.execute(sql, tuple(params))
-                rows = cur.fetchall()
+        with consistent_read(conn) as read, conn.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            rows = cur.fetchall()
         lw, hw = read.low.in_epoch(epoch), read.high.in_epoch(epoch)
     stats = {int(g): (int(n), Decimal(h or 0)) for g, n, h in rows}
     if -1 in stats:

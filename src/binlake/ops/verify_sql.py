@@ -373,12 +373,12 @@ def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]])
 
 
 __all__ = [
-    "chunk_of_sql",
-    "chunk_stats_sql",
     "HASH_PART_COLUMNS",
     "MYSQL",
     "SPARK",
     "Engine",
+    "chunk_of_sql",
+    "chunk_stats_sql",
     "hash_parts",
     "mysql_part_hashes_sql",
     "mysql_text_sql",

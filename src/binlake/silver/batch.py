@@ -169,7 +169,12 @@ def is_typed(chunk: dict) -> bool:
 
 
 def typed_snapshot_records(
-    spark: SparkLike, lh: Lakehouse, chunks: list[dict], target: TableSchema, name_maps: dict, defaults: dict | None = None
+    spark: SparkLike,
+    lh: Lakehouse,
+    chunks: list[dict],
+    target: TableSchema,
+    name_maps: dict,
+    defaults: dict | None = None,
 ):
     """Records (as :func:`batch_records` returns them) of the given (trusted) typed chunks of one
     table: each snapshot's typed rows of the manifest's attempts, at the chunk's low watermark,
@@ -326,7 +331,9 @@ class Prepared:
     backfilled: dict  # {column: silver rows given their ADD's default by this run}
 
 
-def _prepare_table(spark: SparkLike, lh: Lakehouse, ref: TableRef, history, new_chunks, name: str, applied_before: bool):
+def _prepare_table(
+    spark: SparkLike, lh: Lakehouse, ref: TableRef, history, new_chunks, name: str, applied_before: bool
+):
     """Create or evolve the silver table, giving the rows older than an ADD COLUMN its value."""
     target = history[-1]
     db, table = name.split(".", 1)

@@ -640,7 +640,7 @@ def _own_trouble(res: TableResult, work: Callable[..., T], *args) -> T | None:
         log.error("%s", exc)
     except BinlakeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - one table's trouble must not stop the others
+    except Exception as exc:  # one table's trouble must not stop the others
         res.error, res.unexpected = stop_reason(res.name, exc), True
         log.error("%s", res.error)
         log.debug("%s: what stopped it", res.name, exc_info=exc)
