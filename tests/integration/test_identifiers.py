@@ -118,7 +118,8 @@ def test_the_catalog_reads_names_comments_keys_and_foreign_keys(mariadb, odd, tm
         schema = catalog.table_schema(conn, cfg.source, DB, TABLE)
     assert [c.name for c in schema.columns] == list(COLUMNS)
     assert [c.comment for c in schema.columns] == [f"{n} comment" for n in COLUMNS]
-    assert schema.key == ("select", "col with space") and schema.comment == "it's a table"
+    assert schema.key == ("select", "col with space")
+    assert schema.comment == "it's a table"
     assert schema.foreign_keys[0]["name"] == "fk `odd`"
     assert schema.foreign_keys[0]["on_delete"] == "SET NULL"
 

@@ -115,7 +115,8 @@ def test_every_read_holds_exactly_what_was_committed_at_its_watermark(mariadb, d
             w.join(timeout=30)
 
     history = sorted(_committed_values(config, start, db))
-    assert len(reads) > 200 and len(history) > 5_000, (len(reads), len(history))
+    assert len(reads) > 200, (len(reads), len(history))
+    assert len(history) > 5_000, (len(reads), len(history))
 
     by_key: dict[int, tuple[list, list]] = {}
     for end, k, v in history:
@@ -150,7 +151,8 @@ def test_a_consistent_read_ends_its_transaction(mariadb, database, make_config):
     with connect(config.source) as conn:
         with consistent_read(conn) as read, conn.cursor() as cur:
             cur.execute(f"SELECT COUNT(*) FROM `{database}`.t")
-        assert read.exact and read.low == read.high
+        assert read.exact
+        assert read.low == read.high
         with conn.cursor() as cur:
             cur.execute("SELECT @@in_transaction")
             assert cur.fetchone()[0] == 0

@@ -42,7 +42,8 @@ def test_a_second_writer_of_a_layer_is_refused_with_the_holder_and_what_to_do(sp
             pytest.fail("the second writer ran")
     message = str(refused.value)
     assert message.startswith(f"the capture layer is being written by `binlake run --continuous` (pid {first.pid} on ")
-    assert ", job 11 run 22)" in message and "\n" not in message
+    assert ", job 11 run 22)" in message
+    assert "\n" not in message
     assert "binlake_continuous and the scheduled binlake_pipeline must not both run" in message
     assert refused.value.exit_code == 15
 

@@ -231,7 +231,9 @@ def test_zero_dates_become_null_and_are_counted(spark, bronze):
     result = run_silver(spark, b.config)
     assert result.table("shop.orders").zero_dates == 2
     rows = {r["id"]: r["d"] for r in silver(spark, b).collect()}
-    assert rows[1] is None and rows[3] is None and str(rows[2]) == "2026-01-31"
+    assert rows[1] is None
+    assert rows[3] is None
+    assert str(rows[2]) == "2026-01-31"
     run_silver(spark, b.config)
     assert b.lh.silver_progress.read(spark).where("`table` = 'orders'").first()["zero_dates"] == 2
 

@@ -205,7 +205,8 @@ def stops(spark, b, *needles) -> IncompleteChangeError:
     with pytest.raises(IncompleteChangeError) as err:
         run_silver(spark, b.config)
     message = str(err.value)
-    assert err.value.exit_code == 6 and "\n" not in message
+    assert err.value.exit_code == 6
+    assert "\n" not in message
     for needle in (*needles, "silver stopped shop.docs", "recover with: binlake snapshot --table shop.docs"):
         assert needle in message, f"{needle!r} not in {message!r}"
     assert err.value.result.table("shop.docs").error

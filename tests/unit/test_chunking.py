@@ -154,7 +154,8 @@ def test_boundary_chunks_partition_the_key_space_and_hold_at_most_chunk_size_row
         n = sum(_contains(c, k) for k in keys)
         assert n <= chunk_size
     # Consecutive chunks share their bound; the ends are open.
-    assert chunks[0].start is None and chunks[-1].end is None
+    assert chunks[0].start is None
+    assert chunks[-1].end is None
     assert all(a.end == b.start for a, b in zip(chunks, chunks[1:]))
     assert [c.chunk_id for c in chunks] == list(range(len(chunks)))
     # No wasted chunks: only the last may be short.
@@ -210,7 +211,8 @@ def test_boundary_query_walks_the_key_index_from_the_start_inclusive():
     sql, params = boundary_query("shop", "or`ders", [UBIG], (str(2**64 - 5),), 1000)
     assert sql == "SELECT `id` FROM `shop`.`or``ders` WHERE ((`id` >= %s)) ORDER BY `id` LIMIT 1 OFFSET 1000"
     # An int parameter: pymysql writes it as a literal, so MySQL never compares via DOUBLE.
-    assert params == [2**64 - 5] and isinstance(params[0], int)
+    assert params == [2**64 - 5]
+    assert isinstance(params[0], int)
     assert boundary_query("s", "t", [INT, NAME], None, 7) == (
         "SELECT `id`, `name` FROM `s`.`t` ORDER BY `id`, `name` LIMIT 1 OFFSET 7",
         [],
@@ -236,7 +238,8 @@ def test_param_value_turns_canonical_text_into_the_native_value(col, text, value
 def test_key_json_round_trips_and_keeps_none_unbounded():
     assert key_to_json(("1", "ä")) == '["1","ä"]'
     assert key_from_json(key_to_json(("1", "ä"))) == ("1", "ä")
-    assert key_to_json(None) is None and key_from_json(None) is None
+    assert key_to_json(None) is None
+    assert key_from_json(None) is None
     with pytest.raises(ValueError, match=r"chunk bound '\{\}' is not a JSON array of strings"):
         key_from_json("{}")
 

@@ -70,8 +70,10 @@ def test_rows_are_cut_at_packet_bounds_whatever_the_reads_return(step):
         assert len(starts) <= 250
         got += payloads(buf, starts)
     assert got == rows
-    assert reader.finished and conn._next_seq_id == (1 + 600 + 1) % 256
-    assert reader.pending == b"" and not conn.closed
+    assert reader.finished
+    assert conn._next_seq_id == (1 + 600 + 1) % 256
+    assert reader.pending == b""
+    assert not conn.closed
 
 
 def test_a_wrong_sequence_id_on_any_row_closes_the_connection_with_the_ids():

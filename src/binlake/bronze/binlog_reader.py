@@ -546,7 +546,8 @@ class _RangeReader:
     def _add_decoded_rows(self, plan: TablePlan, event: Rows, pos: int, first_row: int, commit_ts: int) -> int:
         """The event's row bytes straight to canonical texts, the column rule applied."""
         decoder = plan.decoder
-        assert decoder is not None and plan.version is not None
+        assert decoder is not None
+        assert plan.version is not None
         kind = event.kind
         first: list = []
         images: tuple[tuple[list[str], list | None] | None, tuple[list[str], list | None] | None]

@@ -284,7 +284,8 @@ def replay_cut_over(spark, lh: Lakehouse, batch, batch_schemas: list[TableSchema
         reason = verdict(cut, facts, schema)
         if reason is not None:
             return Replay(cut, reason=reason)
-        assert schema is not None and facts.created is not None
+        assert schema is not None
+        assert facts.created is not None
         rows = shadow_rows(records, facts.created, schema.key).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             names = [c.name for c in schema.columns]
