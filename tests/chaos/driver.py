@@ -17,6 +17,7 @@ value for value, at the published position (the source is quiet by then).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -366,10 +367,8 @@ class Harness:
 
 
 def _reap_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _last_line(text: str) -> str:

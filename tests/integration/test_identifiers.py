@@ -6,6 +6,7 @@ range SQL, the encoders and, end to end, snapshot -> capture -> silver.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from decimal import Decimal
 
 import pytest
@@ -91,7 +92,7 @@ def test_quote_ident_doubles_backticks_only():
     assert quote_ident("a`b") == "`a``b`"
     assert quote_ident('it\'s "x"') == '`it\'s "x"`'
     assert qualified("d`b", "t") == "`d``b`.`t`"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^identifier must be a non-empty string$"):
         quote_ident("")
 
 
@@ -140,7 +141,7 @@ def test_chunk_range_sql_over_an_odd_composite_key_partitions_the_rows(mariadb, 
             bounds.append(start)
         edges = [None, *bounds, None]
         seen = []
-        for lo, hi in zip(edges, edges[1:]):
+        for lo, hi in itertools.pairwise(edges):
             where, params = range_condition(keys, lo, hi)
             seen += [
                 (r["select"], r["col with space"])

@@ -10,6 +10,7 @@ killed anywhere converges on re-run.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import signal
@@ -137,7 +138,7 @@ def assert_snapshot_matches_source(spark, config, db: str, table: str, chunk_siz
     # The chunks partition the key space: open ends, shared inner bounds.
     assert plan[0]["start_key"] is None
     assert plan[-1]["end_key"] is None
-    assert all(a["end_key"] == b["start_key"] for a, b in zip(plan, plan[1:]))
+    assert all(a["end_key"] == b["start_key"] for a, b in itertools.pairwise(plan))
     rows = trusted_rows(spark, lh, sid)
     expected = source_rows(config, db, table)
     key_cols = list(plan[0]["key_columns"])

@@ -119,7 +119,7 @@ def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirror, spa
 
 
 def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mirror, spark):
-    config, ref, database = mirror
+    config, ref, _database = mirror
     # Row 3 vanishes from silver; row 25 is marked deleted although the source still has it;
     # row 1000 exists only in silver (a missed delete).
     spark.sql(f"DELETE FROM {ref.sql} WHERE id = 3")

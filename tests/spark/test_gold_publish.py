@@ -227,7 +227,7 @@ def test_silver_rows_beyond_its_recorded_progress_block(spark, lake):
 
 
 def test_publishing_the_same_silver_state_again_changes_nothing(history):
-    lake, first, again, _, versions = history
+    lake, first, again, _, _versions = history
 
     assert again.status == "unchanged"
     assert again.publish_id == first.publish_id
@@ -264,7 +264,7 @@ def test_gold_as_of_a_position_or_a_time_reads_the_version_published_then(spark,
 def test_gold_as_of_explains_bad_arguments_and_missing_publishes(spark, history):
     lake = history[0]
 
-    with pytest.raises(ValueError, match="^give position or time, not both$"):
+    with pytest.raises(ValueError, match=r"^give position or time, not both$"):
         gold_as_of(spark, lake.config, "shop", "orders", position=(3, 900), time="2026-11-01T08:00:00Z")
     with pytest.raises(
         ValueError,

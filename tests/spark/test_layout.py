@@ -218,9 +218,13 @@ def test_map_form_snapshot_rows_of_a_layout_3_lakehouse_are_migrated_in_place_an
     b.schema(orders)
     old = [{"id": 1, "v": "a", "d": "2026-01-02"}, {"id": 2, "v": "b", "d": "0000-00-00"}]
     b.chunk(orders, old, lw=(1, 50), end=[3], snapshot_id="old", chunk_id=0, form="map", manifest=False)
+    # One row of the old manifest: the chunk, its bounds and low watermark; then its high
+    # watermark, row count, checksum, schema version and commit time.
     manifest = [
-        ("old", "shop", "orders", 0, "a1", ["id"], None, '["3"]', "mysql-bin.000001", 1, 50)
-        + ("mysql-bin.000001", 1, 60, 2, "x", b.version("shop.orders"), T)
+        (
+            *("old", "shop", "orders", 0, "a1", ["id"], None, '["3"]', "mysql-bin.000001", 1, 50),
+            *("mysql-bin.000001", 1, 60, 2, "x", b.version("shop.orders"), T),
+        )
     ]
     lh.snapshot_chunks.save(spark.createDataFrame(manifest, OLD_SNAPSHOT_CHUNKS).write.format("delta").mode("append"))
 

@@ -3,6 +3,7 @@ every file between a batch's updated keys and its far-away inserted keys."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from decimal import Decimal
 
@@ -33,7 +34,7 @@ def test_every_value_lies_inside_an_interval_even_at_the_ends_of_bigint_and_unsi
         got = intervals(spark, sorted(values), ddl=ddl, most=6)
         assert len(got) == 6
         assert all(lo <= hi for lo, hi in got)
-        assert all(a[1] < b[0] for a, b in zip(got, got[1:]))
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(got))
         assert all(any(lo <= v <= hi for lo, hi in got) for v in values), ddl
 
 
@@ -57,5 +58,5 @@ def test_a_small_batch_finds_its_gaps_on_the_driver_with_the_same_result(spark):
         df = spark.createDataFrame([(v,) for v in values], ddl)
         got = key_intervals(df, "k", numeric=True, most=6, rows=len(values))
         assert len(got) == 6
-        assert all(a[1] < b[0] for a, b in zip(got, got[1:]))
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(got))
         assert all(any(lo <= v <= hi for lo, hi in got) for v in values), ddl

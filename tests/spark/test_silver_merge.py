@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from bronze_fixtures import Bronze, col, table  # tests/spark/bronze_fixtures.py
 from chispa import assert_df_equality
@@ -257,7 +259,7 @@ def test_silver_table_is_typed_clustered_commented_with_cdf_and_deletion_vectors
 
 
 def test_run_silver_checks_its_arguments(spark):
-    with pytest.raises(TypeError, match="config must be a binlake.config.Config, got dict"):
+    with pytest.raises(TypeError, match=re.escape("config must be a binlake.config.Config, got dict")):
         run_silver(spark, {})
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -79,7 +80,7 @@ def _walker(keys: list[tuple], chunk_size: int):
 def test_arithmetic_chunks_cover_every_integer_exactly_once(lo, width, chunk_size, probes):
     hi = lo + width
     chunks = plan_arithmetic(lo, hi, chunk_size)
-    for offset in probes + [0, width, -1, width + 1]:
+    for offset in [*probes, 0, width, -1, width + 1]:
         x = lo + offset
         assert sum(_int_contains(c, x) for c in chunks) == 1, (x, chunks)
 
@@ -156,7 +157,7 @@ def test_boundary_chunks_partition_the_key_space_and_hold_at_most_chunk_size_row
     # Consecutive chunks share their bound; the ends are open.
     assert chunks[0].start is None
     assert chunks[-1].end is None
-    assert all(a.end == b.start for a, b in zip(chunks, chunks[1:]))
+    assert all(a.end == b.start for a, b in itertools.pairwise(chunks))
     assert [c.chunk_id for c in chunks] == list(range(len(chunks)))
     # No wasted chunks: only the last may be short.
     assert all(sum(_contains(c, k) for k in keys) == chunk_size for c in chunks[:-1])

@@ -3,6 +3,7 @@ snapshot recovers a stopped table, and what the stop says."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from binlake.silver.batch import TableNews
@@ -35,7 +36,7 @@ def chunk(snapshot_id, start, end, lw, chunk_id=0):
 
 
 def plan(snapshot_id, *bounds):
-    return [{"snapshot_id": snapshot_id, "start_key": lo, "end_key": hi} for lo, hi in zip(bounds, bounds[1:])]
+    return [{"snapshot_id": snapshot_id, "start_key": lo, "end_key": hi} for lo, hi in itertools.pairwise(bounds)]
 
 
 STATEMENT_AT_500 = Problem(STATEMENT, (3, 500, 0), "mysql-bin.000003", detail="UPDATE t SET n = n + 1")

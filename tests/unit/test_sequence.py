@@ -1,5 +1,7 @@
 """The change sequence: unique and totally ordered by (file index, position, row)."""
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -98,5 +100,5 @@ def test_epoch_zero_keeps_the_plain_file_number_so_older_lakehouses_need_no_rewr
 def test_a_log_index_that_does_not_name_the_file_is_refused():
     with pytest.raises(ValueError, match="does not name binlog file"):
         BinlogPosition.from_log("mysql-bin.000003", 4, 1234)
-    with pytest.raises(ValueError, match="mysql-bin.000003:4@1 in source epoch 1"):
+    with pytest.raises(ValueError, match=re.escape("mysql-bin.000003:4@1 in source epoch 1")):
         BinlogPosition.parse("mysql-bin.000003:4@x")

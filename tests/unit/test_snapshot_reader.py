@@ -77,7 +77,7 @@ def test_invisible_columns_are_named_because_star_leaves_them_out():
     hidden = replace(SCHEMA, columns=(*SCHEMA.columns, Column("my_row_id", Kind.UINT, bits=64, visible=False)))
     plan = plan_chunk_read(chunk(), hidden, None, "")
     assert "`shop`.`orders`.*, `shop`.`orders`.`my_row_id` FROM" in plan.select
-    plan.check_columns(COLUMNS + ["my_row_id"])  # what the SELECT returns: *, then the named ones
+    plan.check_columns([*COLUMNS, "my_row_id"])  # what the SELECT returns: *, then the named ones
     rule = ColumnRule("shop.orders", exclude=("email",))
     probed = plan_chunk_read(chunk(), hidden, rule, "")
     assert "`my_row_id` FROM" in probed.select
@@ -92,7 +92,7 @@ def test_the_planned_columns_in_any_order_pass_the_drift_check():
     plan_chunk_read(chunk(), SCHEMA, None, "").check_columns(["email", "id", "shipped", "price"])
 
 
-@pytest.mark.parametrize("present", [COLUMNS + ["added"], COLUMNS[:-1], ["id", "price", "shipped", "mail"]])
+@pytest.mark.parametrize("present", [[*COLUMNS, "added"], COLUMNS[:-1], ["id", "price", "shipped", "mail"]])
 def test_a_column_added_dropped_or_renamed_since_planning_stops_the_read(present):
     plan = plan_chunk_read(chunk(), SCHEMA, None, "")
     with pytest.raises(SchemaChangeError, match=r"shop\.orders changed during the snapshot \(columns now .*re-run"):

@@ -32,6 +32,7 @@ underscores); :mod:`binlake.contract.layout` moves them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -101,10 +102,8 @@ class TableRef:
             return version, {}
         metrics = {}
         for k, v in (row["operationMetrics"] or {}).items():
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 metrics[k] = int(v)
-            except (TypeError, ValueError):
-                pass
         return version, metrics
 
     def newest_commit_info(self, spark: SparkLike) -> dict:

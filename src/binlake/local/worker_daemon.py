@@ -37,6 +37,7 @@ strace on a reused worker; docs/performance.md, "Costs every local run pays"):
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import os
@@ -153,10 +154,8 @@ def serve_task(sock: socket.socket, authenticated: bool) -> int:
             return daemon.compute_real_exit_code(exc.code)
         return 0
     finally:
-        try:
+        with contextlib.suppress(OSError):  # the JVM has gone; the exit code says the rest
             outfile.close()  # flushes; the socket itself stays open for the next task
-        except OSError:
-            pass  # the JVM has gone; the exit code says the rest
         collect_after_task()
 
 

@@ -300,7 +300,7 @@ class _Stages:
         state = self.state
         state.loops, state.last = report.loop, report
         if report.freshness_seconds is not None:
-            state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
+            state.recent_freshness = [*state.recent_freshness, report.freshness_seconds][-RECENT_LOOPS:]
         _write_state(self.lh, state)
         if self.metrics.due():
             self.metrics.flush(self.spark)

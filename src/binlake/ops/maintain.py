@@ -25,6 +25,7 @@ Deletes and compactions that lose a race with a concurrent writer are retried
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Mapping
@@ -235,7 +236,7 @@ def _covers_everything(chunks) -> bool:
         bool(ordered)
         and ordered[0]["start_key"] is None
         and ordered[-1]["end_key"] is None
-        and all(a["end_key"] == b["start_key"] for a, b in zip(ordered, ordered[1:]))
+        and all(a["end_key"] == b["start_key"] for a, b in itertools.pairwise(ordered))
     )
 
 

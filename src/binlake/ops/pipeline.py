@@ -22,6 +22,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -177,10 +178,8 @@ def _stopped_at(result: PipelineResult, name: str, exc: BaseException) -> None:
         name,
         "; completed:\n" + "\n".join(s.summary() for s in done) if done else " (first step)",
     )
-    try:
+    with contextlib.suppress(AttributeError):  # exceptions with __slots__
         exc.pipeline_result = result  # type: ignore[attr-defined]
-    except AttributeError:  # pragma: no cover - exceptions with __slots__
-        pass
 
 
 def run_pipeline(spark, config: Config, console: Console = QUIET) -> PipelineResult:

@@ -51,6 +51,7 @@ parameters (pymysql ``%s``, so literal ``%`` is written ``%%``).
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -317,7 +318,7 @@ def _sorted_contiguous(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any
         return False
     keys = [_key_operand(c)[3] for c in schema.key_columns]
     previous = None
-    for (_, _, end), (_, start, _) in zip(chunks, chunks[1:]):
+    for (_, _, end), (_, start, _) in itertools.pairwise(chunks):
         e, s = _bound(schema, end), _bound(schema, start)
         if e is None or e != s or len(e) != len(keys):
             return False

@@ -21,6 +21,7 @@ its schema version), so the change log is read once per ADD, not once per run.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass
 
@@ -56,7 +57,7 @@ def step_key(entry: se.HistoryEntry) -> str:
 def adding_steps(history: list[se.HistoryEntry]) -> list[tuple[se.HistoryEntry, se.HistoryEntry, list[str]]]:
     """``(previous, entry, added column names)`` of each history step that adds columns."""
     out = []
-    for prev, entry in zip(history, history[1:]):
+    for prev, entry in itertools.pairwise(history):
         adds = [c.name for c, _ in se.diff(prev.schema, entry.schema, entry.ddl).adds]
         if adds:
             out.append((prev, entry, adds))
