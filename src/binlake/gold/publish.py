@@ -50,7 +50,7 @@ from binlake.contract.commit_tag import tagged_commands
 from binlake.contract.position import BinlogPosition, describe_key
 from binlake.contract.position_facts import position_fact_columns, position_facts, remember_position_facts
 from binlake.contract.schemas import SILVER_METADATA_COLUMNS
-from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.sql import quote_ident, spark_string, sql
 from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.types import TableSchema
 from binlake.contract.write_errors import storage_refusal
@@ -317,7 +317,7 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]], tag: str) -> N
 def _restore(spark, ref: TableRef, before: int | None) -> None:
     if before is None:
         if ref.exists(spark):
-            spark.sql(f"DELETE FROM {ref.sql}")
+            spark.sql(sql("DELETE FROM {t}", t=ref.sql))
             log.warning("gold %s: emptied after the failed first publish", ref)
     elif ref.latest_version(spark) != before:
         spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")

@@ -164,7 +164,7 @@ def append_log(
     after = ref.newest_commit(spark)
     if after[0] != before[0] + 1:
         return  # another commit came in between: the next read finds out
-    for key in _latest:
+    for key in _latest.keys():  # noqa: SIM118 - a Memo, not a dict: keys() is a snapshot list
         found = _latest.get(key, before)
         if key[0] != str(ref) or found is None:
             continue

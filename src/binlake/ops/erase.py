@@ -36,7 +36,7 @@ from binlake.bronze.tables import (
 from binlake.config import Config
 from binlake.contract.columns import masked_text
 from binlake.contract.schemas import SNAPSHOT_VERSION_PROPERTY
-from binlake.contract.sql import qualified, quote_ident, spark_string
+from binlake.contract.sql import Sql, qualified, quote_ident, spark_string, sql, sql_list
 from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import ConfigError, ErasureRefused
@@ -205,13 +205,10 @@ def _bronze_image_predicate(schema: TableSchema, key: Mapping[str, str]):
 
 
 def _check_gone_at_source(config: Config, schema: TableSchema, key: Mapping[str, str]) -> None:
-    where = " AND ".join(f"{quote_ident(c)} = %s" for c in key)
+    where = sql_list((Sql(f"{quote_ident(c)} = %s") for c in key), " AND ")
+    statement = sql("SELECT 1 AS x FROM {t} WHERE {w} LIMIT 1", t=qualified(schema.database, schema.table), w=where)
     with connect(config.source) as conn:
-        present = query(
-            conn,
-            f"SELECT 1 AS x FROM {qualified(schema.database, schema.table)} WHERE {where} LIMIT 1",
-            tuple(key.values()),
-        )
+        present = query(conn, statement, tuple(key.values()))
     if present:
         raise ErasureRefused(
             f"{schema.name} still has this key on the source: delete it there first (binlake would "

@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.sql import Sql, qualified, quote_ident, sql, sql_list
 from binlake.contract.types import Column, Kind, TableSchema
 
 # ---------------------------------------------------------------------------------------
@@ -366,11 +366,14 @@ def chunk_of_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) ->
 def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) -> tuple[str, list]:
     """One scan of the table: per chunk id ``g``, the row count ``n`` and checksum ``h``."""
     chunk, params = chunk_of_sql(schema, chunks)
-    sql = (
-        f"SELECT {chunk} AS g, COUNT(*) AS n, {' + '.join(f'SUM({h})' for h in mysql_part_hashes_sql(schema))} AS h "
-        f"FROM {qualified(schema.database, schema.table)} GROUP BY 1"
+    hashes = sql_list((Sql(f"SUM({h})") for h in mysql_part_hashes_sql(schema)), " + ")
+    statement = sql(
+        "SELECT {chunk} AS g, COUNT(*) AS n, {hashes} AS h FROM {t} GROUP BY 1",
+        chunk=Sql(chunk),
+        hashes=hashes,
+        t=qualified(schema.database, schema.table),
     )
-    return sql, params
+    return statement, params
 
 
 __all__ = [

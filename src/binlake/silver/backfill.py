@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from binlake import faults
 from binlake.contract.added_columns import added_definitions, backfill
 from binlake.contract.position import DERIVED_ROW, seq_literal
-from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.sql import Sql, quote_ident, spark_string, sql
 from binlake.contract.tables import TableRef
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import DefaultBackfillError
@@ -167,10 +167,14 @@ def update_older_rows(spark, ref: TableRef, schema: TableSchema, entry, resolved
         if a.text is None or a.unknown or a.column not in {c.name for c in schema.columns}:
             continue
         value = spark_decode_sql(schema.column(a.column), spark_string(a.text))
-        metrics = spark.sql(
-            f"UPDATE {ref.sql} SET {quote_ident(a.column)} = {value} "
-            f"WHERE NOT _cdc_deleted AND _cdc_seq < {seq_literal(a.boundary)}"
-        ).collect()
+        statement = sql(
+            "UPDATE {t} SET {column} = {value} WHERE NOT _cdc_deleted AND _cdc_seq < {boundary}",
+            t=ref.sql,
+            column=quote_ident(a.column),
+            value=Sql(value),
+            boundary=Sql(seq_literal(a.boundary)),
+        )
+        metrics = spark.sql(statement).collect()
         out[a.column] = int(metrics[0]["num_affected_rows"] or 0) if metrics else 0
         faults.point("silver.after_backfill")
     return out
