@@ -49,6 +49,7 @@ from binlake.contract.schemas import (
 )
 from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
+from binlake.timing import utc_now
 
 log = logging.getLogger("binlake.capture")
 
@@ -359,7 +360,7 @@ def _write_replay(spark, lh: Lakehouse, rows, schema: TableSchema, cut: CutOver,
         *constants, F.col("img").alias("row"), F.lit(None).cast("map<string,string>").alias("chunk_stats")
     )
     lh.snapshot_rows.save(data.unionByName(marker).write.format("delta").mode("append"))
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     plan = [(snapshot_id, cut.db, cut.table, 0, list(schema.key), None, None, version, now)]
     lh.snapshot_plan.save(spark.createDataFrame(plan, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append"))
     faults.point("capture.replay_before_manifest")

@@ -84,6 +84,7 @@ from binlake.errors import LakehouseError, PreflightError
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, master_status, query, server_id
 from binlake.spark import require_binlake_on_workers
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -353,7 +354,7 @@ def _plan(
     position = master_status(conn).in_epoch(source[0])
     stored = {s.name: stored_schema(config.source, s) for s, _ in tables}
     record_schemas(spark, lh, [(stored[s.name], position.log_index, position.pos, None) for s, _ in tables])
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     out = []
     rows = []
     for schema, mode in tables:
@@ -540,7 +541,7 @@ def _manifest_rows(
 ) -> list[ManifestRow]:
     """The wave's manifest rows, from the marker stats its writes observed: a chunk without one
     wrote nothing the manifest could name, which stops the snapshot before any is committed."""
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     manifest = []
     for p in wave:
         s = stats.get((p.snapshot_id, p.chunk_id))

@@ -40,7 +40,7 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from binlake.bronze.capture import run_capture
@@ -53,6 +53,7 @@ from binlake.ops.metrics import MetricsRecorder, source_head
 from binlake.ops.pipeline import snapshot_what_needs_it
 from binlake.silver.run import run_silver
 from binlake.spark import small_plans
+from binlake.timing import utc_now
 
 log = logging.getLogger("binlake.continuous")
 
@@ -110,7 +111,7 @@ def _write_state(lh: Lakehouse, state: ContinuousState) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds")
+    return utc_now().isoformat(sep=" ", timespec="milliseconds")
 
 
 def _freshness(gold) -> float | None:
@@ -118,7 +119,7 @@ def _freshness(gold) -> float | None:
     if gold is None or not gold.source_time:
         return None
     committed = datetime.fromisoformat(str(gold.source_time))
-    return round((datetime.now(timezone.utc).replace(tzinfo=None) - committed).total_seconds(), 3)
+    return round((utc_now() - committed).total_seconds(), 3)
 
 
 def run_continuous(

@@ -12,13 +12,14 @@ from __future__ import annotations
 import html
 import io
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from binlake.config import Config
 from binlake.errors import MissingDependencyError
 from binlake.ops.metrics import HEALTH_VIEWS, health_view, read_metrics
+from binlake.timing import utc_now
 
 DAYS = 7
 # Stopped tables come from the status (current); the current lag is the alert's.
@@ -29,7 +30,7 @@ def write_health_page(spark, config: Config, status: Mapping[str, Any], path: st
     """Write the page for ``status`` (:func:`binlake.ops.status.collect_status`) to ``path``."""
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
-    since = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=days)
+    since = utc_now() - timedelta(days=days)
     views = _views(spark, config, since)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from binlake import faults
 from binlake.bronze.tables import changelog_deletable, restore_append_only
@@ -44,6 +44,7 @@ from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.write_errors import with_retry
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
+from binlake.timing import utc_now
 
 log = logging.getLogger("binlake.maintain")
 
@@ -99,7 +100,7 @@ def run_maintain(spark, config: Config) -> MaintainResult:
     restore_append_only(spark, lh)
     states = silver_progress(spark, config, lh)
     facts = _snapshot_facts(spark, lh, states)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     published = {
         name: (int(r["file_index"]), int(r["pos"]))
         for name, r in last_published(spark, lh, [s.name for s in states]).items()

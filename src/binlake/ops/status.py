@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from binlake.bronze.capture import capture_status
@@ -32,6 +32,7 @@ from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
 from binlake.ops.metrics import lag_seconds
+from binlake.timing import utc_now
 
 
 def _plain(value: Any) -> Any:
@@ -216,7 +217,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
         raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
     lh = Lakehouse(config)
     require_current_layout(spark, lh)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     notes: list[str] = []
     warnings: list[str] = []
     capture = _capture_side(spark, config, notes)

@@ -35,7 +35,6 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, TypeVar
 
 from binlake import faults
@@ -75,7 +74,7 @@ from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
-from binlake.timing import timed
+from binlake.timing import timed, utc_now
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -464,7 +463,7 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
     # A table new to silver is prepared even with nothing to apply: that creates its table.
     work = sorted(set(_to_prepare(new, histories, tables)) | {t for t in tables if t not in previous})
     floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in new.manifest})
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in tables}
 
     def prepare_one(db: str, table: str) -> TableBatch:
