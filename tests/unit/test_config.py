@@ -638,3 +638,10 @@ def test_an_unknown_key_message_lists_exactly_the_keys_the_reference_has_for_its
     message = refused(doc(maintenance={"vacuum_hours": 1}))
     allowed = set(message.split("allowed keys are ", 1)[1].split(", "))
     assert allowed == {k.split(".", 1)[1] for k in _reference_keys() if k.startswith("maintenance.")}
+
+
+def test_an_entry_point_given_something_else_than_a_config_says_how_to_build_one():
+    from binlake.config import require_config
+
+    with pytest.raises(TypeError, match=r"^config must be a binlake.config.Config, got dict: use binlake.load_config$"):
+        require_config({})

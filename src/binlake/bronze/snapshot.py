@@ -60,7 +60,7 @@ from binlake.bronze.tables import (
     ensure_bronze_tables,
     record_schemas,
 )
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.columns import stored_schema
 from binlake.contract.memo import once_per_version
@@ -181,8 +181,7 @@ def run_snapshot(
 
     ``fresh``: plan a new snapshot of every target, whatever is complete or open (named
     ``tables`` are always planned anew)."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
     started = time.monotonic()
@@ -251,8 +250,7 @@ def resnapshot_chunks(
     the given order; its manifest rows (``snapshot_chunks``) carry the same bounds, so
     silver reconciles exactly those ranges. Used by ``verify --repair``.
     """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     if not isinstance(db, str) or not db or not isinstance(table, str) or not table:
         raise ValueError("db and table must be non-empty strings")
     ranges = list(chunks)

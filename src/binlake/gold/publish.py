@@ -44,7 +44,7 @@ from typing import Any
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.commit_tag import tagged_commands
 from binlake.contract.position import BinlogPosition, describe_key
@@ -92,15 +92,13 @@ from binlake.quality.checks import (
     validation_json,
 )
 from binlake.silver import schema_evolution as se
+from binlake.spark import TABLE_THREADS
 from binlake.timing import timed
 
 log = logging.getLogger("binlake.gold")
 
 # Metadata columns gold keeps from silver; _cdc_deleted is always false in gold, _cdc_op adds nothing.
 GOLD_METADATA_COLUMNS = ("_cdc_seq", "_cdc_commit_ts")
-# Tables checked and written at the same time by one publish: much of a small table's time
-# is driver-side latency (Delta log reads, commits), not work.
-TABLE_THREADS = 4
 REUSE, INCREMENTAL, REBUILD = "reuse", "incremental", "rebuild"
 # Every gold write says it is a publish's, so a later publish can tell its own writes from others'.
 WRITER_TAG = "binlake gold"
@@ -711,8 +709,7 @@ def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     groups that did publish, ``exc.blocked`` maps each blocked group to its own error (whose
     ``tables`` lists the group's tables).
     """
-    if config is None or not hasattr(config, "lakehouse"):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     states = silver_progress(spark, config, lh)
     if not states:

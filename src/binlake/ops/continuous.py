@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 
 from binlake.bronze.capture import run_capture
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
@@ -134,8 +134,7 @@ def run_continuous(
     ``max_loops`` gold rounds ran; returns the last state. SIGTERM sets ``stop`` (each stage
     finishes the round in progress, the last loop is recorded); Ctrl-C, or a second SIGTERM,
     ends it at once, between commits."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     state = ContinuousState(pid=os.getpid(), host=socket.gethostname(), started_at=_now())
     metrics = MetricsRecorder(config, "run --continuous")

@@ -33,7 +33,7 @@ from binlake.bronze.tables import (
     latest_schema,
     restore_append_only,
 )
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.contract.columns import masked_text
 from binlake.contract.schemas import SNAPSHOT_VERSION_PROPERTY
 from binlake.contract.sql import Sql, qualified, quote_ident, spark_string, sql, sql_list
@@ -104,8 +104,7 @@ def parse_key(schema: TableSchema, pairs: Sequence[str]) -> dict[str, str]:
 
 def run_erase(spark, config: Config, table: str, key_pairs: Sequence[str]) -> EraseResult:
     """Remove the rows of one key of ``table`` (``db.table``) from every layer; see the module doc."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     started = time.monotonic()
     db, dot, name = table.partition(".")
     if not dot or not db or not name:

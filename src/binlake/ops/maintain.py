@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 
 from binlake import faults
 from binlake.bronze.tables import changelog_deletable, restore_append_only
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.position import DERIVED_ROW, describe_key, seq_literal
 from binlake.contract.schemas import SNAPSHOT_ATTEMPT_ID
@@ -44,15 +44,12 @@ from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.write_errors import with_retry
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
+from binlake.spark import TABLE_THREADS
 from binlake.timing import utc_now
 
 log = logging.getLogger("binlake.maintain")
 
 OPEN_SNAPSHOT_DEAD_AFTER = timedelta(days=7)
-
-# Tables compacted and vacuumed at the same time: on small tables most of the time is
-# driver-side latency (log reads, file listings, commits), and each table is its own.
-TABLE_THREADS = 4
 
 
 @dataclass
@@ -92,8 +89,7 @@ class _Snapshots:
 
 def run_maintain(spark, config: Config) -> MaintainResult:
     """Run the four steps (see the module doc); returns what was done."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     started = time.monotonic()
     lh = Lakehouse(config)
     result = MaintainResult()

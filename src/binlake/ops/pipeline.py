@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 
 log = logging.getLogger("binlake.pipeline")
@@ -184,6 +184,5 @@ def _stopped_at(result: PipelineResult, name: str, exc: BaseException) -> None:
 
 def run_pipeline(spark, config: Config, console: Console = QUIET) -> PipelineResult:
     """snapshot (only what needs it), capture until now, silver, gold; stops at the first failure."""
-    if config is None or not hasattr(config, "lakehouse"):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     return run_steps(pipeline_steps(spark, config, console))

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from binlake.bronze.capture import capture_status
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.layout import require_current_layout
 from binlake.contract.leases import current_holders
@@ -213,8 +213,7 @@ def collect_status(spark, config: Config) -> dict[str, Any]:
     when at the server's position, else an upper bound, and ``failing_checks``: the checks of
     the last publish attempt that failed).
     """
-    if config is None or not hasattr(config, "lakehouse"):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     require_current_layout(spark, lh)
     now = utc_now()

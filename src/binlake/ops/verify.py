@@ -54,7 +54,7 @@ from decimal import Decimal
 from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.snapshot import plan_table, resnapshot_chunks
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.changelog import DATA_OPS, EMPTYING_OPS
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_sql
@@ -173,8 +173,7 @@ def run_verify(
     :class:`VerifyMismatch` (its ``result`` attribute holds the :class:`VerifyResult`) when
     chunks still differ at the end.
     """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
     tables = [t.strip() for t in tables if t.strip()] if tables is not None else None

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from binlake import faults
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.changelog import (
     DATA_OPS,
@@ -74,6 +74,7 @@ from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
+from binlake.spark import TABLE_THREADS
 from binlake.timing import timed, utc_now
 
 if TYPE_CHECKING:
@@ -101,9 +102,6 @@ PARTIAL_SQL = (
     "< try_element_at(_widths, schema_version) END"
 )
 
-# Silver tables decoded and applied at the same time by one run: most of a small table's
-# time is driver-side latency (Delta log reads, commits), not work.
-TABLE_THREADS = 4
 
 T = TypeVar("T")
 
@@ -444,8 +442,7 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
     after all other tables were processed and their progress written, if any table was stopped
     by an incompatible schema change or a change the binlog holds only in part.
     """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     for ref, what in (
         (lh.changelog, "bronze changelog"),
