@@ -2,25 +2,22 @@
 
 Every SQL string binlake builds quotes identifiers with :func:`quote_ident` (backticks mean
 the same in MySQL and Spark SQL) and values with the literal function of the dialect that
-reads them; no name or value is ever pasted unquoted. Each of them returns :class:`Sql`, and
-:func:`sql` fills a statement's template with ``Sql`` parts only, so a name or value that
-nobody quoted is refused where the statement is built (ruff's S608 asks for this function
-wherever a statement would otherwise be an f-string).
+reads them; no name or value is ever pasted unquoted. Each of them returns :data:`Sql`, and
+:func:`sql` fills a statement's template with ``Sql`` parts (or integers) only, so mypy
+refuses a name or value that nobody quoted where the statement is built (ruff's S608 asks
+for this function wherever a statement would otherwise be an f-string).
 """
 
 from __future__ import annotations
 
 import string
 from collections.abc import Iterable
+from typing import NewType
 
-
-class Sql(str):
-    """Text that is SQL already: a quoted name, a literal, or a fragment binlake generated.
-
-    ``Sql(text)`` at a call site says that ``text`` is such a fragment; the quoting functions
-    below return one."""
-
-    __slots__ = ()
+# Text that is SQL already: a quoted name, a literal, or a fragment binlake generated;
+# ``Sql(text)`` at a call site says that ``text`` is such a fragment. A NewType, so at run
+# time it is a plain str: APIs such as DeltaTable's ``set=`` accept only exact ``str`` keys.
+Sql = NewType("Sql", str)
 
 
 def sql(template: str, /, **parts: Sql | int) -> Sql:
@@ -34,20 +31,20 @@ def sql(template: str, /, **parts: Sql | int) -> Sql:
         if field not in parts:
             raise KeyError(f"SQL template field {{{field}}} has no part")
     for name, part in parts.items():
-        if isinstance(part, bool) or not isinstance(part, (Sql, int)):
+        if isinstance(part, bool) or not isinstance(part, (str, int)):
             raise TypeError(
                 f"SQL part {name} must be quoted (quote_ident, qualified, spark_string, mysql_string, "
-                f"spark_literal) or wrapped in Sql() as generated SQL, got {type(part).__name__}"
+                f"spark_literal), generated SQL wrapped in Sql(), or an int; got {type(part).__name__}"
             )
-    return Sql(template.format(**{k: v if isinstance(v, Sql) else str(int(v)) for k, v in parts.items()}))
+    return Sql(template.format(**{k: v if isinstance(v, str) else str(int(v)) for k, v in parts.items()}))
 
 
 def sql_list(parts: Iterable[Sql], separator: str = ", ") -> Sql:
     """Quoted names or literals joined by ``separator`` (a column list, an ``IN (...)`` list)."""
     items = list(parts)
     for part in items:
-        if not isinstance(part, Sql):
-            raise TypeError(f"SQL list item {part!r} must be quoted, got {type(part).__name__}")
+        if not isinstance(part, str):
+            raise TypeError(f"SQL list item {part!r} must be quoted SQL text, got {type(part).__name__}")
     return Sql(separator.join(items))
 
 
