@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None, config=None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted; re-run the same command to continue where it stopped", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line, no traceback
+    except Exception as exc:  # the last line of defence: one line, no traceback
         if args.debug:
             raise
         from binlake.contract.write_errors import storage_error

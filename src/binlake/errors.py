@@ -190,7 +190,7 @@ class UnsupportedJsonDiffError(BinlogReadError):
         self.path = path
         self.reason = reason
         super().__init__(
-            f"cannot apply the partial JSON update {operation} {path}: {reason}; "
+            f"cannot apply the partial JSON update {operation} {path}: {reason}; "  # noqa: S608 - a message, not SQL
             "have the source log whole JSON documents: SET PERSIST binlog_row_value_options = '' "
             "(binlog_row_value_options= in my.cnf), then re-snapshot the table"
         )

@@ -99,6 +99,12 @@ def on_databricks(environ: Mapping[str, str] | None = None) -> bool:
 SMALL_ROUND_ROWS = 50_000
 SMALL_ROUND_CONF = {"spark.sql.codegen.wholeStage": "false"}
 
+# Tables a step works on at the same time on one session (silver's decode and apply, gold's
+# checks and writes, maintain's compaction and vacuum): on small tables most of the time is
+# driver-side latency (Delta log reads, file listings, commits), not work, and each table is
+# its own.
+TABLE_THREADS = 4
+
 
 @contextmanager
 def small_plans(spark: SparkLike, rows: int | None) -> Iterator[None]:

@@ -17,6 +17,7 @@ value for value, at the published position (the source is quiet by then).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -366,10 +367,8 @@ class Harness:
 
 
 def _reap_group(pgid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _last_line(text: str) -> str:
@@ -389,7 +388,7 @@ def scenario_kill9(h: Harness, out: Outcome) -> None:
     kills = 24 if h.full else 4
     try:
         for i in range(kills):
-            if i < len(KILL_POINTS) or not h.full and i < kills - 1:
+            if i < len(KILL_POINTS) or (not h.full and i < kills - 1):
                 point = KILL_POINTS[i % len(KILL_POINTS)]
                 rc, err = h.binlake(config, "run", kill_at=point)
                 label = point

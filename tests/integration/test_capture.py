@@ -44,8 +44,10 @@ def test_insert_update_delete_are_one_record_each_with_distinct_row_indexes(spar
     assert [(r.op, r.row) for r in rows] == [("insert", 0), ("insert", 1), ("insert", 2), ("update", 0), ("delete", 0)]
     assert len({r.pos for r in rows[:3]}) == 1, "rows of one multi-row event share its end position"
     upd = rows[3]
-    assert upd.before == {"id": "2", "v": "b"} and upd.after == {"id": "2", "v": "bb"}
-    assert rows[4].before == {"id": "3", "v": "c"} and rows[4].after is None
+    assert upd.before == {"id": "2", "v": "b"}
+    assert upd.after == {"id": "2", "v": "bb"}
+    assert rows[4].before == {"id": "3", "v": "c"}
+    assert rows[4].after is None
     assert all(r.gtid and r.gtid.count("-") == 2 for r in rows), "MariaDB GTIDs are domain-server-seq"
     assert all(r.server_id == 1 and r.commit_ts is not None and r.schema_version for r in rows)
     assert result.changes == 5
@@ -103,7 +105,8 @@ def test_statement_format_dml_of_a_session_is_recorded_per_table_not_dropped(spa
         ("statement", "t", "UPDATE t SET v = 2 WHERE id = 1"),
         ("statement", "t", f"DELETE FROM `{database}`.t WHERE id = 1"),
     ]
-    assert result.changes == 0 and result.statements == 3
+    assert result.changes == 0
+    assert result.statements == 3
 
 
 def test_until_now_stops_at_the_position_reported_at_start_and_resumes_there(spark, mariadb, database, make_config):
@@ -131,7 +134,8 @@ def test_idle_captured_table_still_advances_the_resume_position(spark, mariadb, 
     mariadb.execute(f"INSERT INTO `{database}`.other VALUES (1)")
     run_capture(spark, config)
     after = capture_position(spark, Lakehouse(config))
-    assert after > before and after == _server_pos(mariadb)
+    assert after > before
+    assert after == _server_pos(mariadb)
     assert _changes(spark, config, database) == []
 
 
@@ -159,9 +163,11 @@ def test_rotation_ddl_and_truncate_are_captured_in_order(spark, mariadb, databas
     )
     assert [r.op for r in log] == ["insert", "ddl", "insert", "truncate", "insert"]
     assert len({r.file_index for r in log}) == 4
-    assert "ADD COLUMN" in log[1].ddl and log[1].table == "t"
+    assert "ADD COLUMN" in log[1].ddl
+    assert log[1].table == "t"
     assert log[0].schema_version != log[2].schema_version == log[4].schema_version
-    assert set(log[0].after) == {"id", "v"} and log[2].after == {"id": "2", "v": "2", "w": "x"}
+    assert set(log[0].after) == {"id", "v"}
+    assert log[2].after == {"id": "2", "v": "2", "w": "x"}
     history = Lakehouse(config).schema_history.read(spark).where(f"db = '{database}'").collect()
     assert {h.schema_version for h in history} >= {log[0].schema_version, log[2].schema_version}
 
@@ -208,7 +214,8 @@ def test_reset_capture_moves_to_the_current_position_and_status_reports_lag(spar
     run_capture(spark, config)
     mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1)")
     status = capture_status(spark, config)
-    assert status["lag_bytes"] > 0 and status["oldest_binlog"].startswith("mysql-bin.")
+    assert status["lag_bytes"] > 0
+    assert status["oldest_binlog"].startswith("mysql-bin.")
     assert status["server_file"] == _server_pos(mariadb).file
     new = reset_capture(spark, config)
     assert new == _server_pos(mariadb) == capture_position(spark, Lakehouse(config))
@@ -243,7 +250,8 @@ def test_every_heartbeat_names_its_server_and_the_gtid_position_the_server_has_t
         run_capture(spark, config)
     lh = Lakehouse(config)
     beats = lh.changelog.read(spark).where("op = 'heartbeat'").collect()
-    assert beats and all(b.server_id == 1 and b.gtid for b in beats)
+    assert beats
+    assert all(b.server_id == 1 and b.gtid for b in beats)
     state = capture_state(spark, lh)
     with mariadb.root_connection() as conn:
         assert gtid.parse(state.gtid) == gtid.parse(gtid.gtid_at(conn, state.position))
@@ -273,5 +281,7 @@ def test_a_lakehouse_from_before_servers_were_recorded_learns_them_at_its_next_r
     mariadb.execute(f"INSERT INTO `{database}`.t VALUES (1)")
     run_capture(spark, config)
     state = capture_state(spark, lh)
-    assert state.server_id == 1 and state.gtid and state.position.epoch == 0
+    assert state.server_id == 1
+    assert state.gtid
+    assert state.position.epoch == 0
     assert len(_changes(spark, config, database)) == 1

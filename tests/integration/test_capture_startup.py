@@ -44,7 +44,8 @@ def test_startup_position_starts_at_the_given_file_and_pos(spark, mariadb, datab
     mariadb.execute(f"INSERT INTO `{database}`.t VALUES (2)")
     config = make_config([f"{database}.*"], capture={"startup": "position", "start_position": str(start)})
     result = run_capture(spark, config)
-    assert result.start == start and _ids(spark, config, database) == [2]
+    assert result.start == start
+    assert _ids(spark, config, database) == [2]
 
 
 def test_startup_initial_starts_at_the_smallest_snapshot_low_watermark(spark, mariadb, database, make_config):

@@ -62,17 +62,27 @@ def test_every_type_decodes_to_the_snapshot_text(spark, mariadb, database, make_
     # Row 1 is gone from the source: its insert and delete images must agree with each other
     # and with the texts the snapshot path gives for the same literal values.
     deletes = [r for r in log if r.op == "delete"]
-    assert len(deletes) == 1 and dict(deletes[0].before) == inserts[1]
+    assert len(deletes) == 1
+    assert dict(deletes[0].before) == inserts[1]
     edge = inserts[1]
-    assert edge["biu"] == "18446744073709551615" and edge["bi"] == "-9223372036854775808"
+    assert edge["biu"] == "18446744073709551615"
+    assert edge["bi"] == "-9223372036854775808"
     assert edge["d65"] == "-12345678901234567890123456789012345.123456789012345678901234567890"
-    assert edge["dt"] == "0000-00-00" and edge["dtm"] == "0000-00-00 00:00:00" and edge["ts0"] == "0000-00-00 00:00:00"
+    assert edge["dt"] == "0000-00-00"
+    assert edge["dtm"] == "0000-00-00 00:00:00"
+    assert edge["ts0"] == "0000-00-00 00:00:00"
     assert edge["dtm6"] == "2024-02-29 23:59:59.999999"
     assert edge["ts3"] == "2024-03-30T20:00:00.123000Z", "+05:30 session time converted to the UTC instant"
-    assert edge["tm"] == "-838:59:59" and edge["tm6"] == "-12:34:56.000001"
-    assert edge["vc"] == "emoji \U0001f600 \u00fc \u4e2d" and edge["e"] == "it's" and edge["st"] == "x,z"
-    assert edge["b64"] == "-1" and edge["b1"] == "1" and edge["y"] == "2155"
-    assert edge["bl"] == "3q2+7w==" and edge["f"] == repr(3.141590118408203)
+    assert edge["tm"] == "-838:59:59"
+    assert edge["tm6"] == "-12:34:56.000001"
+    assert edge["vc"] == "emoji \U0001f600 \u00fc \u4e2d"
+    assert edge["e"] == "it's"
+    assert edge["st"] == "x,z"
+    assert edge["b64"] == "-1"
+    assert edge["b1"] == "1"
+    assert edge["y"] == "2155"
+    assert edge["bl"] == "3q2+7w=="
+    assert edge["f"] == repr(3.141590118408203)
 
     # Bronze's typed snapshot rows are the binlog's texts through silver's decoder.
     decode = [

@@ -78,12 +78,15 @@ def test_erase_removes_a_deleted_key_from_every_layer_and_nothing_else(spark, ma
     capsys.readouterr()
     assert cli.main(["--config", str(path), "erase", "--table", table, "--key", "id=2"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("erase: ") and "versions before" in out and "until VACUUM" in out
+    assert out.startswith("erase: ")
+    assert "versions before" in out
+    assert "until VACUUM" in out
 
     on_table = f"db = '{database}' AND `table` = 'customers'"
     assert _holding(spark, lh.changelog, on_table) == 0
     typed = lh.snapshot_tables(spark, database, "customers")
-    assert typed and all(_holding(spark, ref) == 0 for ref in typed.values())
+    assert typed
+    assert all(_holding(spark, ref) == 0 for ref in typed.values())
     for ref in (
         lh.silver(database, "customers"),
         lh.gold(database, "customers"),
@@ -91,7 +94,8 @@ def test_erase_removes_a_deleted_key_from_every_layer_and_nothing_else(spark, ma
         lh.silver_history_events(database, "customers"),
         lh.gold_history(database, "customers"),
     ):
-        assert _holding(spark, ref) == 0 and ref.read(spark).where("id = 2").count() == 0, ref
+        assert _holding(spark, ref) == 0, ref
+        assert ref.read(spark).where("id = 2").count() == 0, ref
     assert lh.gold_history(database, "customers").read(spark).where("id = 1").count() == 2
     # Other keys and other tables keep everything (the order names the canary in its own text).
     assert lh.silver(database, "customers").read(spark).where("id = 1 AND city = 'Bern'").count() == 1
@@ -106,4 +110,5 @@ def test_erase_removes_a_deleted_key_from_every_layer_and_nothing_else(spark, ma
     mariadb.execute("INSERT INTO customers VALUES (2, 'new@example.org', 'Nice')", database=database)
     assert cli.main(["--config", str(path), "run"]) == 0
     diffs = diff_with_source(spark, config)
-    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
+    assert diffs, [d.describe() for d in diffs if not d.ok]
+    assert all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]

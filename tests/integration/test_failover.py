@@ -112,7 +112,8 @@ def _seed(primary: LocalMariaDB) -> None:
 
 def _assert_equal(spark, config, layer: str = "gold") -> None:
     diffs = diff_with_source(spark, config, layer=layer)
-    assert diffs and all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
+    assert diffs, "\n".join(d.describe() for d in diffs)
+    assert all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
 
 
 def test_capture_follows_a_promoted_replica_by_gtid_and_gold_equals_the_new_primary(spark, pair, tmp_path):
@@ -134,7 +135,9 @@ def test_capture_follows_a_promoted_replica_by_gtid_and_gold_equals_the_new_prim
         for w in writers:
             w.join()
     before = capture_state(spark, Lakehouse(on_primary))
-    assert before.server_id == 11 and before.gtid and before.position.epoch == 0
+    assert before.server_id == 11
+    assert before.gtid
+    assert before.position.epoch == 0
 
     # The primary stops with the load's tail unread by binlake; the replica is promoted.
     replica.wait_replicated(primary.gtid_binlog_pos())
@@ -150,7 +153,8 @@ def test_capture_follows_a_promoted_replica_by_gtid_and_gold_equals_the_new_prim
     killed = _binlake(replica_path, "capture", "--until-now", kill_at="capture.after_commit")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     after = capture_state(spark, Lakehouse(on_replica))
-    assert after.server_id == 12 and after.position.epoch == 1
+    assert after.server_id == 12
+    assert after.position.epoch == 1
 
     result = run_pipeline(spark, on_replica)
     assert result.ok, result.summary()
@@ -182,7 +186,8 @@ def test_a_reset_binlog_stops_capture_with_exit_code_5_and_the_recovery(spark, o
     capsys.readouterr()
     assert cli.main(["--config", str(path), "capture", "--until-now"]) == 5
     last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert len(last) < 600 and "reset-capture" in last
+    assert len(last) < 600
+    assert "reset-capture" in last
 
     # The recovery re-snapshots at a sequence that outranks everything older.
     _, resnap = _config(primary, tmp_path, "resnapshot", capture={"on_purge": "resnapshot"})

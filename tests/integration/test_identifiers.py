@@ -6,6 +6,7 @@ range SQL, the encoders and, end to end, snapshot -> capture -> silver.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from decimal import Decimal
 
 import pytest
@@ -91,7 +92,7 @@ def test_quote_ident_doubles_backticks_only():
     assert quote_ident("a`b") == "`a``b`"
     assert quote_ident('it\'s "x"') == '`it\'s "x"`'
     assert qualified("d`b", "t") == "`d``b`.`t`"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^identifier must be a non-empty string$"):
         quote_ident("")
 
 
@@ -118,7 +119,8 @@ def test_the_catalog_reads_names_comments_keys_and_foreign_keys(mariadb, odd, tm
         schema = catalog.table_schema(conn, cfg.source, DB, TABLE)
     assert [c.name for c in schema.columns] == list(COLUMNS)
     assert [c.comment for c in schema.columns] == [f"{n} comment" for n in COLUMNS]
-    assert schema.key == ("select", "col with space") and schema.comment == "it's a table"
+    assert schema.key == ("select", "col with space")
+    assert schema.comment == "it's a table"
     assert schema.foreign_keys[0]["name"] == "fk `odd`"
     assert schema.foreign_keys[0]["on_delete"] == "SET NULL"
 
@@ -139,7 +141,7 @@ def test_chunk_range_sql_over_an_odd_composite_key_partitions_the_rows(mariadb, 
             bounds.append(start)
         edges = [None, *bounds, None]
         seen = []
-        for lo, hi in zip(edges, edges[1:]):
+        for lo, hi in itertools.pairwise(edges):
             where, params = range_condition(keys, lo, hi)
             seen += [
                 (r["select"], r["col with space"])

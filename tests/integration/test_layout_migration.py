@@ -65,7 +65,8 @@ def _as_layout_0(spark, lh: Lakehouse) -> None:
 def _mirrors_the_source(spark, mariadb, database, config, lh) -> None:
     """Silver equals the source value for value; gold too, less the row the drop check holds back."""
     diffs = diff_with_source(spark, config, layer="silver")
-    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
+    assert diffs, [d.describe() for d in diffs if not d.ok]
+    assert all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
     with mariadb.root_connection(database) as conn, conn.cursor() as cur:
         cur.execute("SELECT id FROM orders")
         source = {row[0] for row in cur.fetchall()}
@@ -112,7 +113,9 @@ def test_a_lakehouse_from_an_earlier_binlake_is_migrated_once_and_every_command_
         "metrics": lh.metrics.read(spark).count(),
         "check_results": lh.check_results.read(spark).count(),
     }
-    assert len(before["publishes"]) == 2 and len(before["gold_at_first"]) == 20 and before["quarantine"]
+    assert len(before["publishes"]) == 2
+    assert len(before["gold_at_first"]) == 20
+    assert before["quarantine"]
     capsys.readouterr()
 
     _as_layout_0(spark, lh)
@@ -129,13 +132,15 @@ def test_a_lakehouse_from_an_earlier_binlake_is_migrated_once_and_every_command_
     out = capsys.readouterr().out
     assert f"lakehouse layout 0 -> {LAYOUT_VERSION}: moved binlake's own tables" in out
     assert lh.leases.properties(spark)[LAYOUT_PROPERTY] == str(LAYOUT_VERSION)
-    assert not Path(lh.root, "gold", "_quarantine").exists() and not Path(lh.root, "_system").exists()
+    assert not Path(lh.root, "gold", "_quarantine").exists()
+    assert not Path(lh.root, "_system").exists()
     assert sorted(p.name for p in Path(lh.root, "gold").iterdir()) == [database]
     assert sorted(p.name for p in Path(lh.root, "silver").iterdir()) == [database]
 
     # Nothing lost: the publish history, gold as of a publish before the move, the rest.
     after = _publishes(spark, lh.publish_log)
-    assert set(before["publishes"]) <= set(after) and len(after) == 3
+    assert set(before["publishes"]) <= set(after)
+    assert len(after) == 3
     at_first = gold_as_of(spark, config, database, "orders", position=first_position).collect()
     assert sorted(tuple(r) for r in at_first) == before["gold_at_first"]
     assert set(before["quarantine"]) <= {tuple(r) for r in lh.quarantine(database, "orders").read(spark).collect()}

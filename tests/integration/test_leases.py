@@ -60,8 +60,10 @@ def test_the_pipeline_refuses_beside_run_continuous_and_goes_on_once_it_is_kille
         for command in ("capture", "silver", "gold", "run"):
             assert cli.main(["--config", str(path), command]) == 15, command
             err = capsys.readouterr().err
-            assert err.count("\n") == 1 and holder in err, err
-            assert err.startswith("error: the ") and "one process writes a layer at a time" in err
+            assert err.count("\n") == 1, err
+            assert holder in err, err
+            assert err.startswith("error: the ")
+            assert "one process writes a layer at a time" in err
         # Each refusal is on the health dashboard (metrics), and none of them did any work.
         refused = lh.metrics.read(spark).where("command IN ('capture', 'silver', 'gold', 'run')").collect()
         assert sorted(r.command for r in refused if r.table is None) == ["capture", "gold", "run", "silver"]
@@ -81,4 +83,5 @@ def test_the_pipeline_refuses_beside_run_continuous_and_goes_on_once_it_is_kille
     assert time.monotonic() - started < 300
     assert current_holders(spark, lh) == {}, "the run gave its leases back"
     diffs = diff_with_source(spark, config)
-    assert diffs and all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]
+    assert diffs, [d.describe() for d in diffs if not d.ok]
+    assert all(d.ok for d in diffs), [d.describe() for d in diffs if not d.ok]

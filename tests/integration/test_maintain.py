@@ -96,21 +96,25 @@ def test_maintain_removes_only_what_nothing_needs_and_every_layer_stays_equal(
     # Its late row of 3 arrives and still loses to the delete.
     snap.finish()
     run_silver(spark, config)
-    assert 3 in _silver_keys(spark, lh, db, deleted=True) and 3 not in _silver_keys(spark, lh, db, deleted=False)
+    assert 3 in _silver_keys(spark, lh, db, deleted=True)
+    assert 3 not in _silver_keys(spark, lh, db, deleted=False)
 
     # Gold has not published the delete of 3 yet: its tombstone stays until it has. The first
     # snapshot's rows go (the re-snapshot is complete and applied), and the old change log.
     pruned = run_maintain(spark, config)
     assert 3 in _silver_keys(spark, lh, db, deleted=True)
-    assert pruned.snapshot_files_removed > 0 and pruned.changelog_rows_removed > 0
+    assert pruned.snapshot_files_removed > 0
+    assert pruned.changelog_rows_removed > 0
     assert run_pipeline(spark, config).ok
 
     # Now nothing can arrive below silver's position and gold has the delete: the tombstones go.
     result = run_maintain(spark, config)
-    assert result.tombstones_removed[f"{db}.t"] >= 1 and not result.tombstones_kept
+    assert result.tombstones_removed[f"{db}.t"] >= 1
+    assert not result.tombstones_kept
     assert _silver_keys(spark, lh, db, deleted=True) == set()
     remaining = set(lh.snapshot_tables(spark, db, "t"))
-    assert remaining and not (remaining & first_snapshot)
+    assert remaining
+    assert not (remaining & first_snapshot)
     assert result.vacuumed
     assert "tombstone(s) removed" in result.summary()
 
@@ -126,4 +130,5 @@ def test_maintain_removes_only_what_nothing_needs_and_every_layer_stays_equal(
     # New commits made new files: this run compacts them. (That a publish stays incremental
     # over a compacted gold table is tests/spark/test_incremental_cost.py's.)
     again = run_maintain(spark, config)
-    assert again.snapshot_files_removed == 0 and again.optimized
+    assert again.snapshot_files_removed == 0
+    assert again.optimized

@@ -102,14 +102,16 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     # Silver and gold say what each table cost: a share of their step's time, never more.
     for step in ("silver", "gold"):
         shares = [r["seconds"] for r in run if r["step"] == step and r["table"]]
-        assert len(shares) == 2 and all(0 < s <= steps[step]["seconds"] for s in shares), (step, shares)
+        assert len(shares) == 2, (step, shares)
+        assert all(0 < s <= steps[step]["seconds"] for s in shares), (step, shares)
     # ... and the run prints them on each table's line.
     assert re.search(rf"{database}\.orders: 0 changes, 40 snapshot rows .* bulk-loaded \(\d+\.\d s\)", printed)
     assert re.search(rf"{database}\.orders: 40 rows, gold version \d+ \(rebuilt, \d+\.\d s\)", printed)
     # Nothing committed since: every layer is at the source's end.
     assert all(r["lag_bytes"] == 0 and r["lag_seconds"] == 0 for r in gold.values())
     assert cli.main(["--config", str(path), "status", "--check"]) == 0, "caught up: lag 0"
-    assert steps["capture"]["lag_bytes"] == 0 and steps["silver"]["lag_bytes"] == 0
+    assert steps["capture"]["lag_bytes"] == 0
+    assert steps["silver"]["lag_bytes"] == 0
 
     # Capture counts per table; silver is then behind by what committed after it.
     mariadb.execute(
@@ -127,7 +129,8 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     mariadb.execute("INSERT INTO orders VALUES (44, 440)", database=database)
     assert cli.main(["--config", str(path), "silver"]) == 0
     silver = {r["table"]: r for r in _last_run(spark, config, "silver")}
-    assert silver[f"{database}.orders"]["rows_in"] == 3 and silver[f"{database}.orders"]["changes_applied"] == 3
+    assert silver[f"{database}.orders"]["rows_in"] == 3
+    assert silver[f"{database}.orders"]["changes_applied"] == 3
     assert silver[None]["lag_bytes"] > 0, "the insert after capture is not in silver"
 
     # A failing check blocks its group only: recorded as blocked, the other group publishes.
@@ -140,13 +143,16 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     )
     assert cli.main(["--config", str(failing), "gold"]) == 7
     gold_run = {r["table"]: r for r in _last_run(spark, config, "gold")}
-    assert gold_run[None]["status"] == "blocked" and "group people" in gold_run[None]["detail"]
+    assert gold_run[None]["status"] == "blocked"
+    assert "group people" in gold_run[None]["detail"]
     people = gold_run[f"{database}.people"]
     assert (people["status"], people["checks_failed"], people["publish_group"]) == ("blocked", 1, "people")
     orders = gold_run[f"{database}.orders"]
     assert (orders["status"], orders["rows_out"]) == ("ok", 43)
     # The insert after capture is not published: gold lags the source, an upper bound in seconds.
-    assert orders["lag_bytes"] > 0 and orders["lag_seconds"] is not None and orders["lag_seconds"] >= 0
+    assert orders["lag_bytes"] > 0
+    assert orders["lag_seconds"] is not None
+    assert orders["lag_seconds"] >= 0
 
     # A job task records the Databricks job run it belongs to.
     job = parse_job_args(
@@ -173,7 +179,8 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
         rows = spark.sql(dataset["query"].replace(METRICS, table)).collect()
         assert rows or dataset["name"] == "stopped_tables", f"dashboard dataset {dataset['name']} is empty"
     (lag,) = spark.sql(lag_alert_query(table)).collect()
-    assert lag["lag_seconds"] is not None and lag["lag_seconds"] >= 0
+    assert lag["lag_seconds"] is not None
+    assert lag["lag_seconds"] >= 0
 
     # The insert after capture is still not captured: status --check fails, naming each layer.
     page = tmp_path / "health.html"
@@ -181,24 +188,28 @@ def test_each_command_records_its_steps_and_tables_and_the_html_status_draws_the
     assert cli.main(["--config", str(path), "status", "--check", "--html", str(page)]) == 12
     err = capsys.readouterr().err
     assert err.startswith("error: behind the source by more than health.max_lag_seconds=1: capture ")
-    assert "gold group" in err and err.count("\n") == 1
+    assert "gold group" in err
+    assert err.count("\n") == 1
 
     text = page.read_text()
-    assert "<script" not in text and "<link" not in text and not re.search(r'(src|href)="https?:', text), (
-        "the page loads something from elsewhere"
-    )
+    assert "<script" not in text, "the page loads something from elsewhere"
+    assert "<link" not in text, "the page loads something from elsewhere"
+    assert not re.search(r'(src|href)="https?:', text), "the page loads something from elsewhere"
     dom = _browser("--dump-dom", page.as_uri()).stdout
     for title in ("Capture lag", "Gold lag per publish group", "Row changes captured", "Seconds per step per run"):
         assert title in dom, f"chart {title!r} missing from the rendered page"
-    assert dom.count("<svg") >= 4 and "no data yet" not in dom
-    assert "blocked" in dom and f"{database}.people" in dom, "the blocked group is not in the problems table"
+    assert dom.count("<svg") >= 4
+    assert "no data yet" not in dom
+    assert "blocked" in dom, "the blocked group is not in the problems table"
+    assert f"{database}.people" in dom, "the blocked group is not in the problems table"
     shot = tmp_path / "status-html.png"
     _browser(f"--screenshot={shot}", "--window-size=1100,2000", page.as_uri())
     from PIL import Image
 
     image = Image.open(shot).convert("RGB")
     colours = image.resize((220, 400)).getcolors(maxcolors=1 << 16) or []
-    assert image.size == (1100, 2000) and len(colours) > 50, "the screenshot is blank"
+    assert image.size == (1100, 2000), "the screenshot is blank"
+    assert len(colours) > 50, "the screenshot is blank"
     if SCREENSHOT_COPY:
         shutil.copy(shot, Path(SCREENSHOT_COPY))
 
@@ -213,7 +224,8 @@ def test_a_metrics_table_that_cannot_be_written_does_not_fail_the_command(spark,
     blocker.write_text("not a Delta table")  # the metrics table's directory is a file
 
     assert cli.main(["--config", str(path), "snapshot"]) == 0
-    assert "metrics:" in caplog.text and "not written" in caplog.text
+    assert "metrics:" in caplog.text
+    assert "not written" in caplog.text
     typed = Lakehouse(load_config(path)).snapshot_tables(spark, database, "orders").values()
     assert sum(ref.read(spark).where("_cdc_chunk_stats IS NULL").count() for ref in typed) == 1
 

@@ -232,7 +232,9 @@ def test_oltp_load_during_snapshot_and_capture_is_mirrored_value_for_value(spark
     capture = CaptureLoop(spark, config, mariadb)
     load.start()
     try:
-        assert load.started.wait(60) and load.error is None and load.rounds == [], "sysbench did not start"
+        assert load.started.wait(60), "sysbench did not start"
+        assert load.error is None, "sysbench did not start"
+        assert load.rounds == [], "sysbench did not start"
         # The first capture fixes the start position (before any chunk's low watermark),
         # under load; from then on capture runs in a loop next to the snapshot.
         cli(config_path, "capture", "--until-now")
@@ -302,11 +304,14 @@ def test_oltp_load_during_snapshot_and_capture_is_mirrored_value_for_value(spark
     # The load really ran, across the whole snapshot, and the windows saw its writes.
     assert all(r.returncode == 0 for r in load.rounds), [r.output[-500:] for r in load.rounds if r.returncode]
     assert all(n > 0 for n in by_workload.values()), by_workload
-    assert first_start < snap_start and load.running_at(snap_start) and load.running_at(snap_end)
+    assert first_start < snap_start
+    assert load.running_at(snap_start)
+    assert load.running_at(snap_end)
     assert len(capture.runs) >= 2
     assert any(begun < snap_end and end > snap_start for begun, end, _ in capture.runs), (
         "no capture ran during the snapshot"
     )
     assert len(chunks) > TABLES * TABLE_SIZE // CHUNK_SIZE
-    assert len(during) > 0 and windows_hit > 0, (len(during), windows_hit)
+    assert len(during) > 0, (len(during), windows_hit)
+    assert windows_hit > 0, (len(during), windows_hit)
     assert all((c["lw_file_index"], c["lw_pos"]) == (c["hw_file_index"], c["hw_pos"]) for c in chunks)  # exact

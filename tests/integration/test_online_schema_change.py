@@ -52,7 +52,8 @@ def _run(spark, config):
 
 def _gold_equals_source(spark, config) -> None:
     diffs = diff_with_source(spark, config)
-    assert diffs and all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
+    assert diffs, "\n".join(d.describe() for d in diffs)
+    assert all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
 
 
 class _Writer(threading.Thread):

@@ -112,7 +112,8 @@ def test_a_source_set_up_right_passes_with_an_ok_line_per_check(mariadb, databas
     )
     report = run_preflight(config_for(mariadb, [f"{database}.*"]))
 
-    assert report.ok and report.problems == []
+    assert report.ok
+    assert report.problems == []
     assert report.tables == [f"{database}.customers", f"{database}.orders"]
     text = report.text()
     for line in (
@@ -130,7 +131,8 @@ def test_a_source_set_up_right_passes_with_an_ok_line_per_check(mariadb, databas
         "INFO  foreign-key actions: InnoDB applies CASCADE and SET NULL itself and the binlog does not hold",
     ):
         assert line in text, f"missing {line!r} in:\n{text}"
-    assert text.splitlines()[-1].startswith("all ") and "checks passed" in text.splitlines()[-1]
+    assert text.splitlines()[-1].startswith("all ")
+    assert "checks passed" in text.splitlines()[-1]
 
 
 def test_foreign_keys_between_captured_tables_are_notes_on_what_silver_does(mariadb, database):
@@ -241,7 +243,8 @@ def test_tables_that_would_share_a_lakehouse_table_are_a_problem_and_no_command_
     # What snapshot, capture and verify list their tables with refuses them before writing anything.
     with connect(config.source) as conn, pytest.raises(TableNameClash) as refused:
         captured_tables(conn, config.source)
-    assert str(refused.value) == clash and refused.value.exit_code == 2
+    assert str(refused.value) == clash
+    assert refused.value.exit_code == 2
     fixed = config_for(mariadb, [f"{database}.*"], exclude=[f"{database}.orders__history"])
     assert run_preflight(fixed).ok
 
@@ -314,7 +317,8 @@ def test_the_server_id_range_must_not_hit_a_connected_binlog_reader(mariadb, dat
         reader.close()
     assert len(problems) == 1
     assert problems[0].startswith("source.server_id 6000 collides (6003 is the replica registered from other-reader:")
-    assert "binlake's binlog readers use 6000..6032" in problems[0] and "e.g. 5401" in problems[0]
+    assert "binlake's binlog readers use 6000..6032" in problems[0]
+    assert "e.g. 5401" in problems[0]
 
 
 def test_without_replica_listing_rights_preflight_says_what_it_could_not_check(mariadb, database):
@@ -443,7 +447,8 @@ def test_cli_exits_4_with_every_problem_on_one_stderr_line(broken_server, tmp_pa
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1, res.stderr
     assert lines[0].startswith("error: preflight found 7 problems: log_bin is OFF")
-    assert "binlog_format is MIXED" in lines[0] and "table shop.events has no primary key" in lines[0]
+    assert "binlog_format is MIXED" in lines[0]
+    assert "table shop.events has no primary key" in lines[0]
     assert res.stdout == ""
 
 

@@ -10,6 +10,7 @@ killed anywhere converges on re-run.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import signal
@@ -135,8 +136,9 @@ def assert_snapshot_matches_source(spark, config, db: str, table: str, chunk_siz
     # Exactly one manifest row per planned chunk.
     assert [c["chunk_id"] for c in chunks] == [p["chunk_id"] for p in plan]
     # The chunks partition the key space: open ends, shared inner bounds.
-    assert plan[0]["start_key"] is None and plan[-1]["end_key"] is None
-    assert all(a["end_key"] == b["start_key"] for a, b in zip(plan, plan[1:]))
+    assert plan[0]["start_key"] is None
+    assert plan[-1]["end_key"] is None
+    assert all(a["end_key"] == b["start_key"] for a, b in itertools.pairwise(plan))
     rows = trusted_rows(spark, lh, sid)
     expected = source_rows(config, db, table)
     key_cols = list(plan[0]["key_columns"])
@@ -355,7 +357,8 @@ def test_manifest_rows_come_from_the_observed_write_and_equal_a_read_back(
     run_snapshot(spark, config)
     assert_snapshot_matches_source(spark, config, database, "t", chunk_size=2)
     # Two waves (3 + 2 chunks), both from the observation: no Spark job read the markers back.
-    assert [sorted(o) for o in observed] == [[0, 1, 2], [3, 4]] and read_back == []
+    assert [sorted(o) for o in observed] == [[0, 1, 2], [3, 4]]
+    assert read_back == []
 
     # Without the observation (a Spark that does not deliver it), the same manifest from a read-back.
     monkeypatch.setattr(snapshot, "_observed_markers", lambda *a: None)
@@ -377,7 +380,8 @@ def test_rerun_skips_complete_tables_and_table_option_starts_a_new_snapshot(spar
     first = run_snapshot(spark, config)
     assert first.chunks_read == 3
     again = run_snapshot(spark, config)
-    assert again.tables == [] and sorted(again.skipped) == [f"{db}.a", f"{db}.b"]
+    assert again.tables == []
+    assert sorted(again.skipped) == [f"{db}.a", f"{db}.b"]
     assert again.summary() == "snapshot: nothing to do (2 tables already have a complete snapshot)"
 
     mariadb.execute("UPDATE a SET v = 30 WHERE id = 3", "DELETE FROM a WHERE id = 1", database=db)
@@ -669,9 +673,11 @@ def test_kill_9_anywhere_then_rerun_leaves_exactly_one_manifest_row_per_chunk(
     barrier.mkdir()
     ctl = BarrierController(barrier, {}, kill_after_lw=3)
     rc, _, err = _cli(config_path, controller=ctl, barrier=barrier)
-    assert ctl.killed and rc == -signal.SIGKILL, err
+    assert ctl.killed, err
+    assert rc == -signal.SIGKILL, err
     done_before = {c["chunk_id"] for c in manifest(spark, lh, db, "k")}
-    assert {0, 1, 2, 3} <= done_before and len(done_before) < 10
+    assert {0, 1, 2, 3} <= done_before
+    assert len(done_before) < 10
 
     # 4. A plain re-run resumes the open snapshot and reads only what has no manifest row
     # (nothing kills it: in this process, a JVM start less).

@@ -115,7 +115,8 @@ def test_every_read_holds_exactly_what_was_committed_at_its_watermark(mariadb, d
             w.join(timeout=30)
 
     history = sorted(_committed_values(config, start, db))
-    assert len(reads) > 200 and len(history) > 5_000, (len(reads), len(history))
+    assert len(reads) > 200, (len(reads), len(history))
+    assert len(history) > 5_000, (len(reads), len(history))
 
     by_key: dict[int, tuple[list, list]] = {}
     for end, k, v in history:
@@ -148,14 +149,17 @@ def test_a_consistent_read_ends_its_transaction(mariadb, database, make_config):
     mariadb.execute("CREATE TABLE t (id INT PRIMARY KEY)", database=database)
     config = make_config([f"{database}.t"])
     with connect(config.source) as conn:
-        with consistent_read(conn) as read:
-            with conn.cursor() as cur:
-                cur.execute(f"SELECT COUNT(*) FROM `{database}`.t")
-        assert read.exact and read.low == read.high
+        with consistent_read(conn) as read, conn.cursor() as cur:
+            cur.execute(f"SELECT COUNT(*) FROM `{database}`.t")
+        assert read.exact
+        assert read.low == read.high
         with conn.cursor() as cur:
             cur.execute("SELECT @@in_transaction")
             assert cur.fetchone()[0] == 0
+
+    def query_in_a_consistent_read():
+        with connect(config.source) as conn, consistent_read(conn), conn.cursor() as cur:
+            cur.execute("SELECT * FROM no_such_table")
+
     with pytest.raises(pymysql.err.MySQLError):
-        with connect(config.source) as conn, consistent_read(conn):
-            with conn.cursor() as cur:
-                cur.execute("SELECT * FROM no_such_table")
+        query_in_a_consistent_read()

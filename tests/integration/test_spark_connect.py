@@ -193,7 +193,8 @@ def test_a_connect_server_without_delta_or_binlake_is_refused_in_one_line(tmp_pa
         done = _binlake(server.url, config, "status")
         assert done.returncode == 14
         (line,) = done.stderr.strip().splitlines()
-        assert "has no Delta Lake" in line and "python -m binlake.devtools.connect_server" in line
+        assert "has no Delta Lake" in line
+        assert "python -m binlake.devtools.connect_server" in line
         assert "Databricks serverless compute or a Databricks cluster" in line
 
         done = _python(
@@ -211,7 +212,8 @@ def test_a_connect_server_without_delta_or_binlake_is_refused_in_one_line(tmp_pa
         )
         code, line = _ok(done).strip().splitlines()[-1].split(" ", 1)
         assert code == "14"
-        assert "No module named 'binlake'" in line and "install this binlake wheel on that compute" in line
+        assert "No module named 'binlake'" in line
+        assert "install this binlake wheel on that compute" in line
     finally:
         server.stop()
 

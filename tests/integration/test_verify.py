@@ -104,20 +104,22 @@ def test_a_corrupted_silver_value_is_found_in_its_chunk_and_repaired(mirror, spa
         "10 row(s) on both sides, checksums differ: run binlake verify --repair to re-read only these chunks"
     )
     [bad] = info.value.result.mismatches
-    assert bad[1].chunk_id == 1 and bad[1].source_checksum != bad[1].silver_checksum
+    assert bad[1].chunk_id == 1
+    assert bad[1].source_checksum != bad[1].silver_checksum
 
     repaired = run_verify(spark, config, repair=True)
     assert repaired.ok
     assert [(name, c.chunk_id) for name, c in repaired.repaired] == [(f"{database}.accounts", 1)]
     assert "repair: re-read 1 chunk(s) and verified again: clean" in repaired.summary()
     row = ref.read(spark).where("id = 15").collect()[0]
-    assert row["balance"] == Decimal("153.75") and not row["_cdc_deleted"]
+    assert row["balance"] == Decimal("153.75")
+    assert not row["_cdc_deleted"]
 
     assert run_verify(spark, config).ok
 
 
 def test_missing_and_extra_silver_rows_are_count_mismatches_repair_fixes_both(mirror, spark):
-    config, ref, database = mirror
+    config, ref, _database = mirror
     # Row 3 vanishes from silver; row 25 is marked deleted although the source still has it;
     # row 1000 exists only in silver (a missed delete).
     spark.sql(f"DELETE FROM {ref.sql} WHERE id = 3")
@@ -310,7 +312,8 @@ def test_a_case_insensitive_string_key_is_chunked_by_bytes_on_both_sides(
     result = run_verify(spark, config)
     assert result.ok, result.summary()
     [table] = result.tables
-    assert table.source_rows == 4 and len(table.chunks) > 1
+    assert table.source_rows == 4
+    assert len(table.chunks) > 1
 
     ref = Lakehouse(config).silver(database, "words")
     spark.sql(f"UPDATE {ref.sql} SET n = 5 WHERE word = 'a'")
@@ -413,7 +416,8 @@ def test_full_types_verifies_clean_with_one_row_by_snapshot_and_one_by_the_binlo
 
     config, ref, database = full_types
     origin = {r["id"]: r["_cdc_seq"]["row"] for r in ref.read(spark).collect()}
-    assert origin[1] == SNAPSHOT_ROW and origin[2] >= 0, "row 1 from the snapshot, row 2 from the binlog"
+    assert origin[1] == SNAPSHOT_ROW, "row 1 from the snapshot, row 2 from the binlog"
+    assert origin[2] >= 0, "row 1 from the snapshot, row 2 from the binlog"
 
     cfg_file = next(Path(config.base_dir).glob("binlake*.yml"))
     capsys.readouterr()

@@ -19,7 +19,8 @@ STATEMENT = "SET SESSION binlog_format = 'STATEMENT'"
 
 def _same_as_source(spark, config):
     diffs = diff_with_source(spark, config)
-    assert diffs and all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
+    assert diffs, "\n".join(d.describe() for d in diffs)
+    assert all(d.ok for d in diffs), "\n".join(d.describe() for d in diffs)
 
 
 def test_minimal_and_noblob_sessions_reach_gold_as_the_source_holds_them(spark, mariadb, database, make_config):

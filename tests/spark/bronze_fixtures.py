@@ -183,7 +183,7 @@ class Bronze:
                 version or self.version(schema.name),
                 T0,
             )
-            for i, (lo, hi) in enumerate(zip(bounds, bounds[1:]))
+            for i, (lo, hi) in enumerate(itertools.pairwise(bounds))
         ]
         self.lh.snapshot_plan.save(
             self.spark.createDataFrame(rows, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append")

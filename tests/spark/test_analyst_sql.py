@@ -400,7 +400,8 @@ def test_jobs_status_adds_the_last_publish_position_when_spark_is_at_hand(spark,
     root = Path(lakehouse["main.binlake_system.publish_log"].path).parents[1]
     publish = last_publish(_config(path=str(root)), spark)
     # The newest row is a failed attempt, which did not change gold: the last good publish counts.
-    assert publish["position"] == "mysql-bin.000043:250" and publish["publish_id"] == "p3"
+    assert publish["position"] == "mysql-bin.000043:250"
+    assert publish["publish_id"] == "p3"
     assert last_publish(_config(path=str(tmp_path / "empty")), spark) is None
 
 

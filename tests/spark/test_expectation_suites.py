@@ -125,20 +125,25 @@ def test_each_severity_of_a_suite_written_as_ge_writes_one(spark, lake):
     # The mean is judged on the table as published: 99999 is held back, so it passes.
     log = {r["table"]: r for r in lake.publish_log().collect()}
     checks = {c["name"]: c for c in json.loads(log["orders"]["checks"])["results"]}
-    assert checks[MEAN]["success"] is True and checks[MEAN]["engine"] == "great_expectations"
-    assert log["orders"]["row_count"] == 2 and log["orders"]["silver_rows"] == 5
+    assert checks[MEAN]["success"] is True
+    assert checks[MEAN]["engine"] == "great_expectations"
+    assert log["orders"]["row_count"] == 2
+    assert log["orders"]["silver_rows"] == 5
     assert checks["row_count_equals_silver(5)"]["success"] is True
 
     # GE's own validation result, kept beside the publish log (crm.customers has no suite).
     shop = next(g for g in result.groups if g.group == "shop")
     assert set(stored_results(lake, shop.publish_id)) == {"orders"}
     row, ge = stored_results(lake, shop.publish_id)["orders"]
-    assert row["status"] == "published" and row["success"] is False
+    assert row["status"] == "published"
+    assert row["success"] is False
     by_name = {r.expectation_config.meta["name"]: r for r in ge.results}
-    assert len(by_name) == 6 and by_name[BETWEEN].expectation_config.meta["severity"] == "drop"
+    assert len(by_name) == 6
+    assert by_name[BETWEEN].expectation_config.meta["severity"] == "drop"
     assert by_name[BETWEEN].result["unexpected_count"] == 2
     assert sorted(by_name[BETWEEN].result["partial_unexpected_list"]) == [-5.0, 99999.0]
-    assert by_name[MEAN].success and by_name[MEAN].result["observed_value"] == 15.0
+    assert by_name[MEAN].success
+    assert by_name[MEAN].result["observed_value"] == 15.0
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
@@ -156,7 +161,8 @@ def test_binlake_checks_lists_the_failures_and_renders_ge_data_docs(spark, lake,
     assert main(["--config", str(config), "checks", "--docs", str(tmp_path / "docs")]) == 0
 
     out = capsys.readouterr().out
-    assert "shop.orders publish 000003-900-" in out and "5 of 6 expectations passed" in out
+    assert "shop.orders publish 000003-900-" in out
+    assert "5 of 6 expectations passed" in out
     assert f"  failed: {BETWEEN} (drop): 1 unexpected rows" in out
     index = tmp_path / "docs" / "index.html"
     assert f"Data Docs written to {index}" in out
@@ -167,7 +173,9 @@ def test_binlake_checks_lists_the_failures_and_renders_ge_data_docs(spark, lake,
         [*browser, "--dump-dom", pages[0].as_uri()], capture_output=True, text=True, timeout=120
     ).stdout
     # GE's own validation page: the suite, the failed expectation and its unexpected value.
-    assert "shop.orders" in dom and "-5" in dom and "amount" in dom
+    assert "shop.orders" in dom
+    assert "-5" in dom
+    assert "amount" in dom
     index_dom = subprocess.run([*browser, "--dump-dom", index.as_uri()], capture_output=True, text=True, timeout=120)
     assert "shop.orders" in index_dom.stdout
 
@@ -210,7 +218,9 @@ def test_an_expectation_ge_cannot_evaluate_stops_the_group_with_its_name(spark, 
         run_gold(spark, broken.config)
 
     message = str(err.value)
-    assert err.value.exit_code == 7 and "\n" not in message and "Traceback" not in message
+    assert err.value.exit_code == 7
+    assert "\n" not in message
+    assert "Traceback" not in message
     assert (
         'shop.orders expect_column_values_to_match_regex(column="email", regex="(?P<user>.+)@") (warn): error '
         in message

@@ -37,7 +37,8 @@ def test_the_scheduled_job_publishes_gold_equal_to_the_source(
 
     first = run_pipeline(spark, config)
 
-    assert [s.name for s in first.steps] == ["snapshot", "capture", "silver", "gold"] and first.ok
+    assert [s.name for s in first.steps] == ["snapshot", "capture", "silver", "gold"]
+    assert first.ok
     gold = first.steps[-1].result
     assert gold_rows(gold_as_of(spark, config, database, "items")) == [
         r for r in source_rows(mariadb, database) if r[0] != 4
@@ -64,4 +65,5 @@ def test_the_scheduled_job_publishes_gold_equal_to_the_source(
         (3, "cap", 1.0),
     ]
     text = format_status(collect_status(spark, config))
-    assert f"{database}.items" in text and "last publish: " in text
+    assert f"{database}.items" in text
+    assert "last publish: " in text

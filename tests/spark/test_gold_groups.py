@@ -50,8 +50,10 @@ def test_a_database_whose_snapshot_is_unfinished_blocks_only_its_own_group(spark
     assert "crm.customers blocks: snapshot snap1 has 1 of 2 chunks complete" in message
     assert err.value.exit_code == 10
     published = err.value.result
-    assert [g.group for g in published.groups] == ["shop"] and published.status == "published"
-    assert lake.gold("shop", "orders").count() == 1 and not lake.lh.gold("crm", "customers").exists(spark)
+    assert [g.group for g in published.groups] == ["shop"]
+    assert published.status == "published"
+    assert lake.gold("shop", "orders").count() == 1
+    assert not lake.lh.gold("crm", "customers").exists(spark)
     log = {(r["db"], r["table"]): r["publish_group"] for r in lake.publish_log().collect()}
     assert log == {("shop", "items"): "shop", ("shop", "orders"): "shop"}
 

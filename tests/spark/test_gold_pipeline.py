@@ -36,10 +36,12 @@ def test_every_step_runs_and_the_summary_has_one_entry_per_step():
     result = run_steps([step(n) for n in STEPS])
 
     assert ran == list(STEPS)
-    assert result.ok and result.failed_step is None
+    assert result.ok
+    assert result.failed_step is None
     lines = result.summary().splitlines()
     assert [line.split(" ", 1)[0] for line in lines if not line.startswith(" ")] == list(STEPS)
-    assert lines[0].startswith("snapshot (") and lines[0].endswith("s): snapshot ok")
+    assert lines[0].startswith("snapshot (")
+    assert lines[0].endswith("s): snapshot ok")
     assert lines[1] == "  second line"
 
 
@@ -61,11 +63,13 @@ def test_the_first_failure_stops_the_run_and_propagates_unchanged():
     with pytest.raises(NotReadyError) as err:
         run_steps(steps)
 
-    assert err.value is blocked and err.value.exit_code == 10
+    assert err.value is blocked
+    assert err.value.exit_code == 10
     assert ran == ["snapshot", "capture", "silver"]
     partial = err.value.pipeline_result
     assert [s.name for s in partial.steps] == ["snapshot", "capture", "silver"]
-    assert partial.failed_step == "silver" and not partial.ok
+    assert partial.failed_step == "silver"
+    assert not partial.ok
     assert partial.steps[-1].summary().endswith("FAILED: silver has not run")
 
 
@@ -88,7 +92,8 @@ def test_gold_runs_after_a_silver_that_stopped_one_table_and_the_run_fails_with_
     with pytest.raises(SilverTableError) as err:
         run_steps(steps)
 
-    assert err.value is stopped and err.value.exit_code == 18
+    assert err.value is stopped
+    assert err.value.exit_code == 18
     assert ran == ["capture", "silver", "gold"]
     partial = err.value.pipeline_result
     assert [(s.name, type(s.error).__name__) for s in partial.steps] == [
@@ -96,4 +101,5 @@ def test_gold_runs_after_a_silver_that_stopped_one_table_and_the_run_fails_with_
         ("silver", "SilverTableError"),
         ("gold", "NotReadyError"),
     ]
-    assert partial.steps[1].result is stopped.result and partial.failed_step == "silver"
+    assert partial.steps[1].result is stopped.result
+    assert partial.failed_step == "silver"

@@ -149,7 +149,8 @@ def test_the_publish_log_records_position_gtid_time_versions_counts_and_checks(s
     assert items["gold_version"] == lake.gold_version("shop", "items")
     assert items["silver_version"] == int(lake.lh.silver("shop", "items").delta(spark).history(1).first()["version"])
     assert (items["row_count"], rows["orders"]["row_count"]) == (2, 1)
-    assert items["status"] == "published" and items["published_at"] is not None
+    assert items["status"] == "published"
+    assert items["published_at"] is not None
     checks = json.loads(items["checks"])
     by_name = {c["name"]: c for c in checks["results"]}
     assert by_name["primary_key_unique(id)"]["success"] is True
@@ -226,9 +227,10 @@ def test_silver_rows_beyond_its_recorded_progress_block(spark, lake):
 
 
 def test_publishing_the_same_silver_state_again_changes_nothing(history):
-    lake, first, again, _, versions = history
+    lake, first, again, _, _versions = history
 
-    assert again.status == "unchanged" and again.publish_id == first.publish_id
+    assert again.status == "unchanged"
+    assert again.publish_id == first.publish_id
     assert "gold unchanged: already published at mysql-bin.000003:900" in again.summary()
     assert lake.publish_log().where(f"publish_id = '{first.publish_id}'").count() == 2
 
@@ -240,7 +242,8 @@ def test_a_new_position_with_unchanged_silver_moves_P_but_keeps_that_tables_gold
     assert lake.gold_version("shop", "items") == versions["items"]
     assert lake.gold_version("shop", "orders") > versions["orders"]
     latest = {r["table"]: r for r in lake.publish_log().where(f"publish_id = '{third.publish_id}'").collect()}
-    assert latest["items"]["gold_version"] == versions["items"] and latest["items"]["pos"] == 50
+    assert latest["items"]["gold_version"] == versions["items"]
+    assert latest["items"]["pos"] == 50
     assert latest["items"]["gtid"] == "0-1-42"
 
 
@@ -261,7 +264,7 @@ def test_gold_as_of_a_position_or_a_time_reads_the_version_published_then(spark,
 def test_gold_as_of_explains_bad_arguments_and_missing_publishes(spark, history):
     lake = history[0]
 
-    with pytest.raises(ValueError, match="^give position or time, not both$"):
+    with pytest.raises(ValueError, match=r"^give position or time, not both$"):
         gold_as_of(spark, lake.config, "shop", "orders", position=(3, 900), time="2026-11-01T08:00:00Z")
     with pytest.raises(
         ValueError,
@@ -338,4 +341,5 @@ def test_a_refused_write_mid_group_puts_the_tables_already_written_back(spark, t
     assert {r["publish_id"] for r in lake.publish_log().collect()} == {first.publish_id}
 
     again = run_gold(spark, lake.config)  # fixed: the next run publishes
-    assert again.status == "published" and lake.gold("shop", "orders").first()["qty"] == 9
+    assert again.status == "published"
+    assert lake.gold("shop", "orders").first()["qty"] == 9

@@ -71,7 +71,8 @@ def test_tables_with_nothing_new_cost_silver_and_gold_no_spark_job(spark, tmp_pa
         if name == "three":
             assert versions(b, spark, idle) == idle_before  # not written either
         assert b.lh.gold("shop", "t0").read(spark).where("id = 1").first()["v"] == "changed"
-    assert costs["one"][0] > 0 and costs["one"][1] > 0
+    assert costs["one"][0] > 0
+    assert costs["one"][1] > 0
     assert costs["three"] == costs["one"], f"two idle tables added Spark jobs (silver, gold): {costs}"
 
 
@@ -86,7 +87,8 @@ def test_a_run_with_nothing_new_commits_nothing_and_runs_no_spark_job(spark, tmp
     silver, gold = results
 
     assert [ref.latest_version(spark) for ref in tables] == before
-    assert silver.untouched == 2 and gold.status == "unchanged"
+    assert silver.untouched == 2
+    assert gold.status == "unchanged"
 
 
 def test_a_source_without_gtids_publishes_its_commit_times_without_reading_the_change_log(spark, tmp_path):
@@ -132,14 +134,16 @@ def test_a_first_load_of_snapshot_rows_is_a_bulk_append(spark, tmp_path, form, m
     result = run_silver(spark, b.config)
     assert bool(decoded) == (form == "map")
 
-    assert result.table("shop.t0").bulk_loaded and result.table("shop.t0").merged == 8
+    assert result.table("shop.t0").bulk_loaded
+    assert result.table("shop.t0").merged == 8
     history = b.lh.silver("shop", "t0").delta(spark).history().select("operation").collect()
     assert "MERGE" not in {r["operation"] for r in history}
     rows = b.lh.silver("shop", "t0").read(spark).orderBy("id").collect()
     assert [(r["id"], r["_cdc_seq"]["pos"], r["_cdc_seq"]["row"], r["_cdc_op"]) for r in rows][:1] == [
         (0, 50, -1, "snapshot")
     ]
-    assert len(rows) == 8 and not any(r["_cdc_deleted"] for r in rows)
+    assert len(rows) == 8
+    assert not any(r["_cdc_deleted"] for r in rows)
     if form == "typed":
         # How Spark packs the snapshot's small files into read tasks is its own affair; what
         # binlake owns is that the load is not funneled through one task into one file.
@@ -195,7 +199,8 @@ def test_a_run_killed_after_the_bulk_append_converges(spark, tmp_path, monkeypat
 
     again = run_silver(spark, b.config)  # the table is no longer empty: the same rows are MERGEd
 
-    assert not again.table("shop.t0").bulk_loaded and again.table("shop.t0").merged == 0
+    assert not again.table("shop.t0").bulk_loaded
+    assert again.table("shop.t0").merged == 0
     assert sorted(r["id"] for r in b.lh.silver("shop", "t0").read(spark).collect()) == [0, 1, 2, 3]
 
 
@@ -208,7 +213,8 @@ def test_two_runs_that_both_found_the_table_empty_load_its_rows_once(spark, tmp_
 
     again = run_silver(spark, b.config)
 
-    assert again.table("shop.t0").bulk_loaded and again.table("shop.t0").merged == 0
+    assert again.table("shop.t0").bulk_loaded
+    assert again.table("shop.t0").merged == 0
     assert sorted(r["id"] for r in b.lh.silver("shop", "t0").read(spark).collect()) == [0, 1, 2, 3]
 
 
@@ -225,7 +231,9 @@ def test_gold_merges_what_changed_in_silver(spark, one):
     result = run_gold(spark, b.config)
 
     [t0] = result.tables
-    assert t0.mode == "incremental" and t0.row_count == 3 and t0.silver_rows == 3
+    assert t0.mode == "incremental"
+    assert t0.row_count == 3
+    assert t0.silver_rows == 3
     ops = b.lh.gold("shop", "t0").delta(spark).history(t0.gold_version - first).select("operation").collect()
     assert {r["operation"] for r in ops} == {"MERGE"}
     assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [
@@ -260,7 +268,9 @@ def test_a_publish_takes_each_keys_last_change_over_several_silver_runs_and_skip
 
     [t0] = run_gold(spark, b.config).tables
 
-    assert t0.mode == "incremental" and t0.row_count == 2 and t0.silver_rows == 2
+    assert t0.mode == "incremental"
+    assert t0.row_count == 2
+    assert t0.silver_rows == 2
     assert sorted((r["id"], r["v"]) for r in gold.read(spark).collect()) == [(1, "third"), (2, "back")]
 
 
@@ -276,7 +286,8 @@ def test_optimize_on_gold_keeps_publishes_incremental_and_a_foreign_write_is_reb
     compacted = silver.latest_version(spark)
     spark.sql(f"OPTIMIZE {silver.sql}")
     spark.sql(f"OPTIMIZE {gold.sql}")
-    assert gold.latest_version(spark) > published and silver.latest_version(spark) > compacted
+    assert gold.latest_version(spark) > published
+    assert silver.latest_version(spark) > compacted
     b.commit(b.update(t(0), (2, 10, 0), {"id": 1, "v": "v1", "n": 1}, {"id": 1, "v": "changed", "n": 1}))
     run_silver(spark, b.config)
 
@@ -327,7 +338,10 @@ def test_a_changed_rule_set_rebuilds_and_a_drop_rule_keeps_rows_out_of_increment
     result = run_gold(spark, checked)
 
     [t0] = result.tables
-    assert t0.mode == "incremental" and t0.dropped == 1 and t0.row_count == 3 and t0.silver_rows == 4
+    assert t0.mode == "incremental"
+    assert t0.dropped == 1
+    assert t0.row_count == 3
+    assert t0.silver_rows == 4
     assert sorted(r["id"] for r in b.lh.gold("shop", "t0").read(spark).collect()) == [0, 2, 7]
     quarantined = b.lh.quarantine("shop", "t0").read(spark).where(f"_publish_id = '{result.publish_id}'").collect()
     assert [(r["id"], r["n"]) for r in quarantined] == [(1, 50)]
@@ -354,7 +368,8 @@ def test_a_publish_killed_after_its_gold_merge_converges(spark, one, monkeypatch
 
     again = run_gold(spark, b.config)  # gold moved by the killed publish: its MERGE runs again
 
-    assert [x.mode for x in again.tables] == ["incremental"] and again.tables[0].row_count == 2
+    assert [x.mode for x in again.tables] == ["incremental"]
+    assert again.tables[0].row_count == 2
     assert sorted((r["id"], r["v"]) for r in b.lh.gold("shop", "t0").read(spark).collect()) == [
         (0, "v0"),
         (1, "changed"),

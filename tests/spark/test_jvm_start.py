@@ -10,7 +10,8 @@ from binlake.spark import SPARK_CONF_ENV
 
 def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
     path = archive_path()
-    assert path is not None and path.is_file(), "make setup (python -m binlake.devtools.warm) writes the class archive"
+    assert path is not None, "make setup (python -m binlake.devtools.warm) writes the class archive"
+    assert path.is_file(), "make setup (python -m binlake.devtools.warm) writes the class archive"
     # -Xshare:on turns "the archive does not fit this JVM" from a silent fallback into a
     # failed start, so this run proves the archive is used, not merely present.
     code = (
@@ -20,7 +21,8 @@ def test_make_setup_wrote_a_class_archive_that_a_new_local_jvm_maps():
     )
     env = {**os.environ, SPARK_CONF_ENV: "spark.sql.ui.explainMode=cost"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
-    assert done.returncode == 0 and "rows 3" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert "rows 3" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]
     # The same start shows that settings from the environment reach a new local session.
     assert "explain cost" in done.stdout
 

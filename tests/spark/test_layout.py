@@ -111,11 +111,13 @@ def test_an_earlier_layout_is_refused_by_readers_and_migrated_once_by_a_writer(s
 
     # Every row moved, nothing doubled; columns an earlier binlake lacked are NULL in its rows.
     log = lh.publish_log.read(spark)
-    assert "silver_rows" in log.columns and "publish_group" in log.columns
+    assert "silver_rows" in log.columns
+    assert "publish_group" in log.columns
     assert sorted(tuple(r[c] for c in log.columns[:14]) for r in log.collect()) == before["publish_log"]
     assert {(r.silver_rows, r.publish_group) for r in log.collect()} == {(None, None)}
     assert lh.publish_log.properties(spark)["delta.enableChangeDataFeed"] == "true"
-    assert _rows(spark, lh.metrics) == before["metrics"] and _rows(spark, lh.check_results) == before["check_results"]
+    assert _rows(spark, lh.metrics) == before["metrics"]
+    assert _rows(spark, lh.check_results) == before["check_results"]
     progress = lh.silver_progress.read(spark).collect()
     assert [(r.db, r.table, r.applied_pos, r.silver_version, r.stopped, r.history_version) for r in progress] == [
         ("shop", "orders", 900, None, None, None)
@@ -148,13 +150,15 @@ def test_a_migration_killed_between_a_copy_and_its_drop_finishes_without_copying
     with pytest.raises(KeyboardInterrupt):
         ensure_current_layout(spark, lh, Holder("run"))
     # The first table (silver progress) was copied, and its old place not yet dropped.
-    assert lh.silver_progress.exists(spark) and lh.layout_0_table("silver_progress").exists(spark)
+    assert lh.silver_progress.exists(spark)
+    assert lh.layout_0_table("silver_progress").exists(spark)
     assert lh.leases.properties(spark)[LAYOUT_PROPERTY] == "0"  # the step is not recorded as done
 
     monkeypatch.setattr(TableRef, "drop", original)
     layout.forget_checked_layouts()
     assert ensure_current_layout(spark, lh, Holder("run"))
-    assert lh.silver_progress.read(spark).count() == 1 and not lh.layout_0_table("silver_progress").exists(spark)
+    assert lh.silver_progress.read(spark).count() == 1
+    assert not lh.layout_0_table("silver_progress").exists(spark)
     assert lh.publish_log.read(spark).count() == 2
 
 
@@ -214,9 +218,13 @@ def test_map_form_snapshot_rows_of_a_layout_3_lakehouse_are_migrated_in_place_an
     b.schema(orders)
     old = [{"id": 1, "v": "a", "d": "2026-01-02"}, {"id": 2, "v": "b", "d": "0000-00-00"}]
     b.chunk(orders, old, lw=(1, 50), end=[3], snapshot_id="old", chunk_id=0, form="map", manifest=False)
+    # One row of the old manifest: the chunk, its bounds and low watermark; then its high
+    # watermark, row count, checksum, schema version and commit time.
     manifest = [
-        ("old", "shop", "orders", 0, "a1", ["id"], None, '["3"]', "mysql-bin.000001", 1, 50)
-        + ("mysql-bin.000001", 1, 60, 2, "x", b.version("shop.orders"), T)
+        (
+            *("old", "shop", "orders", 0, "a1", ["id"], None, '["3"]', "mysql-bin.000001", 1, 50),
+            *("mysql-bin.000001", 1, 60, 2, "x", b.version("shop.orders"), T),
+        )
     ]
     lh.snapshot_chunks.save(spark.createDataFrame(manifest, OLD_SNAPSHOT_CHUNKS).write.format("delta").mode("append"))
 

@@ -35,15 +35,20 @@ def _expire(spark, lh, layer):
     with_retry("expire", lambda: spark.sql(statement).collect())
 
 
+def _take(spark, lh, layers, holder):
+    """Take the leases and give them back: a refusal raises from here."""
+    with holding(spark, lh, layers, holder):
+        pass
+
+
 def test_a_second_writer_of_a_layer_is_refused_with_the_holder_and_what_to_do(spark, lh):
     first = Holder("run --continuous", job_id="11", job_run_id="22")
-    with holding(spark, lh, LAYERS, first):
-        with pytest.raises(LeaseHeldError) as refused:
-            with holding(spark, lh, ["capture"], Holder("capture")):
-                pytest.fail("the second writer ran")
+    with holding(spark, lh, LAYERS, first), pytest.raises(LeaseHeldError) as refused:
+        _take(spark, lh, ["capture"], Holder("capture"))
     message = str(refused.value)
     assert message.startswith(f"the capture layer is being written by `binlake run --continuous` (pid {first.pid} on ")
-    assert ", job 11 run 22)" in message and "\n" not in message
+    assert ", job 11 run 22)" in message
+    assert "\n" not in message
     assert "binlake_continuous and the scheduled binlake_pipeline must not both run" in message
     assert refused.value.exit_code == 15
 
@@ -54,8 +59,7 @@ def test_other_layers_stay_free_and_a_refusal_takes_nothing(spark, lh):
             assert set(current_holders(spark, lh)) == set(LAYERS)
         # `run` needs gold too: refused, and it keeps neither capture nor silver.
         with pytest.raises(LeaseHeldError, match="the gold layer is being written by `binlake gold`"):
-            with holding(spark, lh, LAYERS, Holder("run")):
-                pass
+            _take(spark, lh, LAYERS, Holder("run"))
         assert set(current_holders(spark, lh)) == {"gold"}
     assert current_holders(spark, lh) == {}
 
@@ -70,8 +74,7 @@ def test_a_lease_given_back_or_expired_is_free(spark, lh):
     ghost = Holder("silver", host="another-host", pid=1)
     with holding(spark, lh, ["silver"], ghost):
         with pytest.raises(LeaseHeldError, match=r"pid 1 on another-host\)"):
-            with holding(spark, lh, ["silver"], Holder("silver")):
-                pass
+            _take(spark, lh, ["silver"], Holder("silver"))
         _expire(spark, lh, "silver")
         with holding(spark, lh, ["silver"], Holder("silver")):
             assert "`binlake silver` (pid" in current_holders(spark, lh)["silver"]["holder"]
@@ -80,13 +83,12 @@ def test_a_lease_given_back_or_expired_is_free(spark, lh):
 def test_a_killed_process_on_this_host_or_an_earlier_run_of_the_same_job_is_taken_over_at_once(spark, lh):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     killed = Holder("run --continuous", pid=int(dead.stdout))
-    with holding(spark, lh, LAYERS, killed):
-        with holding(spark, lh, ["capture"], Holder("capture")):
-            assert current_holders(spark, lh)["capture"]["holder"].startswith("`binlake capture`")
+    with holding(spark, lh, LAYERS, killed), holding(spark, lh, ["capture"], Holder("capture")):
+        assert current_holders(spark, lh)["capture"]["holder"].startswith("`binlake capture`")
     restarted = Holder("run --continuous", job_id="7", job_run_id="2", host="new-cluster")
-    with holding(spark, lh, LAYERS, Holder("run --continuous", job_id="7", job_run_id="1", host="old-cluster")):
-        with holding(spark, lh, LAYERS, restarted):
-            assert "job 7 run 2" in current_holders(spark, lh)["gold"]["holder"]
+    earlier = Holder("run --continuous", job_id="7", job_run_id="1", host="old-cluster")
+    with holding(spark, lh, LAYERS, earlier), holding(spark, lh, LAYERS, restarted):
+        assert "job 7 run 2" in current_holders(spark, lh)["gold"]["holder"]
 
 
 def _expiry(spark, lh, layer):

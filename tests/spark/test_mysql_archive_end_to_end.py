@@ -79,7 +79,8 @@ def test_a_mysql_binlog_with_full_metadata_and_keys_is_mirrored_into_gold_withou
 
     result = run_pipeline(spark, config)
 
-    assert result.ok and [s.name for s in result.steps] == ["snapshot", "capture", "silver", "gold"]
+    assert result.ok
+    assert [s.name for s in result.steps] == ["snapshot", "capture", "silver", "gold"]
     assert result.steps[0].result == NO_SNAPSHOT
     capture = result.steps[1].result
     assert capture.start == BinlogPosition("vector.000001", 4), "from the archive's first file"
@@ -96,13 +97,14 @@ def test_a_second_run_over_the_same_archive_reads_nothing_again(spark, tmp_path)
 
     again = run_pipeline(spark, config)
 
-    assert again.ok and again.steps[1].result.changes == 0
+    assert again.ok
+    assert again.steps[1].result.changes == 0
     changes = Lakehouse(config).changelog.read(spark).where("op IN ('insert', 'update', 'delete')").count()
     assert changes == 2 + 2 + 2 + 2 + 1 + 1, "every row event of the file once"
 
 
 @pytest.mark.parametrize(
-    "file, table",
+    ("file", "table"),
     [
         ("mysql-enum-string-set.000001", "mysql.t"),
         ("json-opaque.binlog", "foo.test"),
@@ -120,7 +122,7 @@ def test_a_table_without_a_primary_key_stops_capture_naming_the_fix(spark, tmp_p
 
 
 @pytest.mark.parametrize(
-    "file, table",
+    ("file", "table"),
     [
         ("minimal_row_metadata.000001", "noria.t1"),
         ("json.binlog.000001", "mysql.t"),
@@ -150,13 +152,15 @@ def test_a_statement_format_change_stops_capture_since_no_server_can_re_read_the
 def test_the_table_excluded_as_the_error_says_capture_reads_the_file_to_its_end(spark, tmp_path):
     config = load_config(archive_source(tmp_path, "mysql-enum-string-set.000001", exclude=("mysql.t",)))
     result = run_capture(spark, config)
-    assert result.changes == 0 and result.end == BinlogPosition("mysql-enum-string-set.000001", 3331)
+    assert result.changes == 0
+    assert result.end == BinlogPosition("mysql-enum-string-set.000001", 3331)
 
 
 def test_a_file_of_previous_gtids_only_gives_an_empty_capture_to_its_end(spark, tmp_path):
     config = load_config(archive_source(tmp_path, "binlog_transaction_previous_GTID_no_tag.000001"))
     result = run_capture(spark, config)
-    assert result.changes == 0 and result.end == BinlogPosition("binlog_transaction_previous_GTID_no_tag.000001", 241)
+    assert result.changes == 0
+    assert result.end == BinlogPosition("binlog_transaction_previous_GTID_no_tag.000001", 241)
 
 
 def test_an_unknown_ignorable_event_is_passed_over_with_a_warning_naming_it(spark, tmp_path):
@@ -177,7 +181,8 @@ def test_an_unknown_ignorable_event_is_passed_over_with_a_warning_naming_it(spar
         "capture passed over 1 event type 99 event(s) in vector.000001: binlake does not know the type and the "
         "server marked it ignorable"
     ]
-    assert result.changes == 10 and result.end == BinlogPosition("vector.000001", 3466)
+    assert result.changes == 10
+    assert result.end == BinlogPosition("vector.000001", 3466)
 
 
 def test_commands_that_need_a_server_say_so(spark, tmp_path):

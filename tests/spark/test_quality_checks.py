@@ -127,7 +127,8 @@ def test_drop_quarantines_failing_rows_with_their_sequence_and_publishes_the_res
         ignore_metadata=True,
     )
     row, checks = checks_of(lake)
-    assert row["row_count"] == 1 and row["status"] == "published"
+    assert row["row_count"] == 1
+    assert row["status"] == "published"
     assert checks["regex(name, ^[a-p])"]["success"] is True
     assert {t.table: t.dropped for t in result.tables} == {"items": 2, "lines": 0}
 
@@ -142,7 +143,8 @@ def test_a_rerun_of_the_same_publish_replaces_its_quarantine_rows_instead_of_dou
 
     again = run_gold(spark, lake.config)
 
-    assert again.publish_id == first.publish_id and again.status == "published"
+    assert again.publish_id == first.publish_id
+    assert again.status == "published"
     assert lake.lh.quarantine("shop", "items").read(spark).count() == 2
 
 
@@ -227,7 +229,8 @@ def test_a_whole_table_write_carries_the_not_null_checks_so_their_query_reads_on
 
     outcome = check_rows(unreadable, plan, table_level=True, observe_columns=True)
 
-    assert outcome.rows == 3 and not outcome.blocking  # the key alone was read
+    assert outcome.rows == 3
+    assert not outcome.blocking  # the key alone was read
     outcome = check_rows(rows, plan, table_level=True, observe_columns=True)
     frame, observation = observing(rows, outcome, "test_not_null_on_the_write")
     frame.write.format("noop").mode("overwrite").save()

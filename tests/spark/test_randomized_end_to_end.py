@@ -143,7 +143,7 @@ class Workload:
 
     # -- types: every type --------------------------------------------------------------------
     def literal(self, literals: list[str]) -> str:
-        return self.rng.choice(literals + ["NULL"])
+        return self.rng.choice([*literals, "NULL"])
 
     def types_insert(self) -> str:
         r = self.rng

@@ -186,7 +186,8 @@ def test_a_snapshot_row_opens_a_version_only_where_it_differs_and_takes_its_plac
         (r.id, r.status): (r._cdc_valid_from_ts, r._cdc_valid_to_ts)
         for r in b.lh.silver_history("shop", "orders").read(spark).collect()
     }
-    assert times[(2, "new")][0] is not None and times[(2, "new")][1] is None  # ended by a snapshot row
+    assert times[(2, "new")][0] is not None
+    assert times[(2, "new")][1] is None  # ended by a snapshot row
     assert times[(3, "new")] == (None, None)
 
 
@@ -263,7 +264,8 @@ def test_a_first_load_opens_one_version_per_row_in_appends_equal_to_the_merge_pa
 
     result = run_silver(spark, b.config).table("shop.orders")
 
-    assert result.bulk_loaded and result.history == 3
+    assert result.bulk_loaded
+    assert result.history == 3
     assert history_tables(spark, b) == merged
     assert versions(spark, b) == [
         (1, "new", (1, 50, -1), None, True, False),

@@ -29,7 +29,7 @@ def changes(ops, truncate_at: int):
     primary-key update 1 -> 4 first, and a TRUNCATE before step ``truncate_at``; and the
     source's rows before each step (what a snapshot read there returns). Step ``i`` is at
     position ``100 + 10 i``."""
-    ops = [("write", 1, "a", "x"), ("write", 2, "a", "x"), ("rekey", 1, 4)] + list(ops)
+    ops = [("write", 1, "a", "x"), ("write", 2, "a", "x"), ("rekey", 1, 4), *ops]
     ops.insert(3 + truncate_at, ("truncate",))
     state: dict[int, tuple[str, str]] = {}
     records, states = [], [dict(state)]

@@ -3,6 +3,7 @@ every file between a batch's updated keys and its far-away inserted keys."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from decimal import Decimal
 
@@ -32,7 +33,8 @@ def test_every_value_lies_inside_an_interval_even_at_the_ends_of_bigint_and_unsi
         values |= {cast(v) for v in range(5)}
         got = intervals(spark, sorted(values), ddl=ddl, most=6)
         assert len(got) == 6
-        assert all(lo <= hi for lo, hi in got) and all(a[1] < b[0] for a, b in zip(got, got[1:]))
+        assert all(lo <= hi for lo, hi in got)
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(got))
         assert all(any(lo <= v <= hi for lo, hi in got) for v in values), ddl
 
 
@@ -55,5 +57,6 @@ def test_a_small_batch_finds_its_gaps_on_the_driver_with_the_same_result(spark):
         values = sorted({cast(rng.randint(0, 10**12)) for _ in range(300)})
         df = spark.createDataFrame([(v,) for v in values], ddl)
         got = key_intervals(df, "k", numeric=True, most=6, rows=len(values))
-        assert len(got) == 6 and all(a[1] < b[0] for a, b in zip(got, got[1:]))
+        assert len(got) == 6
+        assert all(a[1] < b[0] for a, b in itertools.pairwise(got))
         assert all(any(lo <= v <= hi for lo, hi in got) for v in values), ddl

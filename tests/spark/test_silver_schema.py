@@ -153,7 +153,8 @@ def test_narrowing_stops_only_that_table_with_the_ddl_and_the_recovery(spark, b)
     same(live(spark, b, ["id", "x"], "other"), spark, [(1, "x"), (2, "y")], "id INT, x STRING")
     # The stop is recorded with its reason and recovery (status and gold's readiness name it).
     stopped = {s.name: s.stopped for s in silver_progress(spark, b.config, b.lh)}
-    assert "binlake snapshot --table shop.items" in stopped["shop.items"] and stopped["shop.other"] is None
+    assert "binlake snapshot --table shop.items" in stopped["shop.items"]
+    assert stopped["shop.other"] is None
     # Still stopped on the next run (its progress did not move) ...
     with pytest.raises(SchemaChangeError):
         run_silver(spark, b.config)
@@ -182,10 +183,14 @@ def test_ddl_rename_parsing_and_widening_rules():
     assert column_renames("ALTER TABLE t RENAME COLUMN a TO b") == [("a", "b")]
     assert column_renames("alter table t change column `x y` `z` int") == [("x y", "z")]
     assert column_renames("ALTER TABLE t CHANGE a a BIGINT") == []
-    assert widening("int", "bigint") and widening("decimal(5,2)", "decimal(10,3)") and widening("float", "double")
+    assert widening("int", "bigint")
+    assert widening("decimal(5,2)", "decimal(10,3)")
+    assert widening("float", "double")
     assert widening("bigint", "decimal(20,0)")
-    assert not widening("bigint", "int") and not widening("decimal(10,2)", "decimal(10,3)")
-    assert not widening("string", "int") and not widening("bigint", "double")
+    assert not widening("bigint", "int")
+    assert not widening("decimal(10,2)", "decimal(10,3)")
+    assert not widening("string", "int")
+    assert not widening("bigint", "double")
 
 
 def test_the_table_features_a_column_type_needs():
@@ -212,11 +217,15 @@ def test_an_error_in_one_tables_merge_stops_that_table_alone(spark, b):
         run_silver(spark, b.config)
 
     msg = str(err.value)
-    assert err.value.exit_code == 18 and "\n" not in msg
-    assert "shop.items" in msg and "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in msg and "shop.other" not in msg
+    assert err.value.exit_code == 18
+    assert "\n" not in msg
+    assert "shop.items" in msg
+    assert "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in msg
+    assert "shop.other" not in msg
     same(live(spark, b, ["id", "x"], "other"), spark, [(1, "x"), (2, "y")], "id INT, x STRING")
     progress = read_progress(spark, b.lh)
-    assert progress[("shop", "other")].applied_pos == 201 and progress[("shop", "other")].stopped is None
+    assert progress[("shop", "other")].applied_pos == 201
+    assert progress[("shop", "other")].stopped is None
     items = progress[("shop", "items")]
     assert items._replace(stopped=None, updated_at=None) == before._replace(updated_at=None)
     assert "DELTA_VIOLATE_CONSTRAINT_WITH_VALUES" in items.stopped
@@ -240,6 +249,7 @@ def test_an_error_in_one_tables_schema_change_stops_that_table_alone(spark, b):
     with pytest.raises(SilverTableError, match=r"silver stopped shop\.items: AnalysisException: .*qty") as err:
         run_silver(spark, b.config)
 
-    assert err.value.result.table("shop.items").error and not err.value.result.table("shop.other").error
+    assert err.value.result.table("shop.items").error
+    assert not err.value.result.table("shop.other").error
     same(live(spark, b, ["id", "x"], "other"), spark, [(1, "x"), (2, "y")], "id INT, x STRING")
     assert read_progress(spark, b.lh)[("shop", "other")].applied_pos == 301

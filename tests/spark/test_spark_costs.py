@@ -17,5 +17,6 @@ def test_each_row_holds_the_spark_jobs_and_the_session_cpu_between_start_and_end
     assert tuple(header) == COLUMNS
     assert [r[0] for r in rows] == ['tests/x.py::test_counts[a, "b"]', "tests/x.py::test_runs_nothing"]
     jobs = [int(r[2]) for r in rows]
-    assert jobs[0] >= 1 and jobs[1] == 0
+    assert jobs[0] >= 1
+    assert jobs[1] == 0
     assert float(rows[0][3]) > 0  # the JVM worked for the count

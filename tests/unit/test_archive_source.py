@@ -59,7 +59,8 @@ def headers(path: Path) -> list[tuple[int, int, int]]:
 
 def test_the_event_headers_are_as_this_module_says():
     xids = [end for _, kind, end in headers(DATA / ENUMS) if kind == 16]
-    assert xids == [1560, 2659, 3331] and (DATA / ENUMS).stat().st_size == 3331
+    assert xids == [1560, 2659, 3331]
+    assert (DATA / ENUMS).stat().st_size == 3331
 
 
 # ---------------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def test_an_archive_source_needs_no_server_and_resolves_next_to_the_config():
     assert load({"archive": "/Volumes/main/cdc/binlogs"}).source_archive == "/Volumes/main/cdc/binlogs"
 
 
-@pytest.mark.parametrize("key, value", [("host", "db"), ("user", "cdc"), ("password", "pw"), ("server_id", 7)])
+@pytest.mark.parametrize(("key", "value"), [("host", "db"), ("user", "cdc"), ("password", "pw"), ("server_id", 7)])
 def test_a_server_key_beside_the_archive_is_refused_naming_both_fixes(key, value):
     assert refused({key: value}) == (
         f"source.archive reads binlog files without a server, so source.{key} does not apply: remove "
@@ -97,7 +98,8 @@ def test_on_purge_and_a_second_archive_do_not_apply_to_an_archive_source(capture
 
 
 def test_the_config_keeps_one_line_per_error():
-    assert "\n" not in refused({"host": "db"}) and "\n" not in refused(capture={"startup": "latest"})
+    assert "\n" not in refused({"host": "db"})
+    assert "\n" not in refused(capture={"startup": "latest"})
 
 
 def test_whatever_needs_a_server_says_so_instead_of_connecting():
@@ -120,7 +122,8 @@ def test_the_files_are_ordered_by_their_number_not_their_name(tmp_path):
     archive(tmp_path, "mysql-bin.1000000", "mysql-bin.999999", "mysql-bin.000002")
     files = archive_files(str(tmp_path))
     assert [f.name for f in files] == ["mysql-bin.000002", "mysql-bin.999999", "mysql-bin.1000000"]
-    assert {f.archive for f in files} == {str(tmp_path)} and {f.size for f in files} == {3331}
+    assert {f.archive for f in files} == {str(tmp_path)}
+    assert {f.size for f in files} == {3331}
 
 
 def test_what_is_not_a_numbered_file_is_not_a_binlog(tmp_path):
@@ -161,7 +164,7 @@ def test_the_archive_ends_at_the_newest_files_last_transaction(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "cut, end",
+    ("cut", "end"),
     [
         (2000, 1560),  # inside the UPDATE's ROWS event (1855-2628): the event is not whole yet
         (2628, 1560),  # after the UPDATE's ROWS event, before its XID: the transaction is not whole
@@ -253,7 +256,7 @@ def read(tmp_path: Path, file: str, **source) -> list[dict]:
 
 
 @pytest.mark.parametrize(
-    "file, table, end",
+    ("file", "table", "end"),
     [
         ("minimal_row_metadata.000001", "noria.t1", 374),
         ("json.binlog.000001", "mysql.t", 1059),
@@ -268,12 +271,13 @@ def test_a_table_map_without_column_names_is_refused_naming_binlog_row_metadata(
     assert message.startswith(
         f"{table}'s TABLE_MAP ending at {file}:{end} has no column names (binlog_row_metadata=MINIMAL)"
     )
-    assert "SET PERSIST binlog_row_metadata = FULL" in message and "exclude the table (source.exclude)" in message
+    assert "SET PERSIST binlog_row_metadata = FULL" in message
+    assert "exclude the table (source.exclude)" in message
     assert "\n" not in message
 
 
 @pytest.mark.parametrize(
-    "file, table, end",
+    ("file", "table", "end"),
     [
         (ENUMS, "mysql.t", 1077),
         ("json-opaque.binlog", "foo.test", 736),
@@ -321,7 +325,7 @@ def statement_end() -> int:
 
 
 @pytest.mark.parametrize(
-    "file, exclude",
+    ("file", "exclude"),
     [
         ("minimal_row_metadata.000001", "noria.t1"),
         (ENUMS, "mysql.t"),

@@ -63,7 +63,7 @@ def test_lag_counts_the_bytes_between_resume_and_server_positions():
 
 
 @pytest.mark.parametrize(
-    "sql, default_db, expected",
+    ("sql", "default_db", "expected"),
     [
         ("ALTER TABLE t ADD COLUMN c INT", "shop", [("shop", "t", "ddl")]),
         ("alter online table `sh``op`.`or.ders` add x int", None, [("sh`op", "or.ders", "ddl")]),
@@ -107,7 +107,8 @@ def test_ddl_names_each_table_it_changes_and_what_happens_to_its_rows(sql, defau
 def test_a_resume_file_older_than_the_oldest_on_the_server_is_purged():
     with pytest.raises(BinlogPurgedError) as err:
         check_not_purged(FILES, pos(2, 4), ["shop.orders"])
-    assert err.value.missing_file == "mysql-bin.000002" and err.value.oldest_file == "mysql-bin.000003"
+    assert err.value.missing_file == "mysql-bin.000002"
+    assert err.value.oldest_file == "mysql-bin.000003"
     assert "binlake snapshot --reset-capture --table shop.orders" in str(err.value)
     check_not_purged(FILES, pos(3, 4), ["shop.orders"])
 
@@ -129,7 +130,7 @@ def test_no_forecast_where_the_server_never_expires_binlogs():
 
 
 @pytest.mark.parametrize(
-    "decoded, stored",
+    ("decoded", "stored"),
     [
         # (what python-mysql-replication returns, what the column holds), probed on MariaDB 10.11
         (-dt.timedelta(seconds=45296, microseconds=999999), -dt.timedelta(seconds=45296, microseconds=1)),

@@ -91,7 +91,8 @@ def test_an_event_gets_the_handler_of_its_class_or_of_its_nearest_handled_base_c
         pass
 
     handlers = EventHandlers({Rows: "rows", Xid: "commit", Passive: "passive"})
-    assert handlers[Rows] == "rows" and handlers[Xid] == "commit"
+    assert handlers[Rows] == "rows"
+    assert handlers[Xid] == "commit"
     assert handlers[SpecialRows] == "rows"
     assert handlers[Event] is None, "an event of no handled kind changes nothing"
 
@@ -187,7 +188,8 @@ def test_rows_carry_the_version_of_the_schema_binlake_stores():
     cfg = source()
     plan = TablePlanner(cfg).plan(table_map())
     assert plan.name == "shop.orders"
-    assert [c.name for c in plan.schema.columns] == ["id", "email", "code"] and plan.schema.key == ("id",)
+    assert [c.name for c in plan.schema.columns] == ["id", "email", "code"]
+    assert plan.schema.key == ("id",)
     assert [c.kind.value for c in plan.schema.columns] == ["int", "string", "binary"]
     assert plan.stored == stored_schema(cfg, plan.schema)
     assert plan.version == plan.stored.version()
@@ -202,8 +204,10 @@ def test_every_image_layout_of_a_table_decodes_the_columns_it_holds():
 
 def test_a_table_map_without_column_names_makes_the_tables_rows_unreadable_not_nulls():
     plan = TablePlanner(source()).plan(table_map(names=False))
-    assert plan.decoder is None and plan.version is None
-    assert "binlog_row_metadata=MINIMAL" in plan.unreadable and "re-snapshot" in plan.unreadable
+    assert plan.decoder is None
+    assert plan.version is None
+    assert "binlog_row_metadata=MINIMAL" in plan.unreadable
+    assert "re-snapshot" in plan.unreadable
 
 
 def test_a_captured_table_whose_table_map_binlake_cannot_read_stops_capture():
@@ -223,7 +227,9 @@ def test_the_column_rule_drops_and_masks_in_the_plan():
     assert plan.decoder.names == ["id", "email", "code"], "the decoder reads the source's layout"
     names, texts = plan.masked(plan.decoder.layout(0b111), ["1", "a@b", "Y29kZQ=="], 1)
     assert names == ["id", "code"], "the texts lose the dropped column"
-    assert texts[0] == "1" and texts[1] != "Y29kZQ==" and len(texts[1]) == 64, "the masked column is hashed"
+    assert texts[0] == "1", "the masked column is hashed"
+    assert texts[1] != "Y29kZQ==", "the masked column is hashed"
+    assert len(texts[1]) == 64, "the masked column is hashed"
 
 
 def test_the_column_rule_is_applied_once_per_table_and_source_schema():

@@ -135,7 +135,8 @@ def _file_of(job_key: str) -> Path:
 
 def test_the_schema_is_kept_in_the_repository():
     """Every checkout validates the bundle: a schema missing is a failure, never a skip."""
-    assert SCHEMA_PATH.is_relative_to(ROOT) and SCHEMA_PATH.is_file()
+    assert SCHEMA_PATH.is_relative_to(ROOT)
+    assert SCHEMA_PATH.is_file()
     assert "resources" in json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))["properties"]
 
 
@@ -182,10 +183,13 @@ def test_databricks_yml_includes_every_bundles_file_and_builds_the_wheel():
     assert root["bundle"]["name"] == "binlake"
     assert root["include"] == ["bundles/*.yml"]
     included = {Path(p).name for pattern in root["include"] for p in glob.glob(str(ROOT / pattern))}
-    assert included == {p.name for p in BUNDLE_FILES} and included
+    assert included == {p.name for p in BUNDLE_FILES}
+    assert included
     (artifact,) = root["artifacts"].values()
-    assert artifact["type"] == "whl" and artifact["path"] == "."
-    assert "wheel" in artifact["build"] and "dist" in artifact["build"]
+    assert artifact["type"] == "whl"
+    assert artifact["path"] == "."
+    assert "wheel" in artifact["build"]
+    assert "dist" in artifact["build"]
 
 
 @pytest.mark.parametrize("path", BUNDLE_FILES, ids=lambda p: p.name)
@@ -200,13 +204,15 @@ def test_each_file_holds_one_resource_named_like_the_file(path):
 
 def test_dev_is_the_default_development_target_and_prod_is_pinned_production():
     targets = _root()["targets"]
-    assert targets["dev"]["mode"] == "development" and targets["dev"]["default"] is True
+    assert targets["dev"]["mode"] == "development"
+    assert targets["dev"]["default"] is True
     assert targets["dev"]["variables"]["schedule_pause_status"] == "PAUSED"
     prod = targets["prod"]
     assert prod["mode"] == "production"
     assert prod["workspace"]["root_path"].startswith("/Workspace/")
     assert "${workspace.current_user" not in prod["workspace"]["root_path"], "prod must deploy to one fixed place"
-    assert prod["run_as"] and prod["permissions"]
+    assert prod["run_as"]
+    assert prod["permissions"]
 
 
 def test_the_four_unity_catalog_schemas_and_the_files_volume_exist():
@@ -217,7 +223,8 @@ def test_the_four_unity_catalog_schemas_and_the_files_volume_exist():
     assert volume["schema_name"] == "${resources.schemas.binlake_bronze.name}"
     # Nothing streams: no checkpoint is left to keep, the volume holds working files.
     for where, text in _strings(_merged()):
-        assert "checkpoint" not in text.lower() and "streaming" not in text.lower(), where
+        assert "checkpoint" not in text.lower(), where
+        assert "streaming" not in text.lower(), where
     for path in (ROOT / "databricks.yml", *BUNDLE_FILES):
         assert "checkpoint" not in path.read_text().lower(), path.name
 
@@ -463,8 +470,10 @@ def _synced(relative: str) -> bool:
 
 
 def test_the_sync_model_reads_gitignore_and_the_include_rules():
-    assert _synced("binlake.yml") and _synced("notebooks/status.py")
-    assert not _synced(".venv/bin/python") and not _synced("dist/binlake.whl")
+    assert _synced("binlake.yml")
+    assert _synced("notebooks/status.py")
+    assert not _synced(".venv/bin/python")
+    assert not _synced("dist/binlake.whl")
     # Included even where a user's .gitignore would drop them (a config is often ignored):
     # every task reads the config and the suites it names.
     include = (_root().get("sync") or {}).get("include", [])
@@ -482,12 +491,14 @@ def _config_files() -> dict[str, str]:
 
 def test_every_file_a_task_names_exists_and_is_synced():
     for target, name in _config_files().items():
-        assert (ROOT / name).is_file() and _synced(name), f"target {target}: {name} is not synced with the bundle"
+        assert (ROOT / name).is_file(), f"target {target}: {name} is not synced with the bundle"
+        assert _synced(name), f"target {target}: {name} is not synced with the bundle"
         config = load_config(ROOT / name, environ={})
         # Suites are read relative to the config file, where the bundle syncs them too.
         for suite in config.gold.expectations:
             path = (ROOT / name).parent / suite.path
-            assert path.is_file() and _synced(str(path.relative_to(ROOT))), f"{name}: {suite.path} is not synced"
+            assert path.is_file(), f"{name}: {suite.path} is not synced"
+            assert _synced(str(path.relative_to(ROOT))), f"{name}: {suite.path} is not synced"
     for where, task in _binlake_tasks():
         (arg,) = [a for a in _task_argv(task, file_path=Path("")) if a.startswith("--config=")]
         assert _synced(arg.split("=", 1)[1]), where
@@ -533,13 +544,16 @@ def test_the_pipeline_runs_capture_then_silver_then_gold_on_a_paused_in_dev_sche
     by_key = {t["task_key"]: t for t in job["tasks"]}
     commands = {k: t["python_wheel_task"]["parameters"] for k, t in by_key.items() if "python_wheel_task" in t}
     assert commands["capture"][-2:] == ["capture", "--until-now"]
-    assert commands["silver"][-1] == "silver" and commands["gold"][-1] == "gold"
+    assert commands["silver"][-1] == "silver"
+    assert commands["gold"][-1] == "gold"
     assert {d["task_key"] for d in by_key["silver"]["depends_on"]} >= {"capture"}
     assert [d["task_key"] for d in by_key["gold"]["depends_on"]] == ["silver"]
     assert job["schedule"]["quartz_cron_expression"] == "${var.schedule_cron}"
     assert job["schedule"]["pause_status"] == "${var.schedule_pause_status}"
-    assert job["max_concurrent_runs"] == 1 and job["queue"]["enabled"] is True
-    assert job["timeout_seconds"] > 0 and by_key["capture"]["max_retries"] >= 1
+    assert job["max_concurrent_runs"] == 1
+    assert job["queue"]["enabled"] is True
+    assert job["timeout_seconds"] > 0
+    assert by_key["capture"]["max_retries"] >= 1
     assert job["email_notifications"]["on_failure"] == "${var.notification_emails}"
     assert job["webhook_notifications"]["on_failure"] == "${var.failure_webhooks}"
 
@@ -550,7 +564,8 @@ def test_snapshot_continuous_and_verify_jobs_take_their_parameters():
     assert {p["name"] for p in snapshot["parameters"]} >= {"tables"}
     assert "--table-list={{job.parameters.tables}}" in snapshot["tasks"][0]["python_wheel_task"]["parameters"]
     continuous = jobs["binlake_continuous"]
-    assert "continuous" in continuous and "schedule" not in continuous
+    assert "continuous" in continuous
+    assert "schedule" not in continuous
     assert continuous["tasks"][0]["python_wheel_task"]["parameters"][-2:] == ["run", "--continuous"]
     verify = jobs["binlake_verify"]
     assert {p["name"]: p["default"] for p in verify["parameters"]}["repair"] == "false"
@@ -610,7 +625,8 @@ def test_one_scheduled_pipeline_reads_the_binlog_in_each_target():
     assert _pause("serverless", "binlake_pipeline_serverless") == "UNPAUSED"
     assert {_pause("dev", "binlake_pipeline"), _pause("dev", "binlake_pipeline_serverless")} == {"PAUSED"}
     serverless, prod = _root()["targets"]["serverless"], _root()["targets"]["prod"]
-    assert serverless["mode"] == "production" and serverless["run_as"] == prod["run_as"]
+    assert serverless["mode"] == "production"
+    assert serverless["run_as"] == prod["run_as"]
     assert serverless["permissions"] == prod["permissions"]
     assert serverless["workspace"]["root_path"] == prod["workspace"]["root_path"]  # per target: .../${bundle.target}
     assert _errors(_effective("serverless", substitute=False)) == []
@@ -695,7 +711,8 @@ def test_each_notebook_is_databricks_source_format_and_only_calls_the_public_api
 def test_every_binlake_job_task_records_its_job_run_and_passes_its_job_for_the_leases():
     for where, task in _binlake_tasks():
         params = task["python_wheel_task"]["parameters"]
-        assert "--job-run-id={{job.run_id}}" in params and "--job-id={{job.id}}" in params, where
+        assert "--job-run-id={{job.run_id}}" in params, where
+        assert "--job-id={{job.id}}" in params, where
         inv = parse_job_args(_task_argv(task))
         assert (inv.job_run_id, inv.job_id) == ("123456", "777"), where
 
@@ -707,7 +724,8 @@ def test_the_dashboard_file_is_what_the_health_views_generate_and_a_valid_lakevi
 
     (resource,) = _merged()["resources"]["dashboards"].values()
     path = (ROOT / "bundles" / resource["file_path"]).resolve()
-    assert path.name.endswith(".lvdash.json") and path.exists()
+    assert path.name.endswith(".lvdash.json")
+    assert path.exists()
     document = json.loads(path.read_text(encoding="utf-8"))
     assert document == dashboard(), "stale: python -m binlake.deploy.dashboard > " + str(path.relative_to(ROOT))
     # Databricks' Lakeview model reads every key back: a misspelt key or widget type would not survive.
@@ -767,5 +785,6 @@ def test_every_task_gets_the_config_files_history_column_rules_and_mask_salt(tmp
     for where, task in _binlake_tasks():
         cfg = parse_job_args(_task_argv(task, file_path=tmp_path)).config()
         assert cfg.source.column_rule("shop", "customers").exclude == ("ssn",), where
-        assert cfg.source.mask_salt == Secret.reference("binlake", "mask-salt") and cfg.snapshot.chunk_size == 1000
+        assert cfg.source.mask_salt == Secret.reference("binlake", "mask-salt")
+        assert cfg.snapshot.chunk_size == 1000
         assert cfg.history.table("shop", "customers") is not None, where

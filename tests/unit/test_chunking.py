@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import itertools
 
 import pytest
 from hypothesis import given, settings
@@ -79,7 +80,7 @@ def _walker(keys: list[tuple], chunk_size: int):
 def test_arithmetic_chunks_cover_every_integer_exactly_once(lo, width, chunk_size, probes):
     hi = lo + width
     chunks = plan_arithmetic(lo, hi, chunk_size)
-    for offset in probes + [0, width, -1, width + 1]:
+    for offset in [*probes, 0, width, -1, width + 1]:
         x = lo + offset
         assert sum(_int_contains(c, x) for c in chunks) == 1, (x, chunks)
 
@@ -154,8 +155,9 @@ def test_boundary_chunks_partition_the_key_space_and_hold_at_most_chunk_size_row
         n = sum(_contains(c, k) for k in keys)
         assert n <= chunk_size
     # Consecutive chunks share their bound; the ends are open.
-    assert chunks[0].start is None and chunks[-1].end is None
-    assert all(a.end == b.start for a, b in zip(chunks, chunks[1:]))
+    assert chunks[0].start is None
+    assert chunks[-1].end is None
+    assert all(a.end == b.start for a, b in itertools.pairwise(chunks))
     assert [c.chunk_id for c in chunks] == list(range(len(chunks)))
     # No wasted chunks: only the last may be short.
     assert all(sum(_contains(c, k) for k in keys) == chunk_size for c in chunks[:-1])
@@ -210,7 +212,8 @@ def test_boundary_query_walks_the_key_index_from_the_start_inclusive():
     sql, params = boundary_query("shop", "or`ders", [UBIG], (str(2**64 - 5),), 1000)
     assert sql == "SELECT `id` FROM `shop`.`or``ders` WHERE ((`id` >= %s)) ORDER BY `id` LIMIT 1 OFFSET 1000"
     # An int parameter: pymysql writes it as a literal, so MySQL never compares via DOUBLE.
-    assert params == [2**64 - 5] and isinstance(params[0], int)
+    assert params == [2**64 - 5]
+    assert isinstance(params[0], int)
     assert boundary_query("s", "t", [INT, NAME], None, 7) == (
         "SELECT `id`, `name` FROM `s`.`t` ORDER BY `id`, `name` LIMIT 1 OFFSET 7",
         [],
@@ -236,7 +239,8 @@ def test_param_value_turns_canonical_text_into_the_native_value(col, text, value
 def test_key_json_round_trips_and_keeps_none_unbounded():
     assert key_to_json(("1", "ä")) == '["1","ä"]'
     assert key_from_json(key_to_json(("1", "ä"))) == ("1", "ä")
-    assert key_to_json(None) is None and key_from_json(None) is None
+    assert key_to_json(None) is None
+    assert key_from_json(None) is None
     with pytest.raises(ValueError, match=r"chunk bound '\{\}' is not a JSON array of strings"):
         key_from_json("{}")
 

@@ -10,7 +10,8 @@ from binlake.spark import with_java_options
 def test_there_are_no_options_until_the_archive_exists(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     path = class_archive.archive_path()
-    assert path is not None and path.parent == tmp_path / "binlake"
+    assert path is not None
+    assert path.parent == tmp_path / "binlake"
     assert class_archive.java_options() == ""
 
     path.parent.mkdir(parents=True)
@@ -83,4 +84,6 @@ def test_a_new_archive_replaces_only_the_stale_ones_of_the_same_install(tmp_path
         path.write_bytes(b"archive")
 
     assert class_archive.remove_stale_archives(current) == [stale]
-    assert current.is_file() and another_install.is_file() and not stale.exists()
+    assert current.is_file()
+    assert another_install.is_file()
+    assert not stale.exists()

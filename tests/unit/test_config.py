@@ -65,21 +65,27 @@ def refused(d: dict, environ=ENV) -> str:
 
 def test_a_minimal_config_loads_with_documented_defaults():
     cfg = load(doc())
-    assert cfg.source.port == 3306 and cfg.source.server_id == 5401
+    assert cfg.source.port == 3306
+    assert cfg.source.server_id == 5401
     assert cfg.source.password == Secret("pw-from-env")
-    assert cfg.snapshot.chunk_size == 50000 and cfg.snapshot.parallelism == 2 and cfg.snapshot.wave_size == 32
-    assert cfg.capture.startup is StartupMode.INITIAL and cfg.capture.on_purge is PurgePolicy.FAIL
-    assert cfg.source.captures("shop", "orders") and not cfg.source.captures("crm", "orders")
+    assert cfg.snapshot.chunk_size == 50000
+    assert cfg.snapshot.parallelism == 2
+    assert cfg.snapshot.wave_size == 32
+    assert cfg.capture.startup is StartupMode.INITIAL
+    assert cfg.capture.on_purge is PurgePolicy.FAIL
+    assert cfg.source.captures("shop", "orders")
+    assert not cfg.source.captures("crm", "orders")
 
 
 def test_the_password_never_shows_in_the_configs_repr():
     cfg = load(doc())
-    assert "pw-from-env" not in repr(cfg) and "pw-from-env" not in str(cfg.source)
+    assert "pw-from-env" not in repr(cfg)
+    assert "pw-from-env" not in str(cfg.source)
     assert cfg.source.password.reveal() == "pw-from-env"
 
 
 @pytest.mark.parametrize(
-    "d, message",
+    ("d", "message"),
     [
         (
             dict(sources={}),
@@ -112,7 +118,7 @@ def test_unknown_keys_are_refused_with_the_allowed_ones(d, message):
 
 
 @pytest.mark.parametrize(
-    "d, message",
+    ("d", "message"),
     [
         (dict(source__port="abc"), "source.port must be a whole number, got 'abc'"),
         (dict(source__server_id=True), "source.server_id must be a whole number, got True"),
@@ -197,7 +203,8 @@ def test_names_with_inner_spaces_quotes_and_unicode_are_patterns_too(pattern):
 def test_exclude_patterns_are_checked_and_applied():
     assert refused(doc(source__exclude=["audit"])).startswith("source.exclude entry 'audit' is not a db.table pattern")
     cfg = load(doc(source__exclude=["shop.tmp_*"]))
-    assert cfg.source.captures("shop", "orders") and not cfg.source.captures("shop", "tmp_orders")
+    assert cfg.source.captures("shop", "orders")
+    assert not cfg.source.captures("shop", "tmp_orders")
 
 
 def test_chunk_keys_need_db_table_and_columns():
@@ -212,7 +219,7 @@ def test_chunk_keys_need_db_table_and_columns():
 
 
 @pytest.mark.parametrize(
-    "capture, message",
+    ("capture", "message"),
     [
         ({"startup": "sometimes"}, "capture.startup is 'sometimes': use one of initial, latest, position, timestamp"),
         (
@@ -264,7 +271,8 @@ def test_bad_startup_settings_are_refused(capture, message):
 
 def test_good_startup_settings_load():
     cfg = load(doc(capture={"startup": "POSITION", "start_position": "mysql-bin.000003:4"}))
-    assert cfg.capture.startup is StartupMode.POSITION and cfg.capture.start_position == "mysql-bin.000003:4"
+    assert cfg.capture.startup is StartupMode.POSITION
+    assert cfg.capture.start_position == "mysql-bin.000003:4"
     cfg = load(doc(capture={"startup": "timestamp", "start_timestamp": "2026-11-01T00:00:00+02:00"}))
     assert cfg.capture.startup is StartupMode.TIMESTAMP
 
@@ -283,7 +291,9 @@ def test_tls_files_must_exist_and_a_client_cert_needs_its_key(tmp_path):
         "source.tls.cert is set but source.tls.ca is not: set ca to the server's CA certificate"
     )
     tls = load(doc(source__tls={"ca": str(ca), "cert": str(cert), "key": str(key)})).source.tls
-    assert tls.enabled and tls.verify_identity and tls.key == str(key)
+    assert tls.enabled
+    assert tls.verify_identity
+    assert tls.key == str(key)
 
 
 def test_the_lakehouse_needs_exactly_one_location():
@@ -315,7 +325,7 @@ def test_binlake_s_own_tables_get_a_schema_of_their_own_named_once_per_layer():
 
 
 @pytest.mark.parametrize(
-    "rules, message",
+    ("rules", "message"),
     [
         (
             [{"column": "sku", "regex": "([a-z"}],
@@ -435,7 +445,7 @@ def test_publish_groups_default_to_one_per_database_and_configured_groups_come_f
 
 
 @pytest.mark.parametrize(
-    "groups, message",
+    ("groups", "message"),
     [
         (
             ["shop.*"],
@@ -466,13 +476,15 @@ def test_column_rules_load_in_order_with_the_salt_as_a_secret():
         )
     )
     first, second = cfg.source.columns
-    assert first.pattern == "shop.customers" and first.exclude == ("ssn",)
-    assert dict(first.mask) == {"email": "hash", "phone": "null"} and second.include == ("id", "name")
+    assert first.pattern == "shop.customers"
+    assert first.exclude == ("ssn",)
+    assert dict(first.mask) == {"email": "hash", "phone": "null"}
+    assert second.include == ("id", "name")
     assert cfg.source.mask_salt == Secret.reference("binlake", "salt")
 
 
 @pytest.mark.parametrize(
-    "columns, message",
+    ("columns", "message"),
     [
         (
             {"shop.customers": {"exclude": "ssn"}},
@@ -531,7 +543,7 @@ def test_history_tables_load_as_patterns_or_entries_and_the_first_match_applies(
 
 
 @pytest.mark.parametrize(
-    "tables, message",
+    ("tables", "message"),
     [
         (
             "shop.orders",
@@ -626,3 +638,10 @@ def test_an_unknown_key_message_lists_exactly_the_keys_the_reference_has_for_its
     message = refused(doc(maintenance={"vacuum_hours": 1}))
     allowed = set(message.split("allowed keys are ", 1)[1].split(", "))
     assert allowed == {k.split(".", 1)[1] for k in _reference_keys() if k.startswith("maintenance.")}
+
+
+def test_an_entry_point_given_something_else_than_a_config_says_how_to_build_one():
+    from binlake.config import require_config
+
+    with pytest.raises(TypeError, match=r"^config must be a binlake.config.Config, got dict: use binlake.load_config$"):
+        require_config({})

@@ -168,7 +168,9 @@ def test_a_value_that_is_not_base64_is_refused_without_showing_it(workspace):
     workspace.secrets[("s", "k")] = "not base64 !!"
     with pytest.raises(SecretError) as exc:
         resolve_secret("s", "k", client=workspace.client())
-    assert "not base64 !!" not in str(exc.value) and exc.value.__cause__ is None and exc.value.__suppress_context__
+    assert "not base64 !!" not in str(exc.value)
+    assert exc.value.__cause__ is None
+    assert exc.value.__suppress_context__
 
 
 def test_an_empty_secret_is_refused(workspace):
@@ -177,7 +179,7 @@ def test_an_empty_secret_is_refused(workspace):
         resolve_secret("s", "k", client=workspace.client())
 
 
-@pytest.mark.parametrize("scope,key", [("", "k"), ("a/b", "k"), ("s", "k y"), ("s", "x" * 129)])
+@pytest.mark.parametrize(("scope", "key"), [("", "k"), ("a/b", "k"), ("s", "k y"), ("s", "x" * 129)])
 def test_malformed_names_are_refused_before_any_request(workspace, scope, key):
     with pytest.raises(SecretError, match=r"is not a valid name: use letters, digits"):
         resolve_secret(scope, key, client=workspace.client())
@@ -281,14 +283,17 @@ def test_the_job_flags_become_the_config_the_cli_reads_with_the_password_as_a_re
     workspace.put("binlake", "mysql-cdc", PASSWORD)
     inv = parse_job_args([*BUNDLE_ARGS, "capture", "--until-now"])
     assert inv.cli_args == ("capture", "--until-now")
-    assert PASSWORD not in inv.config_yaml and "{{secrets/binlake/mysql-cdc}}" in inv.config_yaml
+    assert PASSWORD not in inv.config_yaml
+    assert "{{secrets/binlake/mysql-cdc}}" in inv.config_yaml
     cfg = load_config_text(inv.config_yaml)
-    assert cfg.source.tables == ("shop.*", "crm.customers") and cfg.source.server_id == 5401
-    assert cfg.lakehouse.gold_schema == "binlake_gold" and cfg.source.password.reveal() == PASSWORD
+    assert cfg.source.tables == ("shop.*", "crm.customers")
+    assert cfg.source.server_id == 5401
+    assert cfg.lakehouse.gold_schema == "binlake_gold"
+    assert cfg.source.password.reveal() == PASSWORD
 
 
 @pytest.mark.parametrize(
-    "args,expected",
+    ("args", "expected"),
     [
         (["snapshot", "--table-list="], ("snapshot",)),
         (
@@ -323,13 +328,16 @@ def test_settings_file_supplies_the_other_sections_and_flags_win(tmp_path):
     settings.write_text("snapshot: {chunk_size: 1000}\nsource: {host: old-host, port: 3307}\n")
     inv = parse_job_args(["--settings", str(settings), *BUNDLE_ARGS, "silver"])
     cfg = load_config_text(inv.config_yaml.replace("'{{secrets/binlake/mysql-cdc}}'", "pw"))
-    assert cfg.snapshot.chunk_size == 1000 and cfg.source.host == "db.internal" and cfg.source.port == 3306
+    assert cfg.snapshot.chunk_size == 1000
+    assert cfg.source.host == "db.internal"
+    assert cfg.source.port == 3306
 
 
 def test_print_config_shows_the_generated_file_without_running(capsys):
     assert run_job(parse_job_args(["--print-config", *BUNDLE_ARGS, "status"])) == 0
     out = capsys.readouterr().out
-    assert out.startswith("source:\n") and "catalog: main" in out
+    assert out.startswith("source:\n")
+    assert "catalog: main" in out
 
 
 def test_a_job_on_databricks_with_a_local_path_fails_before_touching_anything(capsys, tmp_path):
@@ -367,7 +375,8 @@ def test_the_console_script_exits_with_the_failure_code_and_one_line(capsys, mon
         )
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: lakehouse.path ") and err.count("\n") == 1
+    assert err.startswith("error: lakehouse.path ")
+    assert err.count("\n") == 1
 
 
 def test_no_databricks_auth_for_jobs_status_is_a_databricks_api_error(monkeypatch, tmp_path):
@@ -417,7 +426,8 @@ def test_the_config_file_is_read_as_binlake_config_reads_it_and_the_bundle_s_fla
         "dev_me_silver",
         "gold",
     )
-    assert cfg.snapshot.chunk_size == 1000 and cfg.gold.suite("shop", "orders")
+    assert cfg.snapshot.chunk_size == 1000
+    assert cfg.gold.suite("shop", "orders")
     assert cfg.source.password == Secret.reference("binlake", "mysql-cdc")
     assert (inv.job_id, inv.job_run_id, inv.cli_args) == ("7", "8", ("gold",))
 

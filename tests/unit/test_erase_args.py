@@ -20,7 +20,7 @@ def test_each_key_column_is_given_once_by_name():
 
 
 @pytest.mark.parametrize(
-    "pairs, message",
+    ("pairs", "message"),
     [
         (["42"], "--key '42' is not column=value: write it like --key id=42"),
         (["email=a@b"], "--key email is not a key column of shop.customers: its key is (id)"),

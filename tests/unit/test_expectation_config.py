@@ -93,7 +93,7 @@ def test_the_shorthand_compiles_to_ge_expectations_after_the_suite(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "raw, message",
+    ("raw", "message"),
     [
         (
             '{"expectations": [ {"type": 1,} ]}',
@@ -145,7 +145,7 @@ def test_an_expectation_on_a_column_source_columns_drops_is_refused_at_load(tmp_
 
 
 @pytest.mark.parametrize(
-    "suite, message",
+    ("suite", "message"),
     [
         (
             one("expect_colum_values_to_not_be_null", column="status"),

@@ -7,7 +7,8 @@ from binlake.source import gtid
 
 def test_a_position_holds_the_last_gtid_of_each_domain():
     assert gtid.parse("0-1-100,1-2-7") == {0: (1, 100), 1: (2, 7)}
-    assert gtid.parse("") == {} and gtid.parse(None) == {}
+    assert gtid.parse("") == {}
+    assert gtid.parse(None) == {}
     assert gtid.text({1: (2, 7), 0: (1, 100)}) == "0-1-100,1-2-7"
 
 

@@ -238,7 +238,8 @@ def _int(raw: bytes | None) -> int:
 
 def _agrees_with_generated_columns(text: str, image) -> None:
     doc = json.loads(text)
-    assert doc["name"] == image.values[NAME].decode() and doc["age"] == _int(image.values[AGE])
+    assert doc["name"] == image.values[NAME].decode()
+    assert doc["age"] == _int(image.values[AGE])
 
 
 def test_documents_mysql_8_wrote_read_as_mysql_prints_them():
@@ -272,7 +273,8 @@ def test_a_partial_update_mysql_8_wrote_applies_to_the_document_before_it():
     assert len(partial) == 6
     for c in partial:
         row_id = _int(c.before.values[ID])
-        assert DOC not in c.before.values and c.after.partial == {DOC}
+        assert DOC not in c.before.values
+        assert c.after.partial == {DOC}
         diffs = parse_json_diffs(c.after.values[DOC])
         assert [(d.operation, d.path) for d in diffs] == [(REPLACE, "$.age")]
         after = apply_json_diffs(latest[row_id], diffs)
@@ -286,7 +288,7 @@ def test_a_partial_update_mysql_8_wrote_applies_to_the_document_before_it():
 
 
 @pytest.mark.parametrize(
-    "value, text",
+    ("value", "text"),
     [
         (i16(-32768), "-32768"),
         (u16(65535), "65535"),
@@ -352,7 +354,7 @@ MYSQL_DOUBLES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("value, text", MYSQL_DOUBLES)
+@pytest.mark.parametrize(("value", "text"), MYSQL_DOUBLES)
 def test_a_double_prints_as_mysql_prints_it(value, text):
     assert json_text(jsonb(dbl(value))) == text
     assert json_text(jsonb([dbl(value)])) == f"[{text}]"
@@ -374,7 +376,7 @@ def test_a_long_string_has_a_multi_byte_length():
 
 # json_conversions.result (MySQL's test suite): `select j from t` for values of MySQL types.
 @pytest.mark.parametrize(
-    "value, text",
+    ("value", "text"),
     [
         (Opaque(246, mysql_decimal("3.14", 3, 2)), "3.14"),  # cast(3.14 as json)
         (Opaque(10, packed_datetime(2015, 1, 15)), '"2015-01-15"'),
@@ -395,7 +397,7 @@ def test_mysql_values_in_json_print_as_mysql_prints_them(value, text):
 
 
 @pytest.mark.parametrize(
-    "text, precision, scale",
+    ("text", "precision", "scale"),
     [
         ("9.00", 3, 2),
         ("0.50", 3, 2),
@@ -488,7 +490,7 @@ def test_an_in_place_update_leaves_unused_bytes_that_are_not_read():
 
 
 @pytest.mark.parametrize(
-    "value, what",
+    ("value", "what"),
     [
         (b"\x0d", "unknown type 0xd"),
         (b"\x04\x03", "unknown literal 0x3"),
@@ -541,13 +543,14 @@ def test_a_diff_list_reads_operation_path_and_value():
         (INSERT, '$."b c"[last-1]'),
         (REMOVE, long_path),
     ]
-    assert parsed[0].value == jsonb(10) and parsed[2].value is None
+    assert parsed[0].value == jsonb(10)
+    assert parsed[2].value is None
     assert parsed[1].legs == ("b c", (1, True))
     assert parse_json_diffs(b"") == []
 
 
 @pytest.mark.parametrize(
-    "value, what",
+    ("value", "what"),
     [
         (b"\x03\x03$.a", "operation 3"),
         (b"\x00\x09$.a", "path of 9 bytes has only 3"),
@@ -591,7 +594,7 @@ def test_json_remove_removes_an_array_element():
 
 
 @pytest.mark.parametrize(
-    "spec, after",
+    ("spec", "after"),
     [
         ([(INSERT, "$[1]", "x")], '["a", "x", {"b": [1, 2]}, [3, 4]]'),
         ([(INSERT, "$[100]", "x")], '["a", {"b": [1, 2]}, [3, 4], "x"]'),
@@ -645,7 +648,7 @@ def test_the_before_value_may_be_mysqls_text_of_it():
 
 
 @pytest.mark.parametrize(
-    "before, spec, reason",
+    ("before", "spec", "reason"),
     [
         ({"a": 1}, (REPLACE, "$.b", 2), "the path to replace is not in the before value"),
         ([1], (REPLACE, "$[1]", 2), "the path to replace is not in the before value"),
@@ -667,7 +670,9 @@ def test_a_diff_mysqls_replica_would_reject_is_refused_naming_the_fix(before, sp
     with pytest.raises(UnsupportedJsonDiffError, match=reason) as failure:
         apply(before, spec)
     message = str(failure.value)
-    assert spec[1] in message and "binlog_row_value_options = ''" in message and "re-snapshot" in message
+    assert spec[1] in message
+    assert "binlog_row_value_options = ''" in message
+    assert "re-snapshot" in message
 
 
 def test_no_diff_applies_to_an_empty_value():

@@ -28,7 +28,7 @@ def columns(schema_ddl: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "row_type,schema",
+    ("row_type", "schema"),
     [
         (cl.ChangeRow, cl.CHANGELOG_SCHEMA),
         (schemas.ManifestRow, schemas.SNAPSHOT_CHUNKS_SCHEMA),
@@ -49,4 +49,6 @@ def test_a_heartbeat_row_ends_a_batch_after_every_change_at_its_position():
         "mysql-bin.000007",
         "reset-capture",
     )
-    assert row.db is None and row.table is None and row.captured_at is not None
+    assert row.db is None
+    assert row.table is None
+    assert row.captured_at is not None

@@ -184,7 +184,7 @@ def test_statement_format_dml_is_recorded_per_table_never_dropped(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "file, table, events",
+    ("file", "table", "events"),
     [
         ("minimal_row_metadata.000001", "noria.t1", 1),
         ("json.binlog.000001", "mysql.t", 6),
@@ -196,7 +196,8 @@ def test_rows_without_column_names_are_recorded_as_a_change_silver_must_stop_on(
     rows = capture(tmp_path, file)
     marks = [r for r in rows if r["op"] == STATEMENT_OP]
     assert not [r for r in rows if r["op"] in DATA_OPS], "no row of NULLs and no row under made-up names"
-    assert len(marks) == events and {f"{r['db']}.{r['table']}" for r in marks} == {table}
+    assert len(marks) == events
+    assert {f"{r['db']}.{r['table']}" for r in marks} == {table}
     assert all("binlog_row_metadata=MINIMAL" in r["ddl"] and "binlog_row_metadata=FULL" in r["ddl"] for r in marks)
 
 
@@ -210,7 +211,8 @@ def test_a_compressed_transaction_holds_its_events_in_order():
         off += size
         if isinstance(event, TransactionPayload):
             payloads.append(event)
-    assert len(payloads) == 1 and payloads[0].log_pos == 431
+    assert len(payloads) == 1
+    assert payloads[0].log_pos == 431
     assert [type(e).__name__ for e in payloads[0].events] == ["Query", "TableMapEvent", "Rows", "Xid"]
 
 
@@ -273,7 +275,8 @@ def test_compressed_transactions_give_exactly_the_rows_of_the_uncompressed_ones(
     def changes(rows):
         return [(r["op"], r["row"], r["before"], r["after"], r["gtid"]) for r in rows if r["op"] in DATA_OPS]
 
-    assert changes(compressed) == changes(plain) and len(changes(plain)) == 3
+    assert changes(compressed) == changes(plain)
+    assert len(changes(plain)) == 3
     positions = [r["pos"] for r in compressed if r["op"] in DATA_OPS]
     assert len(set(positions)) == 3, "each compressed transaction sorts at its own payload's end"
 
@@ -342,6 +345,7 @@ def test_a_batch_stops_only_between_compressed_transactions_and_resumes_there(tm
     first = read(4, max_rows=1)
     beat = next(r for r in first if r["op"] == "heartbeat")
     firsts = [(r["op"], r["pos"], r["row"]) for r in first if r["op"] in DATA_OPS]
-    assert firsts == whole[:1] and beat["pos"] == whole[0][1], "the batch ends at the first payload's end"
+    assert firsts == whole[:1], "the batch ends at the first payload's end"
+    assert beat["pos"] == whole[0][1], "the batch ends at the first payload's end"
     rest = [(r["op"], r["pos"], r["row"]) for r in read(beat["pos"], None) if r["op"] in DATA_OPS]
     assert firsts + rest == whole

@@ -28,13 +28,16 @@ def checks(variables: dict[str, str], mariadb: bool = False) -> dict[str, tuple[
 
 def test_sessions_that_can_override_the_binlog_settings_are_named_with_the_privilege_that_allows_it():
     mysql = checks({})["session overrides"]
-    assert mysql[0] is Status.INFO and "SESSION_VARIABLES_ADMIN" in mysql[1] and "SYSTEM_VARIABLES_ADMIN" in mysql[1]
+    assert mysql[0] is Status.INFO
+    assert "SESSION_VARIABLES_ADMIN" in mysql[1]
+    assert "SYSTEM_VARIABLES_ADMIN" in mysql[1]
     assert "BINLOG_ADMIN" in checks({}, mariadb=True)["session overrides"][1]
 
 
 def test_partial_json_updates_and_compressed_transactions_are_read_not_refused():
     found = checks({"binlog_row_value_options": "PARTIAL_JSON", "binlog_transaction_compression": "ON"})
-    assert found["binlog_row_value_options"][0] is Status.INFO and "diffs" in found["binlog_row_value_options"][1]
+    assert found["binlog_row_value_options"][0] is Status.INFO
+    assert "diffs" in found["binlog_row_value_options"][1]
     assert found["binlog_transaction_compression"] == (
         Status.OK,
         "ON: each transaction is one zstd TRANSACTION_PAYLOAD_EVENT, which capture decompresses",
@@ -44,7 +47,8 @@ def test_partial_json_updates_and_compressed_transactions_are_read_not_refused()
 
 def test_mariadb_compressed_binlog_events_are_refused_with_the_fix():
     status, detail = checks({"log_bin_compress": "ON"}, mariadb=True)["log_bin_compress"]
-    assert status is Status.FAIL and "SET GLOBAL log_bin_compress = OFF" in detail
+    assert status is Status.FAIL
+    assert "SET GLOBAL log_bin_compress = OFF" in detail
     assert "log_bin_compress" not in checks({"log_bin_compress": "OFF"}, mariadb=True)
 
 
@@ -56,7 +60,7 @@ def test_mysql_9_6_logs_foreign_key_actions_unless_innodb_applies_them():
 
 
 @pytest.mark.parametrize(
-    "variables, mariadb, says",
+    ("variables", "mariadb", "says"),
     [
         ({"innodb_native_foreign_keys": "OFF"}, False, "innodb_native_foreign_keys=OFF: the server (MySQL 9.6+)"),
         ({"innodb_native_foreign_keys": "ON"}, False, "innodb_native_foreign_keys=ON: InnoDB applies"),
@@ -67,7 +71,8 @@ def test_mysql_9_6_logs_foreign_key_actions_unless_innodb_applies_them():
 def test_preflight_says_which_foreign_key_mode_the_server_logs(variables, mariadb, says):
     # One line whatever the tables: the mode is the server's, not a table's.
     status, detail = checks(variables, mariadb)["foreign-key actions"]
-    assert status is Status.INFO and detail.startswith(says)
+    assert status is Status.INFO
+    assert detail.startswith(says)
     assert ("logs the rows they change" in detail) is foreign_keys_logged(variables, mariadb)
 
 
@@ -91,7 +96,7 @@ def test_mysql_8s_default_login_is_named_with_how_binlake_logs_in():
 
 
 @pytest.mark.parametrize(
-    "create_user, status, plugin",
+    ("create_user", "status", "plugin"),
     [
         ("CREATE USER `cdc`@`%` IDENTIFIED WITH 'mysql_native_password' AS '*2470C0C06DEE42FD1618BB9'", Status.OK, ""),
         ("CREATE USER `cdc`@`%` IDENTIFIED WITH 'authentication_ldap_sasl'", Status.WARN, "authentication_ldap_sasl"),
@@ -103,7 +108,8 @@ def test_every_login_plugin_is_reported_and_one_pymysql_may_not_speak_is_a_warni
     found, detail = login(create_user)
     assert found is status
     if status is Status.WARN:
-        assert f"authenticates with {plugin}" in detail and "use caching_sha2_password" in detail
+        assert f"authenticates with {plugin}" in detail
+        assert "use caching_sha2_password" in detail
 
 
 def column(name: str, data_type: str, column_type: str) -> dict:
@@ -135,4 +141,5 @@ def test_vector_columns_of_a_captured_table_are_named_with_what_they_become():
         )
     ]
     plain = PreflightReport()
-    assert check_column_types(plain, "dtb", "t", [column("id", "bigint", "bigint")]) and plain.checks == []
+    assert check_column_types(plain, "dtb", "t", [column("id", "bigint", "bigint")])
+    assert plain.checks == []

@@ -60,7 +60,8 @@ def test_foreign_key_actions_that_do_not_settle_are_a_schema_change_error():
     from binlake.silver.cascade import CascadeError
 
     assert CascadeError is binlake.CascadeError
-    assert issubclass(CascadeError, binlake.SchemaChangeError) and CascadeError.exit_code == 6
+    assert issubclass(CascadeError, binlake.SchemaChangeError)
+    assert CascadeError.exit_code == 6
 
 
 def test_the_readme_lists_every_exit_code():

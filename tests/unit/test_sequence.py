@@ -1,5 +1,7 @@
 """The change sequence: unique and totally ordered by (file index, position, row)."""
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -34,7 +36,8 @@ renamed_positions = st.builds(
 def test_equality_and_order_agree_whatever_the_base_name(a, b):
     # Exactly one of a < b, a == b, b < a: what sorted(), min() and max() rely on.
     assert [a < b, a == b, b < a].count(True) == 1
-    assert (a <= b) == (a < b or a == b) and (a >= b) == (b < a or a == b)
+    assert (a <= b) == (a < b or a == b)
+    assert (a >= b) == (b < a or a == b)
     # The base name only breaks a tie: epoch, file number and offset decide first.
     if (a.epoch, a.file_index, a.pos) != (b.epoch, b.file_index, b.pos):
         assert (a < b) == ((a.epoch, a.file_index, a.pos) < (b.epoch, b.file_index, b.pos))
@@ -42,8 +45,10 @@ def test_equality_and_order_agree_whatever_the_base_name(a, b):
 
 def test_two_files_with_one_number_are_distinct_and_ordered():
     a, b = BinlogPosition("mysql-bin.000003", 4), BinlogPosition("db1-bin.000003", 4)
-    assert a != b and (a < b) != (b < a)
-    assert sorted([a, b]) == sorted([b, a]) and min(a, b) == min(b, a)
+    assert a != b
+    assert (a < b) != (b < a)
+    assert sorted([a, b]) == sorted([b, a])
+    assert min(a, b) == min(b, a)
 
 
 def test_file_index_is_numeric_not_lexicographic():
@@ -95,5 +100,5 @@ def test_epoch_zero_keeps_the_plain_file_number_so_older_lakehouses_need_no_rewr
 def test_a_log_index_that_does_not_name_the_file_is_refused():
     with pytest.raises(ValueError, match="does not name binlog file"):
         BinlogPosition.from_log("mysql-bin.000003", 4, 1234)
-    with pytest.raises(ValueError, match="mysql-bin.000003:4@1 in source epoch 1"):
+    with pytest.raises(ValueError, match=re.escape("mysql-bin.000003:4@1 in source epoch 1")):
         BinlogPosition.parse("mysql-bin.000003:4@x")

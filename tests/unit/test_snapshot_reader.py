@@ -50,21 +50,24 @@ def test_a_chunk_selects_every_column_with_lossy_ones_again_exactly_ahead():
     plan = plan_chunk_read(chunk(), SCHEMA, None, "")
     where, params = range_condition(SCHEMA.key_columns, ("10",), ("20",))
     assert plan.select == f"SELECT CAST(`price` AS DOUBLE), `shop`.`orders`.* FROM `shop`.`orders` WHERE {where}"
-    assert plan.params == params and params
+    assert plan.params == params
+    assert params
     assert [c.name for c in plan.exact] == ["price"]
     assert plan.probe is None, "``*`` itself shows a column added or dropped since planning"
 
 
 def test_an_unbounded_chunk_selects_the_whole_table():
     plan = plan_chunk_read(chunk(start=None, end=None), SCHEMA, None, "")
-    assert plan.select.endswith("FROM `shop`.`orders` WHERE 1=1") and plan.params == []
+    assert plan.select.endswith("FROM `shop`.`orders` WHERE 1=1")
+    assert plan.params == []
 
 
 def test_a_dropped_column_is_never_selected_and_a_probe_reads_the_column_names():
     rule = ColumnRule("shop.orders", exclude=("email",))
     plan = plan_chunk_read(chunk(), SCHEMA, rule, "")
     assert plan.select.startswith("SELECT CAST(`price` AS DOUBLE), `id`, `price`, `shipped` FROM `shop`.`orders`")
-    assert "email" not in plan.select and "*" not in plan.select
+    assert "email" not in plan.select
+    assert "*" not in plan.select
     assert plan.probe == "SELECT * FROM `shop`.`orders` LIMIT 0"
 
 
@@ -74,7 +77,7 @@ def test_invisible_columns_are_named_because_star_leaves_them_out():
     hidden = replace(SCHEMA, columns=(*SCHEMA.columns, Column("my_row_id", Kind.UINT, bits=64, visible=False)))
     plan = plan_chunk_read(chunk(), hidden, None, "")
     assert "`shop`.`orders`.*, `shop`.`orders`.`my_row_id` FROM" in plan.select
-    plan.check_columns(COLUMNS + ["my_row_id"])  # what the SELECT returns: *, then the named ones
+    plan.check_columns([*COLUMNS, "my_row_id"])  # what the SELECT returns: *, then the named ones
     rule = ColumnRule("shop.orders", exclude=("email",))
     probed = plan_chunk_read(chunk(), hidden, rule, "")
     assert "`my_row_id` FROM" in probed.select
@@ -89,7 +92,7 @@ def test_the_planned_columns_in_any_order_pass_the_drift_check():
     plan_chunk_read(chunk(), SCHEMA, None, "").check_columns(["email", "id", "shipped", "price"])
 
 
-@pytest.mark.parametrize("present", [COLUMNS + ["added"], COLUMNS[:-1], ["id", "price", "shipped", "mail"]])
+@pytest.mark.parametrize("present", [[*COLUMNS, "added"], COLUMNS[:-1], ["id", "price", "shipped", "mail"]])
 def test_a_column_added_dropped_or_renamed_since_planning_stops_the_read(present):
     plan = plan_chunk_read(chunk(), SCHEMA, None, "")
     with pytest.raises(SchemaChangeError, match=r"shop\.orders changed during the snapshot \(columns now .*re-run"):
@@ -159,13 +162,15 @@ def test_a_masked_column_is_masked_after_its_canonical_text_as_capture_does():
     texts = encoding.texts(block_of(ROWS, TEXT)).to_pylist()
     assert texts[3] == masked_text("hash", "pepper", "a@example.org")
     assert texts[7] is None, "hash keeps NULL as NULL"
-    assert texts[2] is None and texts[10] is None, "a null mask stores NULL"
+    assert texts[2] is None, "a null mask stores NULL"
+    assert texts[10] is None, "a null mask stores NULL"
 
 
 def test_a_column_the_protocol_sends_as_bytes_is_encoded():
     binary = [False, False, False, False, True]  # email's collation is binary
     encoding = plan_chunk_read(chunk(), SCHEMA, None, "").row_encoding(RESULT, binary, TYPES)
-    assert encoding.as_is == [0] and [i for i, _, _ in encoding.encoded] == [1, 2, 3]
+    assert encoding.as_is == [0]
+    assert [i for i, _, _ in encoding.encoded] == [1, 2, 3]
 
 
 # ---------------------------------------------------------------------------------------
@@ -179,7 +184,8 @@ def test_row_batches_carry_only_the_texts_and_the_chunk_identity():
     encoding = plan_chunk_read(chunk(), SCHEMA, None, "").row_encoding(RESULT, TEXT, TYPES)
     batches = ChunkBatches(chunk(), "attempt-9", COLUMNS)
     batch = batches.rows(encoding.columns(encoding.texts(block_of(ROWS, TEXT)), 3, COLUMNS))
-    assert batch.schema == arrow_schema(4) and batch.num_rows == 3
+    assert batch.schema == arrow_schema(4)
+    assert batch.num_rows == 3
     assert batch.to_pylist()[0] == {
         "_t0": "11",
         "_t1": "0.4823751449584961",
@@ -195,7 +201,8 @@ def test_the_marker_row_has_no_values_and_holds_the_watermarks_count_checksum_an
     hw = BinlogPosition("mysql-bin.000005", 99, epoch=1)
     batches = ChunkBatches(chunk(), "attempt-9", COLUMNS)
     marker = batches.marker(LW, hw, count=3, checksum=2**64 - 1, zero_dates=2).to_pylist()
-    assert len(marker) == 1 and all(marker[0][f"_t{i}"] is None for i in range(4))
+    assert len(marker) == 1
+    assert all(marker[0][f"_t{i}"] is None for i in range(4))
     assert (marker[0]["_cdc_chunk_id"], marker[0]["_cdc_attempt_id"]) == (3, "attempt-9")
     assert dict(marker[0]["_cdc_chunk_stats"]) == {
         "snapshot_id": "snap-1",

@@ -15,7 +15,7 @@ def test_distinct_tables_do_not_clash():
 
 
 @pytest.mark.parametrize(
-    "tables, shared, roles",
+    ("tables", "shared", "roles"),
     [
         # The separator is ambiguous: both are a__b__c on Unity Catalog.
         ([("a__b", "c"), ("a", "b__c")], "a__b__c", "the table of a.b__c and the table of a__b.c"),

@@ -55,7 +55,7 @@ def stream(rows: list[bytes], first_seq: int = 1) -> bytes:
 
 
 def payloads(buf, starts) -> list[bytes]:
-    ends = list(starts[1:] - 4) + [len(buf)]
+    ends = [*(starts[1:] - 4), len(buf)]
     return [bytes(buf[s:e]) for s, e in zip(starts, ends)]
 
 
@@ -70,8 +70,10 @@ def test_rows_are_cut_at_packet_bounds_whatever_the_reads_return(step):
         assert len(starts) <= 250
         got += payloads(buf, starts)
     assert got == rows
-    assert reader.finished and conn._next_seq_id == (1 + 600 + 1) % 256
-    assert reader.pending == b"" and not conn.closed
+    assert reader.finished
+    assert conn._next_seq_id == (1 + 600 + 1) % 256
+    assert reader.pending == b""
+    assert not conn.closed
 
 
 def test_a_wrong_sequence_id_on_any_row_closes_the_connection_with_the_ids():
@@ -86,7 +88,7 @@ def test_a_wrong_sequence_id_on_any_row_closes_the_connection_with_the_ids():
 def test_an_empty_result_is_just_the_eof_packet():
     conn = FakeConnection(stream([]), 2)
     reader = PacketReader(conn)
-    buf, starts, done = reader.rows(10)
+    _buf, starts, done = reader.rows(10)
     assert (len(starts), done, conn._next_seq_id) == (0, True, 2)
 
 

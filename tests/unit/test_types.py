@@ -77,7 +77,9 @@ MAPPING = [
 ]
 
 
-@pytest.mark.parametrize("data_type, column_type, precision, scale, spark_type", MAPPING, ids=[m[1] for m in MAPPING])
+@pytest.mark.parametrize(
+    ("data_type", "column_type", "precision", "scale", "spark_type"), MAPPING, ids=[m[1] for m in MAPPING]
+)
 def test_every_mysql_type_maps_to_the_documented_spark_type(data_type, column_type, precision, scale, spark_type):
     col = column_from_information_schema("c", data_type, column_type, precision, scale, 0)
     assert col.spark_type == spark_type
@@ -164,7 +166,7 @@ INT_RANGES = {
 SPARK_RANGES = {"TINYINT": 2**7, "SMALLINT": 2**15, "INT": 2**31, "BIGINT": 2**63, "DECIMAL(20,0)": 10**20}
 
 
-@pytest.mark.parametrize("kind, bits", sorted(INT_RANGES, key=lambda kb: (kb[0].value, kb[1])))
+@pytest.mark.parametrize(("kind", "bits"), sorted(INT_RANGES, key=lambda kb: (kb[0].value, kb[1])))
 @given(data=st.data())
 def test_integers_round_trip_and_fit_their_spark_type(kind, bits, data):
     lo, hi = INT_RANGES[(kind, bits)]
@@ -271,7 +273,7 @@ def test_strings_are_kept_as_they_are(value):
 
 
 @pytest.mark.parametrize(
-    "column, snapshot_value, binlog_value, text",
+    ("column", "snapshot_value", "binlog_value", "text"),
     [
         (col(Kind.BIT, bits=3), b"\x05", "101", "5"),
         (col(Kind.BIT, bits=64), b"\xff" * 8, "1" * 64, "-1"),
@@ -325,7 +327,7 @@ def test_snapshot_and_binlog_values_encode_to_one_text(column, snapshot_value, b
 
 
 @pytest.mark.parametrize(
-    "column, sql",
+    ("column", "sql"),
     [
         (col(Kind.INT, bits=32), "CAST(x AS INT)"),
         (col(Kind.UINT, bits=64), "CAST(x AS DECIMAL(20,0))"),
@@ -341,4 +343,5 @@ def test_spark_decode_casts_the_text_to_the_mapped_type(column, sql):
 
 def test_zero_dates_decode_to_null_in_spark_sql():
     sql = spark_decode_sql(col(Kind.DATE), "x")
-    assert sql.startswith("CASE WHEN x LIKE '0000-%'") and "THEN NULL" in sql
+    assert sql.startswith("CASE WHEN x LIKE '0000-%'")
+    assert "THEN NULL" in sql

@@ -42,7 +42,8 @@ def test_string_bounds_in_byte_order_are_compared_as_bytes():
 
 def test_names_are_quoted_and_values_are_parameters():
     sql, params = chunk_stats_sql(_schema(Kind.INT, "i`d"), _chunks("7"))
-    assert "FROM `shop`.`or``ders`" in sql and "`i``d` >= %s" in sql
+    assert "FROM `shop`.`or``ders`" in sql
+    assert "`i``d` >= %s" in sql
     assert params == [7]
 
 
@@ -71,4 +72,5 @@ def test_the_parts_are_numbered_and_the_chunk_checksum_sums_every_part():
     hashes = mysql_part_hashes_sql(schema)
     assert [h.count(f"CONCAT_WS(',', '{j}', ") for j, h in enumerate(hashes, 1)] == [1, 1, 1]
     sql, _ = chunk_stats_sql(schema, _chunks("7"))
-    assert sql.count("SUM(") == 3 and " + SUM(" in sql
+    assert sql.count("SUM(") == 3
+    assert " + SUM(" in sql

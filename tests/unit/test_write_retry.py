@@ -33,7 +33,7 @@ def test_other_errors_are_not_retried_and_retries_are_bounded(monkeypatch):
         calls.append(1)
         raise ValueError("bad data")
 
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^bad data$"):
         write_errors.with_retry("MERGE into t", broken)
     assert len(calls) == 1
 

@@ -304,7 +304,7 @@ class _ChangeColumns:
         self.after.add(after)
         self.n += 1
 
-    def add_event(self, db, table, op, pos, first_row, n, images, commit_ts, gtid, server_id, schema_version):  # noqa: PLR0913
+    def add_event(self, db, table, op, pos, first_row, n, images, commit_ts, gtid, server_id, schema_version):
         """The ``n`` rows of one ROWS event, numbered from ``first_row``; ``images``: the
         before and the after image, each ``(names, flat texts)`` (see _Images.add_flat) or None."""
         c = self.cols
@@ -546,7 +546,8 @@ class _RangeReader:
     def _add_decoded_rows(self, plan: TablePlan, event: Rows, pos: int, first_row: int, commit_ts: int) -> int:
         """The event's row bytes straight to canonical texts, the column rule applied."""
         decoder = plan.decoder
-        assert decoder is not None and plan.version is not None
+        assert decoder is not None
+        assert plan.version is not None
         kind = event.kind
         first: list = []
         images: tuple[tuple[list[str], list | None] | None, tuple[list[str], list | None] | None]

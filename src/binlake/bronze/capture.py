@@ -55,7 +55,7 @@ from binlake.bronze.capture_position import (
 from binlake.bronze.capture_state import CaptureState, capture_position, capture_state
 from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.changelog import HEARTBEAT_OP, RENAMED_INTO_OP
 from binlake.contract.position import BinlogPosition
@@ -110,8 +110,7 @@ def run_capture(spark: SparkLike, config: Config, continuous: bool = False, cons
     last commit (an existing table newly included) is snapshotted first, whatever runs
     capture (the bundle's scheduled pipeline included): its older rows are in no change
     record capture kept."""
-    if not isinstance(config, Config):
-        raise TypeError("config must be a binlake.config.Config (use load_config)")
+    require_config(config)
     if config.source.archive is not None:
         # A source that is only binlog files: the same batches, positioned by the files.
         from binlake.bronze.capture_archive import ArchiveBatches, run_archive_capture

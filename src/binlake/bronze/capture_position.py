@@ -20,6 +20,7 @@ from binlake.bronze.snapshot import run_snapshot
 from binlake.bronze.tables import ensure_bronze_tables
 from binlake.config import Config, PurgePolicy, StartupMode
 from binlake.contract.position import EPOCH_SHIFT, BinlogPosition, file_name
+from binlake.contract.sql import sql
 from binlake.contract.tables import Lakehouse
 from binlake.errors import BinlakeError, BinlogPurgedError, GtidNotFound, SourceChangedError
 from binlake.source import gtid as gtids
@@ -153,13 +154,17 @@ def _initial_position(spark: SparkLike, lh: Lakehouse, conn) -> BinlogPosition:
     current = master_status(conn)
     candidates = [current]
     if lh.snapshot_plan.exists(spark) and lh.snapshot_chunks.exists(spark) and lh.schema_history.exists(spark):
-        rows = spark.sql(
-            f"SELECT h.file_index, h.pos FROM {lh.schema_history.sql} h JOIN ("
-            f"SELECT DISTINCT p.db, p.`table`, p.schema_version FROM {lh.snapshot_plan.sql} p "
-            f"LEFT ANTI JOIN {lh.snapshot_chunks.sql} c ON p.snapshot_id = c.snapshot_id AND p.chunk_id = c.chunk_id"
+        statement = sql(
+            "SELECT h.file_index, h.pos FROM {history} h JOIN ("
+            "SELECT DISTINCT p.db, p.`table`, p.schema_version FROM {plan} p "
+            "LEFT ANTI JOIN {chunks} c ON p.snapshot_id = c.snapshot_id AND p.chunk_id = c.chunk_id"
             ") o ON h.db = o.db AND h.`table` = o.`table` AND h.schema_version = o.schema_version "
-            "ORDER BY h.file_index, h.pos LIMIT 1"
-        ).collect()
+            "ORDER BY h.file_index, h.pos LIMIT 1",
+            history=lh.schema_history.sql,
+            plan=lh.snapshot_plan.sql,
+            chunks=lh.snapshot_chunks.sql,
+        )
+        rows = spark.sql(statement).collect()
         if rows:
             index = int(rows[0]["file_index"])
             candidates.append(
@@ -169,8 +174,10 @@ def _initial_position(spark: SparkLike, lh: Lakehouse, conn) -> BinlogPosition:
             )
     if lh.snapshot_chunks.exists(spark):
         rows = spark.sql(
-            f"SELECT lw_file, lw_file_index, lw_pos FROM {lh.snapshot_chunks.sql} ORDER BY lw_file_index, lw_pos "
-            "LIMIT 1"
+            sql(
+                "SELECT lw_file, lw_file_index, lw_pos FROM {chunks} ORDER BY lw_file_index, lw_pos LIMIT 1",
+                chunks=lh.snapshot_chunks.sql,
+            )
         ).collect()
         if rows:
             candidates.append(BinlogPosition.from_log(rows[0]["lw_file"], rows[0]["lw_file_index"], rows[0]["lw_pos"]))

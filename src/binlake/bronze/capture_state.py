@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.position import BinlogPosition
+from binlake.contract.sql import spark_string, sql
 from binlake.contract.tables import Lakehouse
 from binlake.errors import SourceChangedError
 
@@ -51,10 +52,13 @@ def capture_state(spark: SparkLike, lh: Lakehouse) -> CaptureState | None:
         tagged = from_tag([commit])
         if tagged is not None:
             return tagged
-    rows = spark.sql(
-        f"SELECT binlog_file, file_index, pos, server_id, gtid FROM {lh.changelog.sql} WHERE op = '{HEARTBEAT_OP}' "
-        "ORDER BY file_index DESC, pos DESC LIMIT 1"
-    ).collect()
+    statement = sql(
+        "SELECT binlog_file, file_index, pos, server_id, gtid FROM {changelog} WHERE op = {heartbeat} "
+        "ORDER BY file_index DESC, pos DESC LIMIT 1",
+        changelog=lh.changelog.sql,
+        heartbeat=spark_string(HEARTBEAT_OP),
+    )
+    rows = spark.sql(statement).collect()
     if not rows:
         return None
     r = rows[0]

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.sql import Sql, qualified, quote_ident, sql, sql_list
 from binlake.contract.types import Column, Kind
 
 Key = tuple  # tuple[str, ...]: canonical texts, one per key column
@@ -157,18 +157,21 @@ def boundary_query(
 ) -> tuple[str, list]:
     """SQL + params for the key ``chunk_size`` rows after ``start`` (inclusive), in index order."""
     _check_chunk_size(chunk_size)
-    cols = ", ".join(quote_ident(c.name) for c in key_columns)
+    cols = sql_list(quote_ident(c.name) for c in key_columns)
     where, params = range_condition(key_columns, start, None)
-    sql = f"SELECT {cols} FROM {qualified(db, table)}"
-    if where != "1=1":
-        sql += f" WHERE {where}"
-    sql += f" ORDER BY {cols} LIMIT 1 OFFSET {int(chunk_size)}"
-    return sql, params
+    where_sql = sql(" WHERE {w}", w=Sql(where)) if where != "1=1" else Sql("")
+    statement = sql(
+        "SELECT {cols} FROM {t}{where} ORDER BY {cols} LIMIT 1 OFFSET {n}",
+        cols=cols,
+        t=qualified(db, table),
+        where=where_sql,
+        n=int(chunk_size),
+    )
+    return statement, params
 
 
 def min_max_query(db: str, table: str, key_column: Column) -> str:
-    col = quote_ident(key_column.name)
-    return f"SELECT MIN({col}) AS lo, MAX({col}) AS hi FROM {qualified(db, table)}"
+    return sql("SELECT MIN({c}) AS lo, MAX({c}) AS hi FROM {t}", c=quote_ident(key_column.name), t=qualified(db, table))
 
 
 # ---------------------------------------------------------------------------------------

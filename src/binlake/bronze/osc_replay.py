@@ -50,6 +50,7 @@ from binlake.contract.schemas import (
 )
 from binlake.contract.tables import Lakehouse
 from binlake.contract.types import TableSchema
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -290,7 +291,8 @@ def replay_cut_over(spark: SparkLike, lh: Lakehouse, batch, batch_schemas: list[
         reason = verdict(cut, facts, schema)
         if reason is not None:
             return Replay(cut, reason=reason)
-        assert schema is not None and facts.created is not None
+        assert schema is not None
+        assert facts.created is not None
         rows = shadow_rows(records, facts.created, schema.key).persist(StorageLevel.MEMORY_AND_DISK)
         try:
             names = [c.name for c in schema.columns]
@@ -364,7 +366,7 @@ def _write_replay(spark: SparkLike, lh: Lakehouse, rows, schema: TableSchema, cu
         *constants, F.col("img").alias("row"), F.lit(None).cast("map<string,string>").alias("chunk_stats")
     )
     lh.snapshot_rows.save(data.unionByName(marker).write.format("delta").mode("append"))
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     plan = [(snapshot_id, cut.db, cut.table, 0, list(schema.key), None, None, version, now)]
     lh.snapshot_plan.save(spark.createDataFrame(plan, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append"))
     faults.point("capture.replay_before_manifest")

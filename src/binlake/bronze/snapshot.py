@@ -60,7 +60,7 @@ from binlake.bronze.tables import (
     ensure_bronze_tables,
     record_schemas,
 )
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.columns import stored_schema
 from binlake.contract.memo import once_per_version
@@ -84,6 +84,7 @@ from binlake.errors import LakehouseError, PreflightError
 from binlake.source.catalog import table_arguments, table_schema
 from binlake.source.mysql import connect, master_status, query, server_id
 from binlake.spark import require_binlake_on_workers
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -180,8 +181,7 @@ def run_snapshot(
 
     ``fresh``: plan a new snapshot of every target, whatever is complete or open (named
     ``tables`` are always planned anew)."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
     started = time.monotonic()
@@ -250,8 +250,7 @@ def resnapshot_chunks(
     the given order; its manifest rows (``snapshot_chunks``) carry the same bounds, so
     silver reconciles exactly those ranges. Used by ``verify --repair``.
     """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     if not isinstance(db, str) or not db or not isinstance(table, str) or not table:
         raise ValueError("db and table must be non-empty strings")
     ranges = list(chunks)
@@ -353,7 +352,7 @@ def _plan(
     position = master_status(conn).in_epoch(source[0])
     stored = {s.name: stored_schema(config.source, s) for s, _ in tables}
     record_schemas(spark, lh, [(stored[s.name], position.log_index, position.pos, None) for s, _ in tables])
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     out = []
     rows = []
     for schema, mode in tables:
@@ -540,7 +539,7 @@ def _manifest_rows(
 ) -> list[ManifestRow]:
     """The wave's manifest rows, from the marker stats its writes observed: a chunk without one
     wrote nothing the manifest could name, which stops the snapshot before any is committed."""
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     manifest = []
     for p in wave:
         s = stats.get((p.snapshot_id, p.chunk_id))
@@ -658,7 +657,7 @@ def _observed_markers(observed, chunks: list[_Pending]) -> dict[int, dict] | Non
         if not _arrived(observed):
             return None
         markers = json.loads(observed.get["markers"])
-    except Exception:  # noqa: BLE001 - any failure here only costs the read-back
+    except Exception:  # any failure here only costs the read-back
         log.debug("snapshot markers not observed; reading them back", exc_info=True)
         return None
     by_chunk = {m[SNAPSHOT_CHUNK_ID]: m[SNAPSHOT_CHUNK_STATS] for m in markers}

@@ -40,7 +40,7 @@ from binlake.config import ColumnRule, SourceConfig
 from binlake.contract.columns import masked_text
 from binlake.contract.position import BinlogPosition
 from binlake.contract.schemas import SNAPSHOT_ATTEMPT_ID, SNAPSHOT_CHUNK_ID, SNAPSHOT_CHUNK_STATS
-from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.sql import Sql, qualified, quote_ident, sql, sql_list
 from binlake.contract.types import Column, Kind, TableSchema, spark_decode_sql
 from binlake.errors import SchemaChangeError, SourceChangedError, TableDefinitionChanged
 
@@ -421,18 +421,20 @@ def plan_chunk_read(p: ChunkPartition, schema: TableSchema, rule: ColumnRule | N
     # ``*`` itself stays so that a column added or dropped since planning is noticed.
     kept = [c for c in schema.columns if rule is None or rule.keeps(c.name)]
     exact = tuple(c for c in kept if exact_value_sql(c) != quote_ident(c.name))
-    extra = "".join(f"{exact_value_sql(c)}, " for c in exact)
     table_sql = qualified(p.db, p.table)
     if len(kept) == len(schema.columns):
         # ``*`` leaves invisible columns out (MySQL 8.0.23+, MariaDB 10.3+): they are named after it.
-        hidden = "".join(f", {table_sql}.{quote_ident(c.name)}" for c in kept if not c.visible)
-        select, probe = f"SELECT {extra}{table_sql}.*{hidden} FROM {table_sql} WHERE {where}", None
+        hidden = [Sql(f"{table_sql}.{quote_ident(c.name)}") for c in kept if not c.visible]
+        columns = sql_list([Sql(f"{table_sql}.*"), *hidden])
+        probe = None
     else:
         # A dropped column is never selected: its values must not reach this process. The
         # column list is checked by a ``LIMIT 0`` probe of ``*`` (names only, no rows) in
         # the same transaction, whose metadata lock keeps it until the chunk is read.
-        columns = ", ".join(quote_ident(c.name) for c in kept)
-        select, probe = f"SELECT {extra}{columns} FROM {table_sql} WHERE {where}", f"SELECT * FROM {table_sql} LIMIT 0"
+        columns = sql_list(quote_ident(c.name) for c in kept)
+        probe = sql("SELECT * FROM {t} LIMIT 0", t=table_sql)
+    selected = sql_list([*(Sql(exact_value_sql(c)) for c in exact), columns])
+    select = sql("SELECT {columns} FROM {t} WHERE {where}", columns=selected, t=table_sql, where=Sql(where))
     return ChunkRead(f"{p.db}.{p.table}", schema, rule, salt, select, params, probe, exact)
 
 

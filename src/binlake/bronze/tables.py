@@ -79,14 +79,13 @@ def record_schemas(spark: SparkLike, lh: Lakehouse, entries: list[tuple[TableSch
     A version is identified by the table's column names, Spark types and key
     (:meth:`TableSchema.version`), so the snapshot and the binlog agree on it.
     """
-    from datetime import datetime, timezone
-
     from binlake.contract.schemas import SCHEMA_HISTORY_SCHEMA
+    from binlake.timing import utc_now
 
     if not entries:
         return 0
     known = known_schema_versions(spark, lh)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     rows = []
     for schema, file_index, pos, ddl in entries:
         key = (schema.database, schema.table, schema.version())

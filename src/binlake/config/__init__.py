@@ -35,7 +35,7 @@ from binlake.config.column_rules import HASH, MASKS, NULL, ColumnRule
 from binlake.config.expectations import Expectation, Severity, SuiteFile
 from binlake.config.gold import CheckRule, GoldConfig
 from binlake.config.loading import load_config, load_config_text, reference
-from binlake.config.model import Config
+from binlake.config.model import Config, require_config
 from binlake.config.secrets import Secret
 from binlake.config.sections import (
     CaptureConfig,
@@ -63,9 +63,9 @@ __all__ = [
     "Expectation",
     "GoldConfig",
     "HealthConfig",
+    "Hint",
     "HistoryConfig",
     "HistoryTable",
-    "Hint",
     "LakehouseConfig",
     "MaintenanceConfig",
     "PurgePolicy",
@@ -79,4 +79,5 @@ __all__ = [
     "load_config",
     "load_config_text",
     "reference",
+    "require_config",
 ]

@@ -99,3 +99,10 @@ class Config:
             return None
         p = Path(self.lakehouse.path)
         return str(p if p.is_absolute() else (Path(self.base_dir) / p).resolve())
+
+
+def require_config(config: object) -> Config:
+    """``config`` itself, checked at the entry points that take one from a caller."""
+    if not isinstance(config, Config):
+        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}: use binlake.load_config")
+    return config

@@ -39,7 +39,7 @@ class Secret:
     never talks to a workspace.
     """
 
-    __slots__ = ("_value", "_ref")
+    __slots__ = ("_ref", "_value")
 
     def __init__(self, value: str | None = None, *, scope: str | None = None, key: str | None = None):
         self._value = value

@@ -93,12 +93,11 @@ class CaptureConfig:
 
     @model_validator(mode="after")
     def _start(self) -> CaptureConfig:
-        if self.startup is StartupMode.POSITION:
-            if not self.start_position or not BINLOG_POSITION.match(self.start_position):
-                raise ConfigError(
-                    'capture.startup is "position" but capture.start_position is missing or not FILE:POS: '
-                    'set it like "mysql-bin.000003:4"'
-                )
+        if self.startup is StartupMode.POSITION and not BINLOG_POSITION.match(self.start_position or ""):
+            raise ConfigError(
+                'capture.startup is "position" but capture.start_position is missing or not FILE:POS: '
+                'set it like "mysql-bin.000003:4"'
+            )
         if self.on_purge is PurgePolicy.ARCHIVE and not self.archive:
             raise ConfigError(
                 "capture.on_purge is archive but capture.archive is not set: set it to the directory your "

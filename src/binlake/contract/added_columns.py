@@ -113,10 +113,7 @@ def added_definitions(ddl: str | None) -> dict[str, list[str]]:
                 continue
             if len(rest) >= 3 and [t.upper() for t in rest[:3]] == ["IF", "NOT", "EXISTS"]:
                 rest = rest[3:]
-            if rest and rest[0].startswith("("):
-                inner = [c for c in _clauses(_tokens(rest[0][1:-1]))]
-            else:
-                inner = [rest]
+            inner = [c for c in _clauses(_tokens(rest[0][1:-1]))] if rest and rest[0].startswith("(") else [rest]
             for column in inner:
                 if column and column[0].upper() not in _NOT_COLUMNS:
                     out[unquote_ident(column[0]).lower()] = column[1:]
@@ -249,9 +246,8 @@ def _convert(col: Column, definition: list[str], kind: str, value) -> Backfill: 
         return Backfill(encode_value(col, d))
     if k in (Kind.FLOAT, Kind.DOUBLE):
         return Backfill(encode_value(col, float(decimal.Decimal(value))))
-    if kind == "num" and k is not Kind.BINARY:
-        if not re.fullmatch(r"-?\d+", value):
-            raise ValueError("a number's text form")
+    if kind == "num" and k is not Kind.BINARY and not re.fullmatch(r"-?\d+", value):
+        raise ValueError("a number's text form")
     if k in (Kind.STRING, Kind.JSON):
         text = value
         return Backfill(text.rstrip(" ") if definition[0].upper() == "CHAR" else text)

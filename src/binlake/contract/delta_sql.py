@@ -29,23 +29,29 @@ if TYPE_CHECKING:
     from binlake.spark import SparkLike
 
 from binlake.contract.commit_tag import committing
+from binlake.contract.sql import Sql, quote_ident, sql, sql_list
 
 
 @overload
-def _sql(what: str, value: str) -> str: ...
+def _sql(what: str, value: str) -> Sql: ...
 @overload
-def _sql(what: str, value: object) -> str | None: ...
-def _sql(what: str, value: object) -> str | None:
+def _sql(what: str, value: object) -> Sql | None: ...
+def _sql(what: str, value: object) -> Sql | None:
+    """A condition or value, SQL text as DeltaTable's API takes it (the caller built it)."""
     if value is None or isinstance(value, str):
-        return value
+        return None if value is None else Sql(value)
     raise TypeError(
         f"{what} must be SQL text on a Spark Connect session (got {type(value).__name__}): "
         "build it as a string, e.g. with binlake.contract.sql.spark_literal"
     )
 
 
-def _assignments(what: str, pairs: Mapping[str, str]) -> str:
-    return ", ".join(f"{column} = {_sql(what, expr)}" for column, expr in pairs.items())
+def _assignments(what: str, pairs: Mapping[str, str]) -> Sql:
+    return sql_list(Sql(f"{_sql('a column', column)} = {_sql(what, expr)}") for column, expr in pairs.items())
+
+
+def _where(condition: Sql | None) -> Sql:
+    return sql(" WHERE {c}", c=condition) if condition else Sql("")
 
 
 class DeltaSql:
@@ -53,12 +59,12 @@ class DeltaSql:
 
     def __init__(self, spark: SparkLike, table_sql: str, alias: str | None = None):
         self._spark = spark
-        self._table = table_sql
+        self._table = Sql(table_sql)  # TableRef.sql
         self._alias = alias
 
     @property
-    def _target(self) -> str:
-        return f"{self._table} AS {self._alias}" if self._alias else self._table
+    def _target(self) -> Sql:
+        return sql("{t} AS {a}", t=self._table, a=quote_ident(self._alias)) if self._alias else self._table
 
     def alias(self, name: str) -> DeltaSql:
         return DeltaSql(self._spark, self._table, name)
@@ -75,16 +81,16 @@ class DeltaSql:
 
     def update(self, condition: str | None = None, set: Mapping[str, str] | None = None):
         where = _sql("an UPDATE condition", condition)
+        statement = sql(
+            "UPDATE {t} SET {a}{w}", t=self._target, a=_assignments("an UPDATE value", set or {}), w=_where(where)
+        )
         with committing(self._spark):
-            self._spark.sql(
-                f"UPDATE {self._target} SET {_assignments('an UPDATE value', set or {})}"
-                + (f" WHERE {where}" if where else "")
-            )
+            self._spark.sql(statement)
 
     def delete(self, condition: str | None = None):
         where = _sql("a DELETE condition", condition)
         with committing(self._spark):
-            self._spark.sql(f"DELETE FROM {self._target}" + (f" WHERE {where}" if where else ""))
+            self._spark.sql(sql("DELETE FROM {t}{w}", t=self._target, w=_where(where)))
 
     def merge(self, source, condition: str, source_alias: str = "s") -> MergeSql:
         return MergeSql(self._spark, self._target, source, source_alias, _sql("a MERGE condition", condition))
@@ -125,7 +131,7 @@ class MergeSql:
         return self
 
     def whenMatchedUpdate(self, condition: str | None = None, set: Mapping[str, str] | None = None):
-        return self._add("WHEN MATCHED", condition, f"UPDATE SET {_assignments('a MERGE value', set or {})}")
+        return self._add("WHEN MATCHED", condition, sql("UPDATE SET {a}", a=_assignments("a MERGE value", set or {})))
 
     def whenMatchedUpdateAll(self, condition: str | None = None):
         return self._add("WHEN MATCHED", condition, "UPDATE SET *")
@@ -135,9 +141,9 @@ class MergeSql:
 
     def whenNotMatchedInsert(self, condition: str | None = None, values: Mapping[str, str] | None = None):
         values = values or {}
-        columns = ", ".join(values)
-        exprs = ", ".join(_sql("a MERGE value", v) for v in values.values())
-        return self._add("WHEN NOT MATCHED", condition, f"INSERT ({columns}) VALUES ({exprs})")
+        columns = sql_list(_sql("a column", c) for c in values)
+        exprs = sql_list(_sql("a MERGE value", v) for v in values.values())
+        return self._add("WHEN NOT MATCHED", condition, sql("INSERT ({c}) VALUES ({v})", c=columns, v=exprs))
 
     def whenNotMatchedInsertAll(self, condition: str | None = None):
         return self._add("WHEN NOT MATCHED", condition, "INSERT *")
@@ -156,10 +162,15 @@ class MergeSql:
             # A command runs when spark.sql() is called (classic and Connect alike); the rows
             # are fetched before the view goes.
             with committing(self._spark):
-                result = self._spark.sql(
-                    f"MERGE INTO {self._target} USING {view} AS {self._source_alias} ON {self._condition} "
-                    + " ".join(self._clauses)
+                statement = sql(
+                    "MERGE INTO {t} USING {v} AS {s} ON {c} {clauses}",
+                    t=self._target,
+                    v=quote_ident(view),
+                    s=quote_ident(self._source_alias),
+                    c=Sql(self._condition),
+                    clauses=sql_list((Sql(c) for c in self._clauses), " "),
                 )
+                result = self._spark.sql(statement)
                 rows = result.collect()
             return self._spark.createDataFrame(rows, result.schema)
         finally:

@@ -65,7 +65,7 @@ from binlake.contract.schemas import (
     SNAPSHOT_ROWS_PROPERTIES,
     UNPARTITIONED_SNAPSHOT_ROWS_PROPERTIES,
 )
-from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.sql import Sql, quote_ident, spark_string, sql, sql_list
 from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.write_errors import with_retry
 from binlake.errors import LayoutOutdatedError, LayoutTooNewError
@@ -293,8 +293,9 @@ def _move(spark: SparkLike, old: TableRef, new: TableRef, spec: _Table | None) -
 def _select(spark: SparkLike, ref: TableRef, columns: list[tuple[str, str]]) -> str:
     """``SELECT`` of ``columns`` (name, type) from ``ref``: the ones it lacks as NULL."""
     have = {c for c, _ in _table_columns(spark, ref)}
-    exprs = [f"CAST({quote_ident(c) if c in have else 'NULL'} AS {t}) AS {quote_ident(c)}" for c, t in columns]
-    return f"SELECT {', '.join(exprs)} FROM {ref.sql}"
+    # The types are binlake's own table schemas (SQL type names).
+    exprs = [Sql(f"CAST({quote_ident(c) if c in have else 'NULL'} AS {t}) AS {quote_ident(c)}") for c, t in columns]
+    return sql("SELECT {columns} FROM {t}", columns=sql_list(exprs), t=ref.sql)
 
 
 def _table_columns(spark: SparkLike, ref: TableRef) -> list[tuple[str, str]]:

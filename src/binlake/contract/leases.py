@@ -41,7 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from binlake.contract.sql import spark_string
+from binlake.contract.sql import Sql, spark_string, sql, sql_list
 from binlake.contract.tables import Lakehouse
 from binlake.contract.write_errors import with_retry
 from binlake.errors import LakehouseError, LeaseHeldError, LeaseLostError
@@ -104,8 +104,8 @@ def ensure_leases_table(spark: SparkLike, lh: Lakehouse, layout_version: int) ->
                 f"schema {lh.catalog}.{schema} (lakehouse.system_schema) does not exist: deploy the bundle, which "
                 f"creates it, or run CREATE SCHEMA {lh.catalog}.{schema}"
             )
-    rows = ", ".join(f"({spark_string(layer)})" for layer in LAYERS)
-    nulls = (
+    rows = sql_list(sql("({layer})", layer=spark_string(layer)) for layer in LAYERS)
+    nulls = Sql(
         "CAST(NULL AS STRING) AS holder_id, CAST(NULL AS STRING) AS command, CAST(NULL AS STRING) AS host, "
         "CAST(NULL AS BIGINT) AS pid, CAST(NULL AS STRING) AS job_id, CAST(NULL AS STRING) AS job_run_id, "
         "CAST(NULL AS TIMESTAMP) AS acquired_at, CAST(NULL AS TIMESTAMP) AS renewed_at, "
@@ -113,12 +113,18 @@ def ensure_leases_table(spark: SparkLike, lh: Lakehouse, layout_version: int) ->
     )
 
     def create() -> None:
-        spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {ref.sql} USING DELTA "
+        statement = sql(
+            "CREATE TABLE IF NOT EXISTS {t} USING DELTA "
             "COMMENT 'binlake: which process writes which layer; the lakehouse layout version' "
-            f"TBLPROPERTIES ('{LAYOUT_PROPERTY}' = '{int(layout_version)}') "
-            f"AS SELECT layer, {nulls} FROM VALUES {rows} AS v(layer)"
+            "TBLPROPERTIES ({key} = {version}) "
+            "AS SELECT layer, {nulls} FROM VALUES {rows} AS v(layer)",
+            t=ref.sql,
+            key=spark_string(LAYOUT_PROPERTY),
+            version=spark_string(str(int(layout_version))),
+            nulls=nulls,
+            rows=rows,
         )
+        spark.sql(statement)
 
     try:
         with_retry("create the leases table", create)
@@ -171,8 +177,13 @@ class Leases:
     # two processes racing for a row conflict in Delta, and the retry re-evaluates the condition.
 
     def _update(self, layers: Sequence[str], assignments: str, condition: str) -> int:
-        where = f"layer IN ({', '.join(spark_string(layer) for layer in layers)}) AND ({condition})"
-        statement = f"UPDATE {self.ref.sql} SET {assignments} WHERE {where}"
+        statement = sql(
+            "UPDATE {t} SET {assignments} WHERE layer IN ({layers}) AND ({condition})",
+            t=self.ref.sql,
+            assignments=Sql(assignments),
+            layers=sql_list(spark_string(layer) for layer in layers),
+            condition=Sql(condition),
+        )
         return int(with_retry("lease update", lambda: self.spark.sql(statement).collect())[0][0])
 
     def _take(self, layers: Sequence[str], condition: str) -> int:
@@ -222,7 +233,7 @@ class Leases:
         self._update(self.layers, "expires_at = current_timestamp()", f"holder_id = {me}")
 
     def rows(self) -> list:
-        return self.spark.sql(f"SELECT *, current_timestamp() AS now FROM {self.ref.sql}").collect()
+        return self.spark.sql(sql("SELECT *, current_timestamp() AS now FROM {t}", t=self.ref.sql)).collect()
 
     def raise_if_lost(self) -> None:
         if self.lost.is_set():
@@ -275,7 +286,7 @@ def current_holders(spark: SparkLike, lh: Lakehouse) -> dict[str, dict]:
     """Each layer's live lease: ``{layer: {holder, since, until}}`` (``binlake status``)."""
     if not lh.leases.exists(spark):
         return {}
-    rows = spark.sql(f"SELECT *, current_timestamp() AS now FROM {lh.leases.sql}").collect()
+    rows = spark.sql(sql("SELECT *, current_timestamp() AS now FROM {t}", t=lh.leases.sql)).collect()
     return {
         r["layer"]: {"holder": _holder(r).describe(), "since": r["acquired_at"], "until": r["expires_at"]}
         for r in rows

@@ -2,20 +2,61 @@
 
 Every SQL string binlake builds quotes identifiers with :func:`quote_ident` (backticks mean
 the same in MySQL and Spark SQL) and values with the literal function of the dialect that
-reads them; no name or value is ever pasted unquoted.
+reads them; no name or value is ever pasted unquoted. Each of them returns :data:`Sql`, and
+:func:`sql` fills a statement's template with ``Sql`` parts (or integers) only, so mypy
+refuses a name or value that nobody quoted where the statement is built (ruff's S608 asks
+for this function wherever a statement would otherwise be an f-string).
 """
 
 from __future__ import annotations
+
+import string
+from collections.abc import Iterable
+from typing import NewType
+
+# Text that is SQL already: a quoted name, a literal, or a fragment binlake generated;
+# ``Sql(text)`` at a call site says that ``text`` is such a fragment. A NewType, so at run
+# time it is a plain str: APIs such as DeltaTable's ``set=`` accept only exact ``str`` keys.
+Sql = NewType("Sql", str)
+
+
+def sql(template: str, /, **parts: Sql | int) -> Sql:
+    """``template`` with each ``{name}`` replaced by ``parts[name]``, which must be :class:`Sql`
+    or an ``int``: ``sql("SELECT * FROM {t} LIMIT {n}", t=qualified(db, table), n=10)``."""
+    for _, field, spec, conversion in string.Formatter().parse(template):
+        if field is None:
+            continue
+        if spec or conversion:
+            raise ValueError(f"SQL template field {{{field}}} takes no format spec or conversion")
+        if field not in parts:
+            raise KeyError(f"SQL template field {{{field}}} has no part")
+    for name, part in parts.items():
+        if isinstance(part, bool) or not isinstance(part, (str, int)):
+            raise TypeError(
+                f"SQL part {name} must be quoted (quote_ident, qualified, spark_string, mysql_string, "
+                f"spark_literal), generated SQL wrapped in Sql(), or an int; got {type(part).__name__}"
+            )
+    return Sql(template.format(**{k: v if isinstance(v, str) else str(int(v)) for k, v in parts.items()}))
+
+
+def sql_list(parts: Iterable[Sql], separator: str = ", ") -> Sql:
+    """Quoted names or literals joined by ``separator`` (a column list, an ``IN (...)`` list)."""
+    items = list(parts)
+    for part in items:
+        if not isinstance(part, str):
+            raise TypeError(f"SQL list item {part!r} must be quoted SQL text, got {type(part).__name__}")
+    return Sql(separator.join(items))
+
 
 # An identifier in DDL text: backquoted (with `` inside) or bare.
 IDENT_PATTERN = r"`(?:[^`]|``)+`"
 
 
-def quote_ident(name: str) -> str:
+def quote_ident(name: str) -> Sql:
     """```a`b``` -> ```` `a``b` ````."""
     if not isinstance(name, str) or name == "":
         raise ValueError("identifier must be a non-empty string")
-    return "`" + name.replace("`", "``") + "`"
+    return Sql("`" + name.replace("`", "``") + "`")
 
 
 def unquote_ident(text: str) -> str:
@@ -24,22 +65,22 @@ def unquote_ident(text: str) -> str:
     return text[1:-1].replace("``", "`") if text.startswith("`") and text.endswith("`") and len(text) > 1 else text
 
 
-def qualified(database: str, table: str) -> str:
+def qualified(database: str, table: str) -> Sql:
     """```db`.`table``` for MySQL."""
-    return f"{quote_ident(database)}.{quote_ident(table)}"
+    return Sql(f"{quote_ident(database)}.{quote_ident(table)}")
 
 
-def spark_string(text: str) -> str:
+def spark_string(text: str) -> Sql:
     """A Spark SQL string literal (Spark reads backslash escapes)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return Sql("'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'")
 
 
-def mysql_string(text: str) -> str:
+def mysql_string(text: str) -> Sql:
     """A MySQL string literal under the server's default sql_mode (quotes doubled, backslashes escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    return Sql("'" + text.replace("\\", "\\\\").replace("'", "''") + "'")
 
 
-def spark_literal(value, spark_type: str) -> str:
+def spark_literal(value, spark_type: str) -> Sql:
     """A Spark SQL literal of ``spark_type`` (``BIGINT``, ``DECIMAL(10,2)``, ``DATE``, ...) for a
     value as Spark returns it to Python (``collect()``): what ``F.lit(value).cast(spark_type)``
     means, as text, so the expression can also travel as SQL (a Delta command on a Spark
@@ -47,6 +88,10 @@ def spark_literal(value, spark_type: str) -> str:
 
     A naive ``datetime`` of a ``TIMESTAMP`` is local time, as PySpark hands it out and takes
     it back; of a ``TIMESTAMP_NTZ``, the wall clock as stored."""
+    return Sql(_spark_literal(value, spark_type))
+
+
+def _spark_literal(value, spark_type: str) -> str:
     import calendar
     import datetime as dt
     import math

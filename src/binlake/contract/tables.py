@@ -32,6 +32,7 @@ underscores); :mod:`binlake.contract.layout` moves them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from binlake.contract.commit_tag import committing
 from binlake.contract.delta_log import is_delta_path, log_commits, log_head, log_snapshot
 from binlake.contract.delta_sql import DeltaSql
 from binlake.contract.schemas import HISTORY_SUFFIX, HISTORY_TABLE_SUFFIXES
-from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.sql import Sql, quote_ident, spark_string, sql, sql_list
 from binlake.contract.write_errors import with_retry
 from binlake.spark import is_connect
 
@@ -61,11 +62,11 @@ class TableRef:
     name: str | None = None
 
     @property
-    def sql(self) -> str:
-        """How to name the table in Spark SQL."""
+    def sql(self) -> Sql:
+        """How to name the table in Spark SQL (a catalogue name is built quoted: Lakehouse)."""
         if self.name:
-            return self.name
-        return "delta.`" + str(self.path).replace("`", "``") + "`"
+            return Sql(self.name)
+        return Sql("delta." + quote_ident(str(self.path)))
 
     def __str__(self) -> str:
         return self.name or str(self.path)
@@ -101,10 +102,8 @@ class TableRef:
             return version, {}
         metrics = {}
         for k, v in (row["operationMetrics"] or {}).items():
-            try:
+            with contextlib.suppress(TypeError, ValueError):
                 metrics[k] = int(v)
-            except (TypeError, ValueError):
-                pass
         return version, metrics
 
     def newest_commit_info(self, spark: SparkLike) -> dict:
@@ -234,9 +233,10 @@ class TableRef:
         partitioned_by: Sequence[str] = (),
     ) -> None:
         props = {"delta.appendOnly": "false", **(properties or {})}
-        tbl = ", ".join(f"'{k}' = '{v}'" for k, v in props.items())
-        cmt = f" COMMENT {spark_string(comment)}" if comment else ""
-        parts = f" PARTITIONED BY ({', '.join(f'`{c}`' for c in partitioned_by)})" if partitioned_by else ""
+        tbl = sql_list(Sql(f"{spark_string(k)} = {spark_string(v)}") for k, v in props.items())
+        cmt = sql(" COMMENT {c}", c=spark_string(comment)) if comment else Sql("")
+        columns = sql_list(quote_ident(c) for c in partitioned_by)
+        parts = sql(" PARTITIONED BY ({c})", c=columns) if partitioned_by else Sql("")
         spark.sql(f"CREATE TABLE IF NOT EXISTS {self.sql} ({schema_ddl}) USING DELTA{parts}{cmt} TBLPROPERTIES ({tbl})")
 
 

@@ -222,5 +222,5 @@ def _duration(seconds: int) -> str:
 def _host(client: Any) -> str:
     try:
         return client.config.host or "the workspace"
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - the SDK resolves its config lazily; the host only labels a message
         return "the workspace"

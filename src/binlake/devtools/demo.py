@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _show(config_path: Path, db) -> int:
     from binlake.config import load_config
+    from binlake.contract.sql import qualified, sql
     from binlake.contract.tables import Lakehouse
     from binlake.spark import get_spark
 
@@ -198,7 +199,7 @@ def _show(config_path: Path, db) -> int:
     all_equal = True
     with db.root_connection() as conn, conn.cursor() as cur:
         for table in ("customers", "orders", "products"):
-            cur.execute(f"SELECT COUNT(*) FROM shop.`{table}`")
+            cur.execute(sql("SELECT COUNT(*) FROM {t}", t=qualified("shop", table)))
             source_rows = cur.fetchone()[0]
             silver = lh.silver("shop", table).read(spark)
             live = silver.where("NOT _cdc_deleted").count()
@@ -210,14 +211,14 @@ def _show(config_path: Path, db) -> int:
             all_equal &= source_rows == live == gold_rows + held
             print(f"     {table:16} {source_rows:>11} {live:>11} {tombstones:>10} {gold_rows:>9} {held:>11}  {where}")
     names = {t: lh.gold("shop", t).sql for t in ("customers", "orders", "products")}
-    sql = ANALYST_SQL.format(**names)
+    query = ANALYST_SQL.format(**names)
     root = config.lakehouse_root
     assert root is not None, "the demo's lakehouse is a path"
     print(
         "\n     SQL on gold:"
-        + "\n       ".join(line for line in sql.replace(str(Path(root)), "<lakehouse>").splitlines())
+        + "\n       ".join(line for line in query.replace(str(Path(root)), "<lakehouse>").splitlines())
     )
-    spark.sql(sql).show(truncate=False)
+    spark.sql(query).show(truncate=False)
     print(
         "     gold row counts equal the source, less the quarantined rows"
         if all_equal
@@ -225,20 +226,26 @@ def _show(config_path: Path, db) -> int:
     )
     print("\n     the order the expectation suite's drop expectation held back (system/quarantine), and GE's result:")
     spark.sql(
-        "SELECT customer_id, order_no, quantity, _quarantine_check, _publish_id "
-        f"FROM {lh.quarantine('shop', 'orders').sql} ORDER BY _quarantined_at DESC LIMIT 1"
+        sql(
+            "SELECT customer_id, order_no, quantity, _quarantine_check, _publish_id "
+            "FROM {t} ORDER BY _quarantined_at DESC LIMIT 1",
+            t=lh.quarantine("shop", "orders").sql,
+        )
     ).show(truncate=False)
     from binlake.ops.check_results import format_results, stored_results
 
     print("     " + format_results(stored_results(spark, config, ["shop.orders"])).replace("\n", "\n     "))
     print("\n     shop.customers.email is masked (source.columns): gold holds a salted SHA-256, joinable, not readable")
-    spark.sql(f"SELECT id, name, left(email, 16) || '...' AS email FROM {names['customers']} ORDER BY id").show(
-        truncate=False
-    )
+    spark.sql(
+        sql("SELECT id, name, left(email, 16) || '...' AS email FROM {t} ORDER BY id", t=names["customers"])
+    ).show(truncate=False)
     print("     shop.customers__history (history.tables): every address Grace Hopper had, in binlog order")
     spark.sql(
-        f"SELECT id, name, city, _cdc_valid_from.pos AS from_pos, _cdc_valid_to.pos AS to_pos, _cdc_is_current "
-        f"FROM {lh.gold_history('shop', 'customers').sql} WHERE id = 2 ORDER BY _cdc_valid_from"
+        sql(
+            "SELECT id, name, city, _cdc_valid_from.pos AS from_pos, _cdc_valid_to.pos AS to_pos, _cdc_is_current "
+            "FROM {t} WHERE id = 2 ORDER BY _cdc_valid_from",
+            t=lh.gold_history("shop", "customers").sql,
+        )
     ).show(truncate=False)
     return 0 if all_equal else 1
 

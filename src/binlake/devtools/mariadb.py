@@ -10,6 +10,7 @@ REPLICATION CLIENT and REPLICATION SLAVE. Starting it twice is harmless.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shutil
@@ -140,8 +141,8 @@ class LocalMariaDB:
         ]
         if os.geteuid() == 0:
             args.append("--user=root")
-        log = open(self.datadir / "stdout.log", "ab")
-        subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.datadir / "stdout.log", "ab") as log:  # the server keeps its own descriptor
+            subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._wait_ready()
         self._ensure_cdc_user()
         return self
@@ -195,12 +196,10 @@ class LocalMariaDB:
             return
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            try:
-                # When this process started the server, the dead child stays a zombie
-                # (and os.kill(pid, 0) keeps succeeding) until it is reaped.
+            # When this process started the server, the dead child stays a zombie
+            # (and os.kill(pid, 0) keeps succeeding) until it is reaped.
+            with contextlib.suppress(ChildProcessError):
                 os.waitpid(int(pid), os.WNOHANG)
-            except ChildProcessError:
-                pass
             try:
                 os.kill(int(pid), 0)
             except ProcessLookupError:

@@ -44,13 +44,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from binlake import faults
 from binlake.bronze.tables import latest_schemas
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.commit_tag import tagged_commands
 from binlake.contract.position import BinlogPosition, describe_key
 from binlake.contract.position_facts import position_fact_columns, position_facts, remember_position_facts
 from binlake.contract.schemas import SILVER_METADATA_COLUMNS
-from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.sql import quote_ident, spark_string, sql
 from binlake.contract.tables import Lakehouse, TableRef
 from binlake.contract.types import TableSchema
 from binlake.contract.write_errors import storage_refusal
@@ -92,6 +92,7 @@ from binlake.quality.checks import (
     validation_json,
 )
 from binlake.silver import schema_evolution as se
+from binlake.spark import TABLE_THREADS
 from binlake.timing import timed
 
 if TYPE_CHECKING:
@@ -101,9 +102,6 @@ log = logging.getLogger("binlake.gold")
 
 # Metadata columns gold keeps from silver; _cdc_deleted is always false in gold, _cdc_op adds nothing.
 GOLD_METADATA_COLUMNS = ("_cdc_seq", "_cdc_commit_ts")
-# Tables checked and written at the same time by one publish: much of a small table's time
-# is driver-side latency (Delta log reads, commits), not work.
-TABLE_THREADS = 4
 REUSE, INCREMENTAL, REBUILD = "reuse", "incremental", "rebuild"
 # Every gold write says it is a publish's, so a later publish can tell its own writes from others'.
 WRITER_TAG = "binlake gold"
@@ -277,7 +275,7 @@ def _writing(ref: TableRef) -> Iterator[None]:
         yield
     except BinlakeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - Py4J/Delta errors carry a Java stack trace
+    except Exception as exc:  # Py4J/Delta errors carry a Java stack trace
         first = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise LakehouseError(
             f"cannot write {ref}: {storage_refusal(exc) or first}; nothing was published (the last publish stays "
@@ -320,7 +318,7 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]], tag: str) -> N
 def _restore(spark, ref: TableRef, before: int | None) -> None:
     if before is None:
         if ref.exists(spark):
-            spark.sql(f"DELETE FROM {ref.sql}")
+            spark.sql(sql("DELETE FROM {t}", t=ref.sql))
             log.warning("gold %s: emptied after the failed first publish", ref)
     elif ref.latest_version(spark) != before:
         spark.sql(f"RESTORE TABLE {ref.sql} TO VERSION AS OF {int(before)}")
@@ -714,8 +712,7 @@ def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     groups that did publish, ``exc.blocked`` maps each blocked group to its own error (whose
     ``tables`` lists the group's tables).
     """
-    if config is None or not hasattr(config, "lakehouse"):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     states = silver_progress(spark, config, lh)
     if not states:

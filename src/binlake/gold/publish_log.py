@@ -78,7 +78,7 @@ def _last_published(spark: SparkLike, lh: Lakehouse, wanted: set | None, latest:
 
     found: dict[str, dict] = {}
     # The newest commits first (a few, then more), then the whole log for what is still missing.
-    for first in sorted({latest, max(0, latest - RECENT_COMMITS + 1)}, reverse=True) + [None]:
+    for first in [*sorted({latest, max(0, latest - RECENT_COMMITS + 1)}, reverse=True), None]:
         recent = first is not None
         if first is not None:
             if wanted is None:
@@ -167,7 +167,7 @@ def append_log(
     after = ref.newest_commit(spark)
     if after[0] != before[0] + 1:
         return  # another commit came in between: the next read finds out
-    for key in _latest.keys():
+    for key in _latest.keys():  # noqa: SIM118 - a Memo, not a dict: keys() is a snapshot list
         found = _latest.get(key, before)
         if key[0] != str(ref) or found is None:
             continue

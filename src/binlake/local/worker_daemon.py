@@ -39,6 +39,7 @@ strace on a reused worker; figures: ``local_worker_serve_task_s`` in benchmarks/
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import io
 import os
@@ -155,10 +156,8 @@ def serve_task(sock: socket.socket, authenticated: bool) -> int:
             return daemon.compute_real_exit_code(exc.code)
         return 0
     finally:
-        try:
+        with contextlib.suppress(OSError):  # the JVM has gone; the exit code says the rest
             outfile.close()  # flushes; the socket itself stays open for the next task
-        except OSError:
-            pass  # the JVM has gone; the exit code says the rest
         collect_after_task()
 
 

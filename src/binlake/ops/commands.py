@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.layout import LAYOUT_VERSION, Step, ensure_current_layout
 from binlake.contract.leases import CAPTURE, GOLD, LAYERS, SILVER, Holder, Leases, holding
@@ -55,11 +55,7 @@ def _holder(command: str) -> Holder:
 
 
 def _checked(config) -> Config:
-    if not isinstance(config, Config):
-        raise TypeError(
-            f"config must be a binlake.config.Config (use binlake.load_config), got {type(config).__name__}"
-        )
-    return config
+    return require_config(config)
 
 
 @dataclass

@@ -40,12 +40,12 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from binlake.bronze.capture import run_capture
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.tables import Lakehouse
 from binlake.errors import NotReadyError, QualityCheckFailed
@@ -54,6 +54,7 @@ from binlake.ops.metrics import MetricsRecorder, source_head
 from binlake.ops.pipeline import snapshot_what_needs_it
 from binlake.silver.run import run_silver
 from binlake.spark import small_plans
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -114,7 +115,7 @@ def _write_state(lh: Lakehouse, state: ContinuousState) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).replace(tzinfo=None).isoformat(sep=" ", timespec="milliseconds")
+    return utc_now().isoformat(sep=" ", timespec="milliseconds")
 
 
 def _freshness(gold) -> float | None:
@@ -122,7 +123,7 @@ def _freshness(gold) -> float | None:
     if gold is None or not gold.source_time:
         return None
     committed = datetime.fromisoformat(str(gold.source_time))
-    return round((datetime.now(timezone.utc).replace(tzinfo=None) - committed).total_seconds(), 3)
+    return round((utc_now() - committed).total_seconds(), 3)
 
 
 def run_continuous(
@@ -137,8 +138,7 @@ def run_continuous(
     ``max_loops`` gold rounds ran; returns the last state. SIGTERM sets ``stop`` (each stage
     finishes the round in progress, the last loop is recorded); Ctrl-C, or a second SIGTERM,
     ends it at once, between commits."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     state = ContinuousState(pid=os.getpid(), host=socket.gethostname(), started_at=_now())
     metrics = MetricsRecorder(config, "run --continuous")
@@ -306,7 +306,7 @@ class _Stages:
         state = self.state
         state.loops, state.last = report.loop, report
         if report.freshness_seconds is not None:
-            state.recent_freshness = (state.recent_freshness + [report.freshness_seconds])[-RECENT_LOOPS:]
+            state.recent_freshness = [*state.recent_freshness, report.freshness_seconds][-RECENT_LOOPS:]
         _write_state(self.lh, state)
         if self.metrics.due():
             self.metrics.flush(self.spark)

@@ -34,10 +34,10 @@ from binlake.bronze.tables import (
     latest_schema,
     restore_append_only,
 )
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.contract.columns import masked_text
 from binlake.contract.schemas import SNAPSHOT_VERSION_PROPERTY
-from binlake.contract.sql import qualified, quote_ident, spark_string
+from binlake.contract.sql import Sql, qualified, quote_ident, spark_string, sql, sql_list
 from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import ConfigError, ErasureRefused
@@ -108,8 +108,7 @@ def parse_key(schema: TableSchema, pairs: Sequence[str]) -> dict[str, str]:
 
 def run_erase(spark: SparkLike, config: Config, table: str, key_pairs: Sequence[str]) -> EraseResult:
     """Remove the rows of one key of ``table`` (``db.table``) from every layer; see the module doc."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     started = time.monotonic()
     db, dot, name = table.partition(".")
     if not dot or not db or not name:
@@ -218,13 +217,10 @@ def _bronze_image_predicate(schema: TableSchema, key: Mapping[str, str]):
 
 
 def _check_gone_at_source(config: Config, schema: TableSchema, key: Mapping[str, str]) -> None:
-    where = " AND ".join(f"{quote_ident(c)} = %s" for c in key)
+    where = sql_list((Sql(f"{quote_ident(c)} = %s") for c in key), " AND ")
+    statement = sql("SELECT 1 AS x FROM {t} WHERE {w} LIMIT 1", t=qualified(schema.database, schema.table), w=where)
     with connect(config.source) as conn:
-        present = query(
-            conn,
-            f"SELECT 1 AS x FROM {qualified(schema.database, schema.table)} WHERE {where} LIMIT 1",
-            tuple(key.values()),
-        )
+        present = query(conn, statement, tuple(key.values()))
     if present:
         raise ErasureRefused(
             f"{schema.name} still has this key on the source: delete it there first (binlake would "

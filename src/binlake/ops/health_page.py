@@ -12,13 +12,14 @@ from __future__ import annotations
 import html
 import io
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from binlake.config import Config
 from binlake.errors import MissingDependencyError
 from binlake.ops.metrics import HEALTH_VIEWS, health_view, read_metrics
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -34,7 +35,7 @@ def write_health_page(
     """Write the page for ``status`` (:func:`binlake.ops.status.collect_status`) to ``path``."""
     if days < 1:
         raise ValueError(f"days must be at least 1, got {days}")
-    since = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(days=days)
+    since = utc_now() - timedelta(days=days)
     views = _views(spark, config, since)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

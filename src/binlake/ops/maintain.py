@@ -25,17 +25,18 @@ Deletes and compactions that lose a race with a concurrent writer are retried
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from binlake import faults
 from binlake.bronze.tables import changelog_deletable, restore_append_only
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.position import DERIVED_ROW, describe_key, seq_literal
 from binlake.contract.schemas import SNAPSHOT_ATTEMPT_ID
@@ -44,6 +45,8 @@ from binlake.contract.tables import Lakehouse, TableRef, delete_where
 from binlake.contract.write_errors import with_retry
 from binlake.gold.publish_log import last_published
 from binlake.gold.readiness import TableState, silver_progress
+from binlake.spark import TABLE_THREADS
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -51,10 +54,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("binlake.maintain")
 
 OPEN_SNAPSHOT_DEAD_AFTER = timedelta(days=7)
-
-# Tables compacted and vacuumed at the same time: on small tables most of the time is
-# driver-side latency (log reads, file listings, commits), and each table is its own.
-TABLE_THREADS = 4
 
 
 @dataclass
@@ -94,15 +93,14 @@ class _Snapshots:
 
 def run_maintain(spark: SparkLike, config: Config) -> MaintainResult:
     """Run the four steps (see the module doc); returns what was done."""
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     started = time.monotonic()
     lh = Lakehouse(config)
     result = MaintainResult()
     restore_append_only(spark, lh)
     states = silver_progress(spark, config, lh)
     facts = _snapshot_facts(spark, lh, states)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     published = {
         name: (int(r["file_index"]), int(r["pos"]))
         for name, r in last_published(spark, lh, [s.name for s in states]).items()
@@ -239,7 +237,7 @@ def _covers_everything(chunks) -> bool:
         bool(ordered)
         and ordered[0]["start_key"] is None
         and ordered[-1]["end_key"] is None
-        and all(a["end_key"] == b["start_key"] for a, b in zip(ordered, ordered[1:]))
+        and all(a["end_key"] == b["start_key"] for a, b in itertools.pairwise(ordered))
     )
 
 

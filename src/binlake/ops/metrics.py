@@ -41,6 +41,7 @@ from binlake.contract.schemas import METRICS_COMMENT, METRICS_SCHEMA
 from binlake.contract.tables import Lakehouse
 from binlake.contract.write_errors import with_retry
 from binlake.errors import BinlakeError
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.bronze.capture import CaptureResult
@@ -75,10 +76,6 @@ def lag_seconds(now: datetime, newest_change: datetime | None, caught_up: bool |
     return round(max(0.0, (now - newest_change).total_seconds()), 3)
 
 
-def _utcnow() -> datetime:
-    return datetime.now(timezone.utc).replace(tzinfo=None)
-
-
 @dataclass(frozen=True)
 class SourceHead:
     """The source's binlog end when a command finished, and the files to measure lag over."""
@@ -108,7 +105,7 @@ def source_head(config: Config) -> SourceHead | None:
     except Exception as exc:  # noqa: BLE001 - lag is then unknown, the metrics still written
         log.info("metrics: lag unknown, the source cannot be asked: %s", (str(exc).splitlines() or [""])[0][:200])
         return None
-    return SourceHead(files, server, _utcnow())
+    return SourceHead(files, server, utc_now())
 
 
 class MetricsRecorder:
@@ -141,7 +138,7 @@ class MetricsRecorder:
             "step": step,
             "job_run_id": self.job_run_id,
             "host": self.host,
-            "started_at": started_at or _utcnow(),
+            "started_at": started_at or utc_now(),
         }
         if outcome is None and isinstance(error, BinlakeError):
             outcome = error.result  # what a blocked gold, a stopped silver or a failed verify did do
@@ -466,7 +463,7 @@ def recorded(spark, config: Config, command: str, run: Any) -> Any:
     """Run ``run()`` (one command) and append its metrics rows, also when it fails; returns
     what ``run()`` returned, or re-raises what it raised."""
     recorder = MetricsRecorder(config, command)
-    started, t0 = _utcnow(), time.monotonic()
+    started, t0 = utc_now(), time.monotonic()
     try:
         result = run()
     except BaseException as exc:

@@ -22,13 +22,14 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.errors import BinlakeError
 
@@ -184,15 +185,12 @@ def _stopped_at(result: PipelineResult, name: str, exc: BaseException) -> None:
     if isinstance(exc, BinlakeError):
         exc.pipeline_result = result
         return
-    try:
-        # Any other exception (Spark's, Python's) carries it too, undeclared.
+    # Any other exception (Spark's, Python's) carries it too, undeclared.
+    with contextlib.suppress(AttributeError):  # exceptions with __slots__
         setattr(exc, "pipeline_result", result)  # noqa: B010
-    except AttributeError:  # pragma: no cover - exceptions with __slots__
-        pass
 
 
 def run_pipeline(spark: SparkLike, config: Config, console: Console = QUIET) -> PipelineResult:
     """snapshot (only what needs it), capture until now, silver, gold; stops at the first failure."""
-    if config is None or not hasattr(config, "lakehouse"):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     return run_steps(pipeline_steps(spark, config, console))

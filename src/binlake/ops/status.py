@@ -18,11 +18,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from binlake.bronze.capture import capture_status
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.contract.changelog import HEARTBEAT_OP
 from binlake.contract.layout import require_current_layout
 from binlake.contract.leases import current_holders
@@ -32,6 +32,7 @@ from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
 from binlake.ops.metrics import lag_seconds
+from binlake.timing import utc_now
 
 if TYPE_CHECKING:
     from binlake.spark import SparkLike
@@ -215,11 +216,10 @@ def collect_status(spark: SparkLike, config: Config) -> dict[str, Any]:
     when at the server's position, else an upper bound, and ``failing_checks``: the checks of
     the last publish attempt that failed).
     """
-    if config is None or not hasattr(config, "lakehouse"):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     require_current_layout(spark, lh)
-    now = datetime.now(timezone.utc).replace(tzinfo=None)
+    now = utc_now()
     notes: list[str] = []
     warnings: list[str] = []
     capture = _capture_side(spark, config, notes)

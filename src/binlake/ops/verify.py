@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 from binlake.bronze.capture import run_capture
 from binlake.bronze.capture_state import current_epoch
 from binlake.bronze.snapshot import plan_table, resnapshot_chunks
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.changelog import DATA_OPS, EMPTYING_OPS
 from binlake.contract.position import DERIVED_ROW, SNAPSHOT_ROW, seq_sql
@@ -184,8 +184,7 @@ def run_verify(
     :class:`VerifyMismatch` (its ``result`` attribute holds the :class:`VerifyResult`) when
     chunks still differ at the end.
     """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     if tables is not None and (isinstance(tables, str) or not all(isinstance(t, str) for t in tables)):
         raise TypeError('tables must be a list of "db.table" strings or None')
     tables = [t.strip() for t in tables if t.strip()] if tables is not None else None
@@ -390,10 +389,9 @@ def _source_side(spark: SparkLike, config: Config, lh: Lakehouse, schema: TableS
     sql, params = chunk_stats_sql(schema, chunks)
     with connect(config.source) as conn:  # connect() pins time_zone '+00:00': TIMESTAMP texts are UTC
         epoch = current_epoch(spark, lh, server_id(conn))
-        with consistent_read(conn) as read:
-            with conn.cursor() as cur:
-                cur.execute(sql, tuple(params))
-                rows = cur.fetchall()
+        with consistent_read(conn) as read, conn.cursor() as cur:
+            cur.execute(sql, tuple(params))
+            rows = cur.fetchall()
         lw, hw = read.low.in_epoch(epoch), read.high.in_epoch(epoch)
     stats = {int(g): (int(n), Decimal(h or 0)) for g, n, h in rows}
     if -1 in stats:

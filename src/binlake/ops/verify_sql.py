@@ -51,13 +51,14 @@ parameters (pymysql ``%s``, so literal ``%`` is written ``%%``).
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from binlake.contract.sql import qualified, quote_ident
+from binlake.contract.sql import Sql, qualified, quote_ident, sql, sql_list
 from binlake.contract.types import Column, Kind, TableSchema
 
 # ---------------------------------------------------------------------------------------
@@ -317,7 +318,7 @@ def _sorted_contiguous(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any
         return False
     keys = [_key_operand(c)[3] for c in schema.key_columns]
     previous = None
-    for (_, _, end), (_, start, _) in zip(chunks, chunks[1:]):
+    for (_, _, end), (_, start, _) in itertools.pairwise(chunks):
         e, s = _bound(schema, end), _bound(schema, start)
         if e is None or e != s or len(e) != len(keys):
             return False
@@ -367,20 +368,23 @@ def chunk_of_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) ->
 def chunk_stats_sql(schema: TableSchema, chunks: Sequence[tuple[int, Any, Any]]) -> tuple[str, list]:
     """One scan of the table: per chunk id ``g``, the row count ``n`` and checksum ``h``."""
     chunk, params = chunk_of_sql(schema, chunks)
-    sql = (
-        f"SELECT {chunk} AS g, COUNT(*) AS n, {' + '.join(f'SUM({h})' for h in mysql_part_hashes_sql(schema))} AS h "
-        f"FROM {qualified(schema.database, schema.table)} GROUP BY 1"
+    hashes = sql_list((Sql(f"SUM({h})") for h in mysql_part_hashes_sql(schema)), " + ")
+    statement = sql(
+        "SELECT {chunk} AS g, COUNT(*) AS n, {hashes} AS h FROM {t} GROUP BY 1",
+        chunk=Sql(chunk),
+        hashes=hashes,
+        t=qualified(schema.database, schema.table),
     )
-    return sql, params
+    return statement, params
 
 
 __all__ = [
-    "chunk_of_sql",
-    "chunk_stats_sql",
     "HASH_PART_COLUMNS",
     "MYSQL",
     "SPARK",
     "Engine",
+    "chunk_of_sql",
+    "chunk_stats_sql",
     "hash_parts",
     "mysql_part_hashes_sql",
     "mysql_text_sql",

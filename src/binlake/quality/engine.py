@@ -37,15 +37,15 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 # No usage statistics leave a binlake process (and a closed network would only time out).
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
-import great_expectations as gx  # noqa: E402
-from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResult  # noqa: E402
-from great_expectations.core.metric_function_types import MetricPartialFunctionTypes  # noqa: E402
-from great_expectations.datasource.fluent import SparkDatasource  # noqa: E402
-from great_expectations.execution_engine import SparkDFExecutionEngine  # noqa: E402
-from great_expectations.expectations.expectation_configuration import ExpectationConfiguration  # noqa: E402
-from great_expectations.expectations.registry import get_metric_provider  # noqa: E402
-from great_expectations.validator.metric_configuration import MetricConfiguration  # noqa: E402
-from great_expectations.validator.metrics_calculator import MetricsCalculator  # noqa: E402
+import great_expectations as gx
+from great_expectations.core.expectation_validation_result import ExpectationSuiteValidationResult
+from great_expectations.core.metric_function_types import MetricPartialFunctionTypes
+from great_expectations.datasource.fluent import SparkDatasource
+from great_expectations.execution_engine import SparkDFExecutionEngine
+from great_expectations.expectations.expectation_configuration import ExpectationConfiguration
+from great_expectations.expectations.registry import get_metric_provider
+from great_expectations.validator.metric_configuration import MetricConfiguration
+from great_expectations.validator.metrics_calculator import MetricsCalculator
 
 if TYPE_CHECKING:
     from great_expectations.expectations.expectation import ColumnMapExpectation

@@ -21,6 +21,7 @@ its schema version), so the change log is read once per ADD, not once per run.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 from binlake import faults
 from binlake.contract.added_columns import added_definitions, backfill
 from binlake.contract.position import DERIVED_ROW, seq_literal
-from binlake.contract.sql import quote_ident, spark_string
+from binlake.contract.sql import Sql, quote_ident, spark_string, sql
 from binlake.contract.tables import TableRef
 from binlake.contract.types import TableSchema, spark_decode_sql
 from binlake.errors import DefaultBackfillError
@@ -60,7 +61,7 @@ def step_key(entry: se.HistoryEntry) -> str:
 def adding_steps(history: list[se.HistoryEntry]) -> list[tuple[se.HistoryEntry, se.HistoryEntry, list[str]]]:
     """``(previous, entry, added column names)`` of each history step that adds columns."""
     out = []
-    for prev, entry in zip(history, history[1:]):
+    for prev, entry in itertools.pairwise(history):
         adds = [c.name for c, _ in se.diff(prev.schema, entry.schema, entry.ddl).adds]
         if adds:
             out.append((prev, entry, adds))
@@ -177,10 +178,14 @@ def update_older_rows(
         if a.text is None or a.unknown or a.column not in {c.name for c in schema.columns}:
             continue
         value = spark_decode_sql(schema.column(a.column), spark_string(a.text))
-        metrics = spark.sql(
-            f"UPDATE {ref.sql} SET {quote_ident(a.column)} = {value} "
-            f"WHERE NOT _cdc_deleted AND _cdc_seq < {seq_literal(a.boundary)}"
-        ).collect()
+        statement = sql(
+            "UPDATE {t} SET {column} = {value} WHERE NOT _cdc_deleted AND _cdc_seq < {boundary}",
+            t=ref.sql,
+            column=quote_ident(a.column),
+            value=Sql(value),
+            boundary=Sql(seq_literal(a.boundary)),
+        )
+        metrics = spark.sql(statement).collect()
         out[a.column] = int(metrics[0]["num_affected_rows"] or 0) if metrics else 0
         faults.point("silver.after_backfill")
     return out

@@ -203,7 +203,7 @@ def typed_snapshot_records(
         for col in target.columns:
             source = names.get(col.name)
             if source is not None and source in have:
-                value = quote_ident(source)
+                value: str = quote_ident(source)
             elif source is None and col.name in (defaults or {}):
                 value = spark_decode_sql(col, spark_string((defaults or {})[col.name]))
             else:

@@ -276,10 +276,7 @@ def _derive_link(link: Link, child: CascadeTable, events, state):
     hit = latest.where(f"{alive} AND {still}")
 
     deletes = f"c.kind = '{DELETE}'"
-    if link.on_delete == "CASCADE":
-        kind = f"CASE WHEN {deletes} THEN '{DELETE}' ELSE '{UPDATE}' END"
-    else:
-        kind = f"'{UPDATE}'"
+    kind = f"CASE WHEN {deletes} THEN '{DELETE}' ELSE '{UPDATE}' END" if link.on_delete == "CASCADE" else f"'{UPDATE}'"
     fk_pos = {c: i for i, c in enumerate(link.columns)}
 
     def after(c: str) -> str:

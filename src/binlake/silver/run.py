@@ -35,11 +35,10 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING, TypeVar
 
 from binlake import faults
-from binlake.config import Config
+from binlake.config import Config, require_config
 from binlake.console import QUIET, Console
 from binlake.contract.changelog import (
     DATA_OPS,
@@ -75,7 +74,8 @@ from binlake.silver.batch import TableBatch, TableNews, prepare
 from binlake.silver.cascade import CascadeTable, derive, links_between
 from binlake.silver.merge import apply
 from binlake.silver.progress import read_progress, state_after_last_run, write_progress
-from binlake.timing import timed
+from binlake.spark import TABLE_THREADS
+from binlake.timing import timed, utc_now
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -102,9 +102,6 @@ PARTIAL_SQL = (
     "< try_element_at(_widths, schema_version) END"
 )
 
-# Silver tables decoded and applied at the same time by one run: most of a small table's
-# time is driver-side latency (Delta log reads, commits), not work.
-TABLE_THREADS = 4
 
 T = TypeVar("T")
 
@@ -461,8 +458,7 @@ def run_silver(spark: SparkLike, config: Config, console: Console = QUIET) -> Si
     after all other tables were processed and their progress written, if any table was stopped
     by an incompatible schema change or a change the binlog holds only in part.
     """
-    if not isinstance(config, Config):
-        raise TypeError(f"config must be a binlake.config.Config, got {type(config).__name__}")
+    require_config(config)
     lh = Lakehouse(config)
     for ref, what in (
         (lh.changelog, "bronze changelog"),
@@ -504,7 +500,7 @@ class _SilverRun:
             set(_to_prepare(self.new, self.histories, self.tables)) | {t for t in self.tables if t not in self.previous}
         )
         self.floors = _snapshot_floors(spark, lh, {c["snapshot_id"] for c in self.new.manifest})
-        self.now = datetime.now(timezone.utc).replace(tzinfo=None)
+        self.now = utc_now()
         self.results = {f"{db}.{table}": TableResult(name=f"{db}.{table}") for db, table in self.tables}
         self.specs: dict[str, hist.HistorySpec] = {}  # the tables that keep history
 
@@ -695,7 +691,7 @@ def _own_trouble(res: TableResult, work: Callable[..., T], *args) -> T | None:
         log.error("%s", exc)
     except BinlakeError:
         raise
-    except Exception as exc:  # noqa: BLE001 - one table's trouble must not stop the others
+    except Exception as exc:  # one table's trouble must not stop the others
         res.error, res.unexpected = stop_reason(res.name, exc), True
         log.error("%s", res.error)
         log.debug("%s: what stopped it", res.name, exc_info=exc)

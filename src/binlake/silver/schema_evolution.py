@@ -329,7 +329,7 @@ def create_silver_table(
     head = f"{verb} {ref.sql} ({', '.join(cols)}) USING DELTA"
     try:
         spark.sql(f"{head} {cluster}{comment} TBLPROPERTIES ({tbl})")
-    except Exception as exc:  # noqa: BLE001 - Delta's clustering limits vary by type and version
+    except Exception as exc:  # Delta's clustering limits vary by type and version
         if not _clustering_refused(exc):
             raise
         spark.sql(f"{head}{comment} TBLPROPERTIES ({tbl})")
@@ -353,7 +353,7 @@ def _replace_at_path(spark: SparkLike, ref: TableRef, cols: list[str], cluster: 
     ref.save(empty.write.format("delta").mode("overwrite").option("overwriteSchema", "true"))
     try:
         spark.sql(f"ALTER TABLE {ref.sql} {cluster}")
-    except Exception as exc:  # noqa: BLE001 - as in create_silver_table
+    except Exception as exc:  # as in create_silver_table
         if not _clustering_refused(exc):
             raise
     spark.sql(f"ALTER TABLE {ref.sql} UNSET TBLPROPERTIES IF EXISTS ({spark_string(TRUNCATED_SEQ_PROPERTY)})")

@@ -825,4 +825,4 @@ def _check_foreign_keys(
                 )
 
 
-__all__ = ["Check", "PreflightReport", "Status", "check_source", "run_preflight", "READER_IDS"]
+__all__ = ["READER_IDS", "Check", "PreflightReport", "Status", "check_source", "run_preflight"]

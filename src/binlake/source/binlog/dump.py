@@ -10,6 +10,7 @@ events (``@master_binlog_checksum``) and, for MariaDB, that it understands GTID 
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -73,7 +74,5 @@ class ServerDump:
             yield file, event
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # closing a dump the server already ended
             self.conn.close()
-        except Exception:  # noqa: BLE001 - closing a dump the server already ended
-            pass

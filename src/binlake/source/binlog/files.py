@@ -232,7 +232,7 @@ def wait_for_server(source: SourceConfig, timeout: float = 60.0) -> None:
         try:
             connect(source).close()
             return
-        except Exception:  # noqa: BLE001 - keep polling until the deadline
+        except Exception:  # keep polling until the deadline
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.5)
