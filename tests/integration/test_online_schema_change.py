@@ -5,13 +5,11 @@ through the binlog, become the table."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,10 +18,9 @@ from binlake.bronze.osc_replay import REPLAY_SUFFIX
 from binlake.config import load_config
 from binlake.contract.tables import Lakehouse
 from binlake.ops.pipeline import run_pipeline
+from tests.capture_process import capture_process
 from tests.source_diff import diff_with_source
 
-ROOT = Path(__file__).resolve().parents[2]
-BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
 ROWS = 3000
 
 
@@ -205,20 +202,18 @@ def test_a_real_pt_online_schema_change_under_load_is_replayed_and_gold_equals_t
     assert replays == 1
 
 
-def _capture_process(config_path: Path, kill_at: str) -> int:
-    env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]", "BINLAKE_KILL_AT": kill_at}
-    proc = subprocess.run(
-        [BINLAKE, "--config", str(config_path), "capture", "--until-now"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr[-2000:]
-    return proc.returncode
+def _plans_without_manifest(spark, config, db: str) -> list[str]:
+    """Snapshot ids of ``t`` with a plan row but no manifest row: a chunk left to read from the source."""
+    lh = Lakehouse(config)
+    where = f"db = '{db}' AND `table` = 't'"
+    planned = {r["snapshot_id"] for r in lh.snapshot_plan.read(spark).where(where).select("snapshot_id").collect()}
+    done = {r["snapshot_id"] for r in lh.snapshot_chunks.read(spark).where(where).select("snapshot_id").collect()}
+    return sorted(planned - done)
 
 
-@pytest.mark.parametrize("kill_at", ["capture.replay_before_manifest", "capture.before_commit"])
+@pytest.mark.parametrize(
+    "kill_at", ["capture.replay_before_manifest", "capture.replay_before_plan", "capture.before_commit"]
+)
 def test_a_kill_during_the_cut_over_converges(spark, mariadb, database, tmp_path, kill_at):
     _table(mariadb, database)
     config_path = tmp_path / "binlake.yml"
@@ -228,9 +223,10 @@ def test_a_kill_during_the_cut_over_converges(spark, mariadb, database, tmp_path
     read_before, _ = _chunks(spark, config, database)
 
     _ghost_migration(spark, config, mariadb, database, capture_midway=False)
-    # The batch holding the RENAME: killed after the replay's rows and plan, before its
-    # manifest row; or after the replay, before the batch's commit.
-    assert _capture_process(config_path, kill_at) == -signal.SIGKILL
+    # The batch holding the RENAME: killed after the replay's rows, after its manifest row
+    # (before its plan row), or after the whole replay, before the batch's commit.
+    assert capture_process(config_path, kill_at) == -signal.SIGKILL
+    assert _plans_without_manifest(spark, config, database) == [], "a plan row with no rows"
     _run(spark, config)
 
     _gold_equals_source(spark, config)
