@@ -118,8 +118,9 @@ def cut_overs(source: SourceConfig, renamed: list[dict]) -> list[CutOver]:
             if (db, table) != (r["db"], r["table"]) or op != RENAMED_INTO_OP or i == 0:
                 continue
             old_db, old = effects[i - 1][0], effects[i - 1][1]
-            if old_db == db and old is not None and source.shadow_of(db, old) == table:
-                out.append(CutOver(db, table, old, r["binlog_file"], int(r["file_index"]), int(r["pos"]), r["ddl"]))
+            if db is None or table is None or old_db != db or old is None or source.shadow_of(db, old) != table:
+                continue
+            out.append(CutOver(db, table, old, r["binlog_file"], int(r["file_index"]), int(r["pos"]), r["ddl"]))
     return out
 
 
