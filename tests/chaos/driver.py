@@ -723,7 +723,8 @@ def _same_as_version(h: Harness, lh, db: str, table: str, version: int) -> bool:
 
 def scenario_ci(h: Harness, out: Outcome) -> None:
     """The short form for every `make test`: under a write load, kill -9 of ``binlake
-    maintain`` beside a complete ``binlake run``, a rotation burst, then kill -9 of ``binlake
+    maintain`` beside a complete ``binlake run``, an online schema change of ``ledger``
+    (pt-osc's statements, replayed at its cut-over), a rotation burst, then kill -9 of ``binlake
     run --continuous`` in each of its three stages; a few minutes instead
     of the full matrix's hour. The first load is killed inside a typed snapshot wave and inside
     silver's bulk load first (the snapshot's other kills are the full run's and
@@ -786,6 +787,8 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
                 out.notes.append(f"the run beside maintain failed (exit {rc}: {_last_line(err)})")
 
         beside_maintain(complete_run, "maintain.after_tombstones")
+        _online_schema_change(h, db)  # its cut-over is captured by the killed runs below
+        out.faults += 1
         # Gold's kills (gold.before_publish_log, gold.after_incremental_merge) are the full
         # run's; tests/spark/test_incremental_cost.py kills a publish after its gold MERGE.
         for _ in range(10):
@@ -806,6 +809,50 @@ def scenario_ci(h: Harness, out: Outcome) -> None:
         writer.stop()
     h.converge(config, out, here=True)
     h.compare(config, db, out)
+    _check_replayed(h, config, db, "ledger", out)
+
+
+# pt-online-schema-change's statements for --alter on ``ledger`` (its triggers keep the new
+# table in step with the write load, its copy is INSERT ... SELECT in key ranges).
+_LEDGER_COLS = "account_id, seq, amount, memo"
+_PT_OSC = [
+    "CREATE TABLE _ledger_new LIKE ledger",
+    "ALTER TABLE _ledger_new ADD COLUMN fee DECIMAL(9,2) NOT NULL DEFAULT 0.25",
+    "CREATE TRIGGER pt_osc_ledger_del AFTER DELETE ON ledger FOR EACH ROW DELETE IGNORE FROM _ledger_new "
+    "WHERE _ledger_new.account_id <=> OLD.account_id AND _ledger_new.seq <=> OLD.seq",
+    "CREATE TRIGGER pt_osc_ledger_upd AFTER UPDATE ON ledger FOR EACH ROW BEGIN DELETE IGNORE FROM _ledger_new "
+    "WHERE !(OLD.account_id <=> NEW.account_id AND OLD.seq <=> NEW.seq) AND _ledger_new.account_id <=> OLD.account_id "
+    f"AND _ledger_new.seq <=> OLD.seq; REPLACE INTO _ledger_new ({_LEDGER_COLS}) "
+    "VALUES (NEW.account_id, NEW.seq, NEW.amount, NEW.memo); END",
+    f"CREATE TRIGGER pt_osc_ledger_ins AFTER INSERT ON ledger FOR EACH ROW REPLACE INTO _ledger_new ({_LEDGER_COLS}) "
+    "VALUES (NEW.account_id, NEW.seq, NEW.amount, NEW.memo)",
+    *[
+        f"INSERT LOW_PRIORITY IGNORE INTO _ledger_new ({_LEDGER_COLS}) SELECT {_LEDGER_COLS} FROM ledger "
+        f"FORCE INDEX(`PRIMARY`) WHERE account_id >= {lo} AND account_id < {lo + 1500} LOCK IN SHARE MODE"
+        for lo in range(0, 6000, 1500)
+    ],
+    "RENAME TABLE ledger TO _ledger_old, _ledger_new TO ledger",
+    "DROP TABLE IF EXISTS _ledger_old",
+]
+
+
+def _online_schema_change(h: Harness, db: str) -> None:
+    """An online schema change of ``ledger`` under the write load (pt-osc's statement sequence)."""
+    for statement in _PT_OSC:
+        h.mariadb.execute(statement, database=db)
+        time.sleep(0.2)  # the writer's changes land between the copy's ranges
+
+
+def _check_replayed(h: Harness, config: Path, db: str, table: str, out: Outcome) -> None:
+    """The cut-over replayed the shadow: one ``-replay`` chunk of ``table``, not a re-read."""
+    from binlake.bronze.osc_replay import REPLAY_SUFFIX
+    from binlake.config import load_config
+    from binlake.contract.tables import Lakehouse
+
+    chunks = Lakehouse(load_config(config)).snapshot_chunks.read(h.spark).where(f"db = '{db}' AND `table` = '{table}'")
+    replays = chunks.where(chunks.snapshot_id.endswith(REPLAY_SUFFIX)).select("snapshot_id").distinct().count()
+    if replays != 1:
+        out.notes.append(f"the online schema change of {table} failed to replay: {replays} replay(s) in the manifest")
 
 
 def scenario_failover(h: Harness, out: Outcome) -> None:

@@ -1,6 +1,7 @@
 """The short form of `make chaos`: kill -9 of the first load inside a typed snapshot wave and
 inside silver's bulk load; then, under a concurrent write load, kill -9 of `binlake
-maintain` running beside a complete `binlake run`, a binlog rotation burst, and kill -9 of
+maintain` running beside a complete `binlake run`, an online schema change (its cut-over replayed,
+not re-read), a binlog rotation burst, and kill -9 of
 `binlake run --continuous` in each of its overlapping stages (capture, silver, gold); gold must
 equal the source with nothing missing, extra or different, and every named kill must fire.
 (The kills in each layer are the full matrix's, `make chaos`, and each layer's own kill tests.)"""

@@ -5,13 +5,11 @@ through the binlog, become the table."""
 
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import signal
 import subprocess
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -20,10 +18,10 @@ from binlake.bronze.osc_replay import REPLAY_SUFFIX
 from binlake.config import load_config
 from binlake.contract.tables import Lakehouse
 from binlake.ops.pipeline import run_pipeline
+from binlake.ops.status import collect_status, format_status
+from tests.capture_process import capture_process
 from tests.source_diff import diff_with_source
 
-ROOT = Path(__file__).resolve().parents[2]
-BINLAKE = str(ROOT / ".venv" / "bin" / "binlake")
 ROWS = 3000
 
 
@@ -76,7 +74,7 @@ class _Writer(threading.Thread):
                     kind = self.rng.choice(("insert", "update", "update", "delete"))
                     if kind == "insert":
                         key, next_id = next_id, next_id + 1
-                        cur.execute("INSERT INTO t VALUES (%s, %s, %s)", (key, key % 13, f"new{key}"))
+                        cur.execute("INSERT INTO t (id, v, s) VALUES (%s, %s, %s)", (key, key % 13, f"new{key}"))
                     else:
                         key = self.rng.randint(1, next_id - 1)
                         if kind == "update":
@@ -105,9 +103,9 @@ def _ghost_apply(cur, kind: str, key: int) -> None:
         cur.execute("replace /* gh-ost */ into `_t_gho` (id, v, s) select id, v, s from t where id = %s", (key,))
 
 
-def _ghost_migration(spark, config, mariadb, db: str, capture_midway: bool = True) -> None:
-    """gh-ost's statements (go/logic/applier.go) for --alter 'ADD COLUMN note ...', up to and
-    including its atomic cut-over, with the write load on ``t`` applied to the ghost table."""
+def _ghost_tables(mariadb, db: str) -> None:
+    """gh-ost's first statements (go/logic/applier.go) for --alter 'ADD COLUMN note ...': its
+    changelog table and the ghost table."""
     q = f"`{db}`"
     mariadb.execute(
         f"drop /* gh-ost */ table if exists {q}.`_t_ghc`",
@@ -119,6 +117,15 @@ def _ghost_migration(spark, config, mariadb, db: str, capture_midway: bool = Tru
         f"insert /* gh-ost */ into {q}.`_t_ghc` (id, hint, value) values (NULLIF(2, 0), 'state', 'GhostTableMigrated') "
         "on duplicate key update last_update=NOW(), value=VALUES(value)",
     )
+
+
+def _ghost_migration(spark, config, mariadb, db: str, capture_midway: bool = True, create: bool = True) -> None:
+    """gh-ost's statements for --alter 'ADD COLUMN note ...', up to and including its atomic
+    cut-over, with the write load on ``t`` applied to the ghost table (``create`` False: its
+    tables exist already)."""
+    q = f"`{db}`"
+    if create:
+        _ghost_tables(mariadb, db)
     writer = _Writer(mariadb, db, mirror=_ghost_apply)
     writer.start()
     step = 400
@@ -206,20 +213,18 @@ def test_a_real_pt_online_schema_change_under_load_is_replayed_and_gold_equals_t
     assert replays == 1
 
 
-def _capture_process(config_path: Path, kill_at: str) -> int:
-    env = {**os.environ, "BINLAKE_SPARK_MASTER": "local[2]", "BINLAKE_KILL_AT": kill_at}
-    proc = subprocess.run(
-        [BINLAKE, "--config", str(config_path), "capture", "--until-now"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode in (0, -signal.SIGKILL), proc.stderr[-2000:]
-    return proc.returncode
+def _plans_without_manifest(spark, config, db: str) -> list[str]:
+    """Snapshot ids of ``t`` with a plan row but no manifest row: a chunk left to read from the source."""
+    lh = Lakehouse(config)
+    where = f"db = '{db}' AND `table` = 't'"
+    planned = {r["snapshot_id"] for r in lh.snapshot_plan.read(spark).where(where).select("snapshot_id").collect()}
+    done = {r["snapshot_id"] for r in lh.snapshot_chunks.read(spark).where(where).select("snapshot_id").collect()}
+    return sorted(planned - done)
 
 
-@pytest.mark.parametrize("kill_at", ["capture.replay_before_manifest", "capture.before_commit"])
+@pytest.mark.parametrize(
+    "kill_at", ["capture.replay_before_manifest", "capture.replay_before_plan", "capture.before_commit"]
+)
 def test_a_kill_during_the_cut_over_converges(spark, mariadb, database, tmp_path, kill_at):
     _table(mariadb, database)
     config_path = tmp_path / "binlake.yml"
@@ -229,12 +234,40 @@ def test_a_kill_during_the_cut_over_converges(spark, mariadb, database, tmp_path
     read_before, _ = _chunks(spark, config, database)
 
     _ghost_migration(spark, config, mariadb, database, capture_midway=False)
-    # The batch holding the RENAME: killed after the replay's rows and plan, before its
-    # manifest row; or after the replay, before the batch's commit.
-    assert _capture_process(config_path, kill_at) == -signal.SIGKILL
+    # The batch holding the RENAME: killed after the replay's rows, after its manifest row
+    # (before its plan row), or after the whole replay, before the batch's commit.
+    assert capture_process(config_path, kill_at) == -signal.SIGKILL
+    assert _plans_without_manifest(spark, config, database) == [], "a plan row with no rows"
     _run(spark, config)
 
     _gold_equals_source(spark, config)
     read_after, replays = _chunks(spark, config, database)
     assert read_after == read_before, "the source table was read by no snapshot after the first"
     assert replays == 1, "a re-read batch replays a cut-over once"
+
+
+def test_a_shadow_created_before_capture_started_falls_back_to_a_re_snapshot(
+    spark, mariadb, database, tmp_path, make_config
+):
+    _table(mariadb, database)
+    # The ghost table and part of its copy precede capture's start: the change log cannot hold all of its rows.
+    _ghost_tables(mariadb, database)
+    mariadb.execute(f"INSERT INTO `{database}`._t_gho (id, v, s) SELECT id, v, s FROM `{database}`.t WHERE id < 100")
+    config_path = tmp_path / "binlake.yml"
+    config_path.write_text(mariadb.config_yaml(str(tmp_path / "lake"), [f"{database}.t"], server_id=7400))
+    config = load_config(config_path)
+    _run(spark, config)
+    read_before, _ = _chunks(spark, config, database)
+
+    _ghost_migration(spark, config, mariadb, database, capture_midway=False, create=False)
+    assert capture_process(config_path) == 0  # the CLI records the metrics status reads
+    _run(spark, config)
+
+    _gold_equals_source(spark, config)
+    read_after, replays = _chunks(spark, config, database)
+    assert replays == 0, "the table was re-snapshotted, not replayed"
+    assert read_after > read_before, "the table was re-snapshotted, not replayed"
+    changes = collect_status(spark, config)["online_schema_changes"]
+    assert [(c["table"], c["replayed"]) for c in changes] == [(f"{database}.t", False)], changes
+    assert f"CREATE TABLE of {database}._t_gho is not in the change log" in changes[0]["detail"]
+    assert "re-snapshotted" in format_status(collect_status(spark, config))

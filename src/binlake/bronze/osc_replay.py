@@ -123,8 +123,9 @@ def cut_overs(source: SourceConfig, renamed: list[dict]) -> list[CutOver]:
             if db is None or table is None or (db, table) != (r["db"], r["table"]) or op != RENAMED_INTO_OP or i == 0:
                 continue
             old_db, old = effects[i - 1][0], effects[i - 1][1]
-            if old_db == db and old is not None and source.shadow_of(db, old) == table:
-                out.append(CutOver(db, table, old, r["binlog_file"], int(r["file_index"]), int(r["pos"]), r["ddl"]))
+            if db is None or table is None or old_db != db or old is None or source.shadow_of(db, old) != table:
+                continue
+            out.append(CutOver(db, table, old, r["binlog_file"], int(r["file_index"]), int(r["pos"]), r["ddl"]))
     return out
 
 
@@ -246,7 +247,10 @@ def shadow_schema(
 
 
 def replayed_before(spark: SparkLike, lh: Lakehouse, cut: CutOver) -> int | None:
-    """The rows of a replay of this cut-over already committed (a re-read batch), or None."""
+    """The rows of a replay of this cut-over already committed (a re-read batch), or None.
+
+    A kill between the replay's manifest row and its plan row left the manifest row alone:
+    its plan row is written here, so the replay ends complete."""
     from pyspark.sql import functions as F
 
     if not lh.snapshot_chunks.exists(spark):
@@ -260,11 +264,19 @@ def replayed_before(spark: SparkLike, lh: Lakehouse, cut: CutOver) -> int | None
             & (F.col("lw_pos") == cut.pos)
             & F.col("snapshot_id").endswith(REPLAY_SUFFIX)
         )
-        .select("row_count")
+        .select("snapshot_id", "key_columns", "schema_version", "row_count")
         .limit(1)
         .collect()
     )
-    return int(rows[0]["row_count"]) if rows else None
+    if not rows:
+        return None
+    done = rows[0]
+    planned = lh.snapshot_plan.exists(spark) and bool(
+        lh.snapshot_plan.read(spark).where(F.col("snapshot_id") == done["snapshot_id"]).limit(1).collect()
+    )
+    if not planned:
+        _write_plan(spark, lh, done["snapshot_id"], cut, list(done["key_columns"]), done["schema_version"])
+    return int(done["row_count"])
 
 
 def replay_cut_over(spark: SparkLike, lh: Lakehouse, batch, batch_schemas: list[TableSchema], cut: CutOver) -> Replay:
@@ -325,7 +337,7 @@ def replay_cut_over(spark: SparkLike, lh: Lakehouse, batch, batch_schemas: list[
 
 def _write_replay(spark: SparkLike, lh: Lakehouse, rows, schema: TableSchema, cut: CutOver, n: int) -> None:
     """The replay as a one-chunk map-form snapshot of ``cut.table`` at the RENAME's position:
-    its schema in schema_history, rows and marker, plan row, then (last) its manifest row."""
+    its schema in schema_history, rows and marker, manifest row, then (last) its plan row."""
     from pyspark.sql import functions as F
 
     from binlake.bronze.tables import record_schemas
@@ -366,10 +378,12 @@ def _write_replay(spark: SparkLike, lh: Lakehouse, rows, schema: TableSchema, cu
         *constants, F.col("img").alias("row"), F.lit(None).cast("map<string,string>").alias("chunk_stats")
     )
     lh.snapshot_rows.save(data.unionByName(marker).write.format("delta").mode("append"))
-    now = utc_now()
-    plan = [(snapshot_id, cut.db, cut.table, 0, list(schema.key), None, None, version, now)]
-    lh.snapshot_plan.save(spark.createDataFrame(plan, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append"))
+    # Rows, manifest row, plan row: each commit is safe to be the last. Rows without a manifest
+    # row are never read; a manifest row without its plan row is a complete replay the re-read
+    # batch finds (replayed_before), which writes the plan row. A plan row without rows would
+    # be a snapshot's chunk left to read from the source table: the plan row comes last.
     faults.point("capture.replay_before_manifest")
+    now = utc_now()
     manifest = ManifestRow(
         snapshot_id=snapshot_id,
         db=cut.db,
@@ -393,4 +407,13 @@ def _write_replay(spark: SparkLike, lh: Lakehouse, rows, schema: TableSchema, cu
     lh.snapshot_chunks.save(
         spark.createDataFrame([manifest], SNAPSHOT_CHUNKS_SCHEMA).write.format("delta").mode("append")
     )
+    faults.point("capture.replay_before_plan")
+    _write_plan(spark, lh, snapshot_id, cut, list(schema.key), version)
     log.info("capture: %s replayed as %s (%d rows) at %s", f"{cut.db}.{cut.shadow}", cut.name, n, cut.at)
+
+
+def _write_plan(spark: SparkLike, lh: Lakehouse, snapshot_id: str, cut: CutOver, key: list[str], version: str) -> None:
+    """The replay's one plan row (the whole key range), written after its manifest row."""
+    now = utc_now()
+    plan = [(snapshot_id, cut.db, cut.table, 0, key, None, None, version, now)]
+    lh.snapshot_plan.save(spark.createDataFrame(plan, SNAPSHOT_PLAN_SCHEMA).write.format("delta").mode("append"))

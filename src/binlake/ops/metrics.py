@@ -336,6 +336,8 @@ def _capture_rows(outcome: CaptureResult, head: SourceHead | None, config: Confi
     }
     for name, n in sorted(outcome.table_changes.items()):
         yield {"table": name, "status": OK, "rows_in": n, "publish_group": _group(config, name)}
+    for r in outcome.replays:  # online schema change cut-overs: rows replayed, or why it re-snapshotted
+        yield {"table": r.cut_over.name, "status": OK, "rows_in": r.rows, "detail": _one_line(r.describe())}
 
 
 def _silver_rows(outcome: SilverResult, head: SourceHead | None, config: Config) -> Iterator[dict[str, Any]]:

@@ -31,7 +31,7 @@ from binlake.errors import BinlakeError, LagExceededError
 from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
-from binlake.ops.metrics import lag_seconds
+from binlake.ops.metrics import lag_seconds, read_metrics
 from binlake.timing import utc_now
 
 if TYPE_CHECKING:
@@ -214,7 +214,8 @@ def collect_status(spark: SparkLike, config: Config) -> dict[str, Any]:
     ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
     ``last_attempt_status``, ``gold_lag_seconds``: how far its gold is behind the source, 0
     when at the server's position, else an upper bound, and ``failing_checks``: the checks of
-    the last publish attempt that failed).
+    the last publish attempt that failed), and ``online_schema_changes`` (the latest gh-ost or
+    pt-osc cut-overs capture met: replayed, or re-snapshotted and why).
     """
     require_config(config)
     lh = Lakehouse(config)
@@ -244,7 +245,43 @@ def collect_status(spark: SparkLike, config: Config) -> dict[str, Any]:
         "notes": notes,
         "last_publish": _last_publish(spark, lh),
         "tables": tables,
+        "online_schema_changes": _online_schema_changes(spark, config),
     }
+
+
+# The prefix of binlake.bronze.osc_replay.Replay.describe(), as capture's metrics rows hold it.
+_OSC_DETAIL = "online schema change of "
+
+
+def _online_schema_changes(spark: SparkLike, config: Config, limit: int = 20) -> list[dict[str, Any]]:
+    """The latest online schema change cut-overs capture met (its metrics rows): per cut-over
+    ``table``, ``at`` (the run's start), ``replayed``, ``rows`` and ``detail`` (why it re-snapshotted)."""
+    from pyspark.sql import functions as F
+
+    df = read_metrics(spark, config)
+    if df is None:
+        return []
+    rows = (
+        df.where((F.col("step") == "capture") & F.col("table").isNotNull() & F.col("detail").startswith(_OSC_DETAIL))
+        .orderBy(F.col("started_at").desc())
+        .limit(limit)
+        .collect()
+    )
+    out, seen = [], set()
+    for r in rows:
+        if r["detail"] not in seen:  # a re-read batch meets the same cut-over again
+            seen.add(r["detail"])
+            replayed = ": re-snapshotted, since " not in r["detail"]
+            out.append(
+                {
+                    "table": r["table"],
+                    "at": _plain(r["started_at"]),
+                    "replayed": replayed,
+                    "rows": r["rows_in"],
+                    "detail": r["detail"],
+                }
+            )
+    return out
 
 
 def _continuous(lh: Lakehouse, now: datetime) -> dict[str, Any] | None:
@@ -304,7 +341,7 @@ def _fmt_seconds(value: Any) -> str:
 
 def format_status(status: Mapping[str, Any]) -> str:
     """``collect_status`` as text for a terminal or a job log."""
-    sections = (_capture_lines, _continuous_lines, _notice_lines, _publish_lines, _table_lines)
+    sections = (_capture_lines, _continuous_lines, _notice_lines, _osc_lines, _publish_lines, _table_lines)
     return "\n".join(line for section in sections for line in section(status))
 
 
@@ -360,6 +397,11 @@ def _notice_lines(status: Mapping[str, Any]) -> list[str]:
     lines += [f"WARNING: {w}" for w in status.get("warnings") or []]
     lines += [f"note: {n}" for n in status.get("notes") or []]
     return lines
+
+
+def _osc_lines(status: Mapping[str, Any]) -> list[str]:
+    """The latest online schema change cut-overs: replayed, or re-snapshotted and why."""
+    return [f"{c['detail']} (capture run of {c['at']})" for c in status.get("online_schema_changes") or []]
 
 
 def _publish_lines(status: Mapping[str, Any]) -> list[str]:
