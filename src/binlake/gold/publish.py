@@ -210,7 +210,7 @@ class _Work:
     schema: TableSchema
     digest: str
     previous: dict | None
-    plan: ChecksPlan | None = None
+    plan: ChecksPlan
     frame: Any = None  # the live rows checked (all of silver's, or those of the changed keys)
     source: Any = None  # incremental: the changed keys' rows at the new silver version
     cached: Any = None  # incremental: the change feed per key, which the source is read from
@@ -220,8 +220,14 @@ class _Work:
     # recorded (no killed publish moved it since): the MERGE's metrics then give the count.
     base_rows: int | None = None
 
+    @property
+    def checked(self) -> TableChecks:
+        """The outcome of its checks, once :func:`_check` ran."""
+        assert self.outcome is not None, f"gold {self.publish.name} is written only once checked"
+        return self.outcome
 
-def _position_extras(spark, lh: Lakehouse, p: BinlogPosition) -> tuple[str | None, str | None]:
+
+def _position_extras(spark: SparkLike, lh: Lakehouse, p: BinlogPosition) -> tuple[str | None, str | None]:
     """(GTID, source commit time as 'YYYY-MM-DD HH:MM:SS.ffffff' UTC) of the last change at or before P."""
     from pyspark.sql import functions as F
 
@@ -297,7 +303,7 @@ def _writer_tag(publish_id: str) -> str:
     return f"{WRITER_TAG} {publish_id}"
 
 
-def _roll_back(spark, written: list[tuple[TableRef, int | None]], tag: str) -> None:
+def _roll_back(spark: SparkLike, written: list[tuple[TableRef, int | None]], tag: str) -> None:
     """After a failed write, put the group's already-written gold tables back at the versions
     the last publish recorded, and empty the ones no publish names yet, so readers of the
     latest versions do not keep half a publish (readers through the publish log never see
@@ -315,7 +321,7 @@ def _roll_back(spark, written: list[tuple[TableRef, int | None]], tag: str) -> N
             )
 
 
-def _restore(spark, ref: TableRef, before: int | None) -> None:
+def _restore(spark: SparkLike, ref: TableRef, before: int | None) -> None:
     if before is None:
         if ref.exists(spark):
             spark.sql(sql("DELETE FROM {t}", t=ref.sql))
@@ -358,7 +364,9 @@ def _publish_id(p: BinlogPosition, tables: list[TablePublish], digests: dict[str
 # Planning: what each table needs, from metadata alone
 
 
-def _silver_version(spark, lh: Lakehouse, state: TableState, target: BinlogPosition) -> tuple[int, list[str]]:
+def _silver_version(
+    spark: SparkLike, lh: Lakehouse, state: TableState, target: BinlogPosition
+) -> tuple[int, list[str]]:
     """The silver version to publish and what blocks it.
 
     Progress names the version silver had when it reached P: a silver run in flight since
@@ -390,7 +398,7 @@ def _overwrite(commit) -> bool:
     return commit["operation"] == "WRITE" and (commit["operationParameters"] or {}).get("mode") == "Overwrite"
 
 
-def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: str) -> str:
+def _mode(spark: SparkLike, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: str) -> str:
     if previous is None or previous.get("silver_rows") is None or _digest_of(previous["checks"]) != digest:
         return REBUILD
     since = int(previous["silver_version"])
@@ -420,7 +428,7 @@ def _mode(spark, lh: Lakehouse, t: TablePublish, previous: dict | None, digest: 
 
 
 def _plan(
-    spark,
+    spark: SparkLike,
     config: Config,
     lh: Lakehouse,
     states: list[TableState],
@@ -428,7 +436,8 @@ def _plan(
     previous: dict,
     target: BinlogPosition,
 ) -> tuple[list[_Work], dict[str, list[str]]]:
-    work, blockers = [], {}
+    work: list[_Work] = []
+    blockers: dict[str, list[str]] = {}
     for s in states:
         schema = schemas.get((s.db, s.table))
         if schema is None:
@@ -450,11 +459,13 @@ def _plan(
         )
         prev = previous.get(s.name)
         t.mode = _mode(spark, lh, t, prev, digest)
-        if t.reused:
+        # _mode reuses or merges only over a previous publish
+        if prev is not None and t.reused:
             t.gold_version, t.row_count, t.silver_rows = prev["gold_version"], prev["row_count"], prev["silver_rows"]
             t.checks = prev["checks"]
         base_rows = None
-        if t.mode == INCREMENTAL and lh.gold(s.db, s.table).latest_version(spark) == int(prev["gold_version"]):
+        gold = lh.gold(s.db, s.table)
+        if prev is not None and t.mode == INCREMENTAL and gold.latest_version(spark) == int(prev["gold_version"]):
             base_rows = int(prev["row_count"])
         work.append(_Work(t, schema, digest, prev, plan, base_rows=base_rows))
     return work, blockers
@@ -464,7 +475,7 @@ def _plan(
 # Checking: one Spark job per table over the rows this publish reads
 
 
-def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
+def _check(spark: SparkLike, config: Config, lh: Lakehouse, w: _Work) -> None:
     """Read what the publish needs of one table and run its checks: the built-ins and the
     row-level expectations on the rows read, the table-level ones on the table as it will be
     published."""
@@ -487,7 +498,7 @@ def _check(spark, config: Config, lh: Lakehouse, w: _Work) -> None:
     t.checks = w.outcome
 
 
-def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
+def _check_changes(spark: SparkLike, lh: Lakehouse, w: _Work, silver) -> bool:
     """The keys silver's change feed names since the last publish, their rows at the pinned
     version (checked, and the MERGE's source), and what gold held for them; False when the
     feed does not cover that range (kept only from a later version on, or cleaned up).
@@ -502,6 +513,7 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
     from pyspark.sql import functions as F
 
     t, schema, plan = w.publish, w.schema, w.plan
+    assert w.previous is not None, f"gold {t.name}: an incremental publish follows a published one"
     since = int(w.previous["silver_version"])
     keys = [quote_ident(k) for k in schema.key]
     # A key's row as the last publish read it is its first pre-image in the feed (a key whose
@@ -559,7 +571,7 @@ def _check_changes(spark, lh: Lakehouse, w: _Work, silver) -> bool:
 # Writing
 
 
-def _write_gold(spark, ref: TableRef, df, table_comment: str, tag: str) -> tuple[int, int]:
+def _write_gold(spark: SparkLike, ref: TableRef, df, table_comment: str, tag: str) -> tuple[int, int]:
     """Overwrite one gold table; returns (new version, rows written: the overwrite's own metrics)."""
     if ref.exists(spark):  # a column silver gained may need a table feature gold lacks
         se.enable_features(spark, ref, _spark_types(df))
@@ -579,7 +591,7 @@ def _spark_types(df) -> list[str]:
 
 
 def _merge_gold(
-    spark, ref: TableRef, source, outcome: TableChecks, schema: TableSchema, base_rows: int | None, tag: str
+    spark: SparkLike, ref: TableRef, source, outcome: TableChecks, schema: TableSchema, base_rows: int | None, tag: str
 ) -> tuple[int, int]:
     """MERGE the changed keys' rows into gold: a row whose ``_cdc_seq`` differs replaces
     gold's, a tombstone or a row a drop check rejects deletes it. Returns (new version, rows
@@ -613,7 +625,7 @@ def _merge_gold(
     return version, ref.read_version(spark, version).count()
 
 
-def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_id: str) -> int:
+def _write_quarantine(spark: SparkLike, lh: Lakehouse, db: str, table: str, frame, publish_id: str) -> int:
     from pyspark.sql import functions as F
 
     ref = lh.quarantine(db, table)
@@ -631,9 +643,10 @@ def _write_quarantine(spark, lh: Lakehouse, db: str, table: str, frame, publish_
     return int(ref.last_commit(spark)[1].get("numOutputRows", 0))
 
 
-def _write(spark, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
+def _write(spark: SparkLike, lh: Lakehouse, w: _Work, publish_id: str) -> list[str]:
     """Write one table's quarantine and gold; returns its warnings."""
-    t, outcome = w.publish, w.outcome
+    t, outcome = w.publish, w.checked
+    assert t.silver_rows is not None, f"gold {t.name}: checking counted silver's rows"
     if outcome.dropping:
         with _writing(lh.quarantine(t.db, t.table)):
             t.dropped = _write_quarantine(spark, lh, t.db, t.table, quarantine_frame(w.frame, outcome), publish_id)
@@ -667,7 +680,7 @@ write, so a publish killed between the two finds an older version and replaces m
 it must, never fewer (replacing a key's versions with silver's is idempotent)."""
 
 
-def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema, tag: str) -> None:
+def _publish_history(spark: SparkLike, lh: Lakehouse, t: TablePublish, schema: TableSchema, tag: str) -> None:
     """Make gold's history of ``t`` hold silver's history as of ``t.history_version`` (quality
     checks apply to the current-state table, not to past versions): the versions of the keys
     silver's history changed since the version gold holds, in one MERGE, or a whole copy when
@@ -678,6 +691,7 @@ def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema,
     from binlake.silver.history import replace_versions
 
     silver, gold, version = lh.silver_history(t.db, t.table), lh.gold_history(t.db, t.table), t.history_version
+    assert version is not None, f"gold {t.name} has no history table"
     held = gold.properties(spark).get(HISTORY_SOURCE_PROPERTY) if gold.exists(spark) else None
     if held is not None and int(held) == version:
         return
@@ -701,7 +715,7 @@ def _publish_history(spark, lh: Lakehouse, t: TablePublish, schema: TableSchema,
 # The publish
 
 
-def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
+def run_gold(spark: SparkLike, config: Config, console: Console = QUIET) -> GoldResult:
     """Check and publish each publish group at its own binlog position, or nothing of it.
 
     A group that cannot publish (Invariant S does not hold, or a check with severity ``fail``
@@ -724,21 +738,22 @@ def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
     schemas = latest_schemas(spark, lh)
     groups = publish_groups(config, states)
     results: list[GoldResult] = []
-    blocked: dict[str, BinlakeError] = {}
+    blocked: dict[str, NotReadyError | QualityCheckFailed] = {}
     for name, members in groups.items():
         try:
             results.append(_publish_group(spark, config, lh, name, members, schemas, previous, console))
         except (NotReadyError, QualityCheckFailed) as exc:
-            exc.tables = [s.name for s in members]  # type: ignore[attr-defined]
+            exc.tables = [s.name for s in members]
             blocked[name] = exc
             if len(groups) > 1:
                 log.warning("gold group %s blocked, the other groups go on: %s", name, exc)
     result = GoldResult.combine(results)
     if not blocked:
+        assert result is not None, "every publish group published"
         return result
     if len(groups) == 1:
         only = next(iter(blocked.values()))
-        only.blocked = blocked  # type: ignore[attr-defined]
+        only.blocked = blocked
         raise only
     kind = QualityCheckFailed if any(isinstance(e, QualityCheckFailed) for e in blocked.values()) else NotReadyError
     done = "; ".join(f"{g.group} {g.status} at {g.position}" for g in results) or "none"
@@ -747,7 +762,7 @@ def run_gold(spark, config: Config, console: Console = QUIET) -> GoldResult:
         + " | ".join(f"group {name}: {exc}" for name, exc in blocked.items()),
         result=result,
     )
-    err.blocked = blocked  # type: ignore[attr-defined]
+    err.blocked = blocked
     raise err
 
 
@@ -833,7 +848,7 @@ class _Attempt:
     def checks(self) -> tuple[dict[str, str], list[tuple[str, Any]]]:
         """The checks' JSON per table and the failed checks that block the publish, as they stand now."""
         checks_json = {w.publish.name: _checks_json(w.digest, w.publish.checks) for w in self.work}
-        return checks_json, [(w.publish.name, r) for w in self.todo for r in w.outcome.blocking]
+        return checks_json, [(w.publish.name, r) for w in self.todo for r in w.checked.blocking]
 
     def log(self, status: str, checks_json: dict[str, str]) -> None:
         """Append the attempt's publish-log rows (the commit point of a publish)."""
@@ -896,10 +911,12 @@ def _write_all(attempt: _Attempt, pool: ThreadPoolExecutor) -> list[str]:
     return warnings
 
 
-def _record_results(spark, lh: Lakehouse, publish_id: str, group: str, status: str, work: list[_Work]) -> None:
+def _record_results(
+    spark: SparkLike, lh: Lakehouse, publish_id: str, group: str, status: str, work: list[_Work]
+) -> None:
     """Keep GE's validation result of every table this attempt checked with expectations."""
-    results = [(w.publish.db, w.publish.table, validation_json(w.outcome)) for w in work if w.outcome is not None]
-    results = [r for r in results if r[2] is not None]
+    validations = [(w.publish.db, w.publish.table, validation_json(w.outcome)) for w in work if w.outcome is not None]
+    results = [(db, table, v) for db, table, v in validations if v is not None]
     for _, _, result in results:
         # GE's run is the publish attempt: its Data Docs pages are named by the publish id.
         result.setdefault("meta", {})["run_id"] = {"run_name": publish_id, "run_time": _utc_now()}

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -370,7 +370,7 @@ def unexpected_conditions(df, planned: Sequence[Planned]) -> dict[str, Any]:
         return {p.spec.name: engine.unexpected_condition(batch, p.config) for p in planned}
 
 
-def rejected(conditions: Sequence[Any]):
+def rejected(conditions: Iterable[Any]):
     """One Column: TRUE for a row any of ``conditions`` rejects (NULL counts as not rejected)."""
     from pyspark.sql import functions as F
 
