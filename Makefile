@@ -60,8 +60,8 @@ mysql-down:
 demo: setup mysql-up
 	$(PY) -m binlake.devtools.demo --mariadb-dir .local/mariadb --workdir .local/demo
 
-# The gates: ruff's lint rules and format check, mypy on the public API and the contract
-# package, import-linter's layer contract (pyproject.toml configures each).
+# The gates: ruff's lint rules and format check, mypy on all of src/binlake,
+# import-linter's layer contract (pyproject.toml configures each).
 lint: venv
 	.venv/bin/ruff check src tests benchmarks
 	.venv/bin/ruff format --check src tests benchmarks
