@@ -461,7 +461,7 @@ def _blocked_rows(error: BaseException) -> list[dict[str, Any]]:
 # Recording a whole command
 
 
-def recorded(spark, config: Config, command: str, run: Any) -> Any:
+def recorded(spark: SparkLike, config: Config, command: str, run: Any) -> Any:
     """Run ``run()`` (one command) and append its metrics rows, also when it fails; returns
     what ``run()`` returned, or re-raises what it raised."""
     recorder = MetricsRecorder(config, command)
@@ -476,7 +476,7 @@ def recorded(spark, config: Config, command: str, run: Any) -> Any:
 
 
 def _record_safely(
-    spark,
+    spark: SparkLike,
     recorder: MetricsRecorder,
     config: Config,
     result: Any,
