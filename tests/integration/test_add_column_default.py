@@ -114,21 +114,27 @@ def test_every_kind_of_default_reaches_the_rows_older_than_the_ddl(spark, mariad
 
     _same_as_source(spark, config)
     silver = next(s.result for s in result.steps if s.name == "silver").table(f"{database}.t")
-    assert silver.backfilled["i"] == 3, silver.backfilled  # ids 1, 5, 6: silver's rows older than the DDL
-    expected = _source(mariadb, f"SELECT id, i, dec, latin, later FROM {db}.t ORDER BY id")
-    assert sorted(_gold(spark, config, database, "id, i, CAST(dec AS STRING), latin, later")) == [
+    # All six rows silver held were mirrored before the DDL: each gets the default, then the
+    # batch applies the changes logged after it (ids 2 and 4 updated, 3 deleted).
+    assert silver.backfilled["i"] == 6, silver.backfilled
+    expected = _source(mariadb, f"SELECT id, i, `dec`, latin, later FROM {db}.t ORDER BY id")
+    assert sorted(_gold(spark, config, database, "id, i, CAST(`dec` AS STRING), latin, later")) == [
         (r[0], r[1], str(r[2]), r[3], r[4]) for r in expected
     ]
 
 
 def test_a_default_binlake_cannot_know_stops_the_table_until_a_re_snapshot(spark, mariadb, database, table):
     db, config = table
-    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN w INT DEFAULT (v * 2)")
+    # Capture records the new schema at the table's next row event.
+    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN w INT DEFAULT (v * 2)", f"INSERT INTO {db}.t (id, v) VALUES (7, 7)")
 
     with pytest.raises(SchemaChangeError, match=r"cannot backfill column w .*binlake snapshot --table"):
         run_pipeline(spark, config)
-    with pytest.raises(DefaultBackfillError):
+    # run_silver names every stopped table in one SchemaChangeError; the table's own error is
+    # the DefaultBackfillError.
+    with pytest.raises(SchemaChangeError, match=r"cannot backfill column w .*is an expression") as got:
         run_silver(spark, config)
+    assert got.value.result.table(f"{database}.t").error_class is DefaultBackfillError
 
     run_snapshot(spark, config, tables=[f"{database}.t"], fresh=True)
     _run(spark, config)
@@ -137,9 +143,13 @@ def test_a_default_binlake_cannot_know_stops_the_table_until_a_re_snapshot(spark
 
 def test_current_timestamp_with_fractions_is_not_in_the_binlog_so_the_table_stops(spark, mariadb, database, table):
     db, config = table
-    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN ts TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)")
-    with pytest.raises(DefaultBackfillError, match="to the second only"):
+    mariadb.execute(
+        f"ALTER TABLE {db}.t ADD COLUMN ts TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)",
+        f"UPDATE {db}.t SET v = 20 WHERE id = 2",
+    )
+    with pytest.raises(SchemaChangeError, match="cannot backfill column ts .*to the second only") as got:
         _capture_then_silver(spark, config)
+    assert got.value.result.table(f"{database}.t").error_class is DefaultBackfillError
 
 
 def _capture_then_silver(spark, config):
