@@ -183,3 +183,36 @@ def test_a_run_killed_during_the_backfill_converges(spark, mariadb, database, ta
 
     _run(spark, config)
     _same_as_source(spark, config)
+
+
+def test_modify_and_change_keep_existing_values_and_a_new_default_touches_no_row(spark, mariadb, database, table):
+    """What MariaDB does to existing values: a widened type keeps them (silver widens the
+    column), a changed DEFAULT leaves every existing row as it is (only later inserts get it),
+    and an added column keeps the default of its ADD, not of a later MODIFY."""
+    db, config = table
+    mariadb.execute(
+        f"ALTER TABLE {db}.t ADD COLUMN d DECIMAL(5,2) DEFAULT 1.25, ADD COLUMN s VARCHAR(5) DEFAULT 'ab'",
+        f"UPDATE {db}.t SET d = 999.99, s = 'xyz' WHERE id = 1",
+        f"ALTER TABLE {db}.t MODIFY v BIGINT",  # widened: values kept
+        f"UPDATE {db}.t SET v = 9000000000 WHERE id = 2",
+        f"ALTER TABLE {db}.t MODIFY d DECIMAL(9,3) DEFAULT 7.5",  # widened, new default: values kept
+        f"INSERT INTO {db}.t (id, v) VALUES (7, 7)",
+        f"ALTER TABLE {db}.t ALTER COLUMN s SET DEFAULT 'new'",  # existing rows keep 'ab'
+        f"INSERT INTO {db}.t (id, v) VALUES (8, 8)",
+        f"ALTER TABLE {db}.t CHANGE s s2 VARCHAR(20) DEFAULT 'again'",  # renamed, same Spark type
+        f"UPDATE {db}.t SET v = 30 WHERE id = 3",
+        # An ADD and a MODIFY of its default with no row event between: one schema step, and
+        # the rows older than the ADD hold the ADD's default.
+        f"ALTER TABLE {db}.t ADD COLUMN a INT DEFAULT 1",
+        f"ALTER TABLE {db}.t MODIFY a INT DEFAULT 2",
+        f"INSERT INTO {db}.t (id, v) VALUES (9, 9)",
+    )
+    _run(spark, config)
+
+    _same_as_source(spark, config)
+    expected = _source(mariadb, f"SELECT id, v, d, s2, a FROM {db}.t ORDER BY id")
+    assert sorted(_gold(spark, config, database, "id, v, CAST(d AS STRING), s2, a")) == [
+        (r[0], r[1], str(r[2]), r[3], r[4]) for r in expected
+    ]
+    fields = {f.name: f.dataType.simpleString() for f in Lakehouse(config).silver(database, "t").read(spark).schema}
+    assert (fields["v"], fields["d"]) == ("bigint", "decimal(9,3)")
