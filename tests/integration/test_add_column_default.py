@@ -11,7 +11,9 @@ from source_diff import diff_with_source  # tests/source_diff.py
 from binlake.bronze.snapshot import run_snapshot
 from binlake.contract.tables import Lakehouse
 from binlake.errors import DefaultBackfillError, SchemaChangeError
+from binlake.ops.metrics import recorded
 from binlake.ops.pipeline import run_pipeline
+from binlake.ops.status import collect_status
 from binlake.silver.run import run_silver
 
 # (name, definition): a literal of each type family, then NOT NULL without a DEFAULT (the
@@ -110,13 +112,31 @@ def test_every_kind_of_default_reaches_the_rows_older_than_the_ddl(spark, mariad
         f"ALTER TABLE {db}.t ADD COLUMN later VARCHAR(5) NOT NULL DEFAULT 'old'",
         f"UPDATE {db}.t SET later = 'mine' WHERE id = 6",
     )
-    result = _run(spark, config)
+    result = recorded(spark, config, "run", lambda: _run(spark, config))
 
     _same_as_source(spark, config)
     silver = next(s.result for s in result.steps if s.name == "silver").table(f"{database}.t")
     # All six rows silver held were mirrored before the DDL: each gets the default, then the
     # batch applies the changes logged after it (ids 2 and 4 updated, 3 deleted).
     assert silver.backfilled["i"] == 6, silver.backfilled
+    # ... and status and the metrics table say so.
+    shown = {b["column"]: b for b in collect_status(spark, config)["tables"][0]["backfilled"]}
+    assert (shown["i"]["value"], shown["i"]["rows"], shown["later"]["value"], shown["later"]["rows"]) == (
+        "-7",
+        6,
+        "old",
+        6,
+    ), shown
+    assert "nul" not in shown  # a NULL default gives nothing
+    detail = (
+        Lakehouse(config)
+        .metrics.read(spark)
+        .where(f"step = 'silver' AND `table` = '{database}.t'")
+        .select("detail")
+        .first()["detail"]
+    )
+    assert "i: 6 rows" in detail, detail
+    assert "later: 6 rows" in detail, detail
     expected = _source(mariadb, f"SELECT id, i, `dec`, latin, later FROM {db}.t ORDER BY id")
     assert sorted(_gold(spark, config, database, "id, i, CAST(`dec` AS STRING), latin, later")) == [
         (r[0], r[1], str(r[2]), r[3], r[4]) for r in expected
@@ -147,7 +167,7 @@ def test_current_timestamp_with_fractions_is_not_in_the_binlog_so_the_table_stop
         f"ALTER TABLE {db}.t ADD COLUMN ts TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)",
         f"UPDATE {db}.t SET v = 20 WHERE id = 2",
     )
-    with pytest.raises(SchemaChangeError, match="cannot backfill column ts .*to the second only") as got:
+    with pytest.raises(SchemaChangeError, match=r"cannot backfill column ts .*to the second only") as got:
         _capture_then_silver(spark, config)
     assert got.value.result.table(f"{database}.t").error_class is DefaultBackfillError
 
