@@ -11,7 +11,9 @@ from source_diff import diff_with_source  # tests/source_diff.py
 from binlake.bronze.snapshot import run_snapshot
 from binlake.contract.tables import Lakehouse
 from binlake.errors import DefaultBackfillError, SchemaChangeError
+from binlake.ops.metrics import recorded
 from binlake.ops.pipeline import run_pipeline
+from binlake.ops.status import collect_status
 from binlake.silver.run import run_silver
 
 # (name, definition): a literal of each type family, then NOT NULL without a DEFAULT (the
@@ -110,25 +112,49 @@ def test_every_kind_of_default_reaches_the_rows_older_than_the_ddl(spark, mariad
         f"ALTER TABLE {db}.t ADD COLUMN later VARCHAR(5) NOT NULL DEFAULT 'old'",
         f"UPDATE {db}.t SET later = 'mine' WHERE id = 6",
     )
-    result = _run(spark, config)
+    result = recorded(spark, config, "run", lambda: _run(spark, config))
 
     _same_as_source(spark, config)
     silver = next(s.result for s in result.steps if s.name == "silver").table(f"{database}.t")
-    assert silver.backfilled["i"] == 3, silver.backfilled  # ids 1, 5, 6: silver's rows older than the DDL
-    expected = _source(mariadb, f"SELECT id, i, dec, latin, later FROM {db}.t ORDER BY id")
-    assert sorted(_gold(spark, config, database, "id, i, CAST(dec AS STRING), latin, later")) == [
+    # All six rows silver held were mirrored before the DDL: each gets the default, then the
+    # batch applies the changes logged after it (ids 2 and 4 updated, 3 deleted).
+    assert silver.backfilled["i"] == 6, silver.backfilled
+    # ... and status and the metrics table say so.
+    shown = {b["column"]: b for b in collect_status(spark, config)["tables"][0]["backfilled"]}
+    assert (shown["i"]["value"], shown["i"]["rows"], shown["later"]["value"], shown["later"]["rows"]) == (
+        "-7",
+        6,
+        "old",
+        6,
+    ), shown
+    assert "nul" not in shown  # a NULL default gives nothing
+    detail = (
+        Lakehouse(config)
+        .metrics.read(spark)
+        .where(f"step = 'silver' AND `table` = '{database}.t'")
+        .select("detail")
+        .first()["detail"]
+    )
+    assert "i: 6 rows" in detail, detail
+    assert "later: 6 rows" in detail, detail
+    expected = _source(mariadb, f"SELECT id, i, `dec`, latin, later FROM {db}.t ORDER BY id")
+    assert sorted(_gold(spark, config, database, "id, i, CAST(`dec` AS STRING), latin, later")) == [
         (r[0], r[1], str(r[2]), r[3], r[4]) for r in expected
     ]
 
 
 def test_a_default_binlake_cannot_know_stops_the_table_until_a_re_snapshot(spark, mariadb, database, table):
     db, config = table
-    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN w INT DEFAULT (v * 2)")
+    # Capture records the new schema at the table's next row event.
+    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN w INT DEFAULT (v * 2)", f"INSERT INTO {db}.t (id, v) VALUES (7, 7)")
 
     with pytest.raises(SchemaChangeError, match=r"cannot backfill column w .*binlake snapshot --table"):
         run_pipeline(spark, config)
-    with pytest.raises(DefaultBackfillError):
+    # run_silver names every stopped table in one SchemaChangeError; the table's own error is
+    # the DefaultBackfillError.
+    with pytest.raises(SchemaChangeError, match=r"cannot backfill column w .*is an expression") as got:
         run_silver(spark, config)
+    assert got.value.result.table(f"{database}.t").error_class is DefaultBackfillError
 
     run_snapshot(spark, config, tables=[f"{database}.t"], fresh=True)
     _run(spark, config)
@@ -137,9 +163,13 @@ def test_a_default_binlake_cannot_know_stops_the_table_until_a_re_snapshot(spark
 
 def test_current_timestamp_with_fractions_is_not_in_the_binlog_so_the_table_stops(spark, mariadb, database, table):
     db, config = table
-    mariadb.execute(f"ALTER TABLE {db}.t ADD COLUMN ts TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)")
-    with pytest.raises(DefaultBackfillError, match="to the second only"):
+    mariadb.execute(
+        f"ALTER TABLE {db}.t ADD COLUMN ts TIMESTAMP(6) NULL DEFAULT CURRENT_TIMESTAMP(6)",
+        f"UPDATE {db}.t SET v = 20 WHERE id = 2",
+    )
+    with pytest.raises(SchemaChangeError, match=r"cannot backfill column ts .*to the second only") as got:
         _capture_then_silver(spark, config)
+    assert got.value.result.table(f"{database}.t").error_class is DefaultBackfillError
 
 
 def _capture_then_silver(spark, config):
@@ -173,3 +203,36 @@ def test_a_run_killed_during_the_backfill_converges(spark, mariadb, database, ta
 
     _run(spark, config)
     _same_as_source(spark, config)
+
+
+def test_modify_and_change_keep_existing_values_and_a_new_default_touches_no_row(spark, mariadb, database, table):
+    """What MariaDB does to existing values: a widened type keeps them (silver widens the
+    column), a changed DEFAULT leaves every existing row as it is (only later inserts get it),
+    and an added column keeps the default of its ADD, not of a later MODIFY."""
+    db, config = table
+    mariadb.execute(
+        f"ALTER TABLE {db}.t ADD COLUMN d DECIMAL(5,2) DEFAULT 1.25, ADD COLUMN s VARCHAR(5) DEFAULT 'ab'",
+        f"UPDATE {db}.t SET d = 999.99, s = 'xyz' WHERE id = 1",
+        f"ALTER TABLE {db}.t MODIFY v BIGINT",  # widened: values kept
+        f"UPDATE {db}.t SET v = 9000000000 WHERE id = 2",
+        f"ALTER TABLE {db}.t MODIFY d DECIMAL(9,3) DEFAULT 7.5",  # widened, new default: values kept
+        f"INSERT INTO {db}.t (id, v) VALUES (7, 7)",
+        f"ALTER TABLE {db}.t ALTER COLUMN s SET DEFAULT 'new'",  # existing rows keep 'ab'
+        f"INSERT INTO {db}.t (id, v) VALUES (8, 8)",
+        f"ALTER TABLE {db}.t CHANGE s s2 VARCHAR(20) DEFAULT 'again'",  # renamed, same Spark type
+        f"UPDATE {db}.t SET v = 30 WHERE id = 3",
+        # An ADD and a MODIFY of its default with no row event between: one schema step, and
+        # the rows older than the ADD hold the ADD's default.
+        f"ALTER TABLE {db}.t ADD COLUMN a INT DEFAULT 1",
+        f"ALTER TABLE {db}.t MODIFY a INT DEFAULT 2",
+        f"INSERT INTO {db}.t (id, v) VALUES (9, 9)",
+    )
+    _run(spark, config)
+
+    _same_as_source(spark, config)
+    expected = _source(mariadb, f"SELECT id, v, d, s2, a FROM {db}.t ORDER BY id")
+    assert sorted(_gold(spark, config, database, "id, v, CAST(d AS STRING), s2, a")) == [
+        (r[0], r[1], str(r[2]), r[3], r[4]) for r in expected
+    ]
+    fields = {f.name: f.dataType.simpleString() for f in Lakehouse(config).silver(database, "t").read(spark).schema}
+    assert (fields["v"], fields["d"]) == ("bigint", "decimal(9,3)")

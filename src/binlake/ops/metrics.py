@@ -272,6 +272,11 @@ def health_view(name: str, metrics: str, since: str) -> str:
 # One step's rows, by the type of its result
 
 
+def _backfilled(rows: dict[str, int]) -> str | None:
+    """A silver table row's detail: the rows each added column's DEFAULT reached."""
+    return ("backfilled " + ", ".join(f"{c}: {n} rows" for c, n in sorted(rows.items()))) if rows else None
+
+
 def _one_line(text: str, limit: int = 500) -> str:
     return " ".join(str(text).split())[:limit]
 
@@ -360,7 +365,7 @@ def _silver_rows(outcome: SilverResult, head: SourceHead | None, config: Config)
             "position": None if t.error else (str(outcome.applied) if outcome.applied else None),
             "lag_bytes": None if t.error else lag,
             "seconds": round(t.seconds, 3),
-            "detail": _one_line(t.error) if t.error else None,
+            "detail": _one_line(t.error) if t.error else _backfilled(t.backfilled),
         }
 
 

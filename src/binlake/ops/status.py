@@ -32,6 +32,7 @@ from binlake.gold.publish_log import STATUS_PUBLISHED, last_published
 from binlake.gold.readiness import silver_progress
 from binlake.ops.continuous import read_state
 from binlake.ops.metrics import lag_seconds, read_metrics
+from binlake.silver.backfill import report
 from binlake.timing import utc_now
 
 if TYPE_CHECKING:
@@ -163,6 +164,11 @@ def _gold_lag(published: Mapping[str, Any] | None, capture: Mapping[str, Any] | 
     return lag_seconds(now, published.get("source_time"), at_server)
 
 
+def _backfilled(spark, silver) -> list[dict[str, Any]]:
+    """What the silver table's ADD COLUMN backfills gave its older rows (binlake.silver.backfill)."""
+    return report(silver.properties(spark)) if silver.exists(spark) else []
+
+
 def _table_rows(
     spark: SparkLike, config: Config, lh: Lakehouse, warnings: list[str], capture=None, now: datetime | None = None
 ) -> list[dict[str, Any]]:
@@ -189,6 +195,7 @@ def _table_rows(
                 "last_attempt_status": a["status"] if a else None,
                 "gold_lag_seconds": _gold_lag(p, capture, now) if now else None,
                 "failing_checks": _failing_checks(a["checks"]) if a else [],
+                "backfilled": _backfilled(spark, lh.silver(db, table)) if s else [],
             }
         )
         if s and s.stopped:
@@ -214,8 +221,10 @@ def collect_status(spark: SparkLike, config: Config) -> dict[str, Any]:
     ``published_at``, ``source_time``, ``gold_version``, ``published_gold_version``,
     ``last_attempt_status``, ``gold_lag_seconds``: how far its gold is behind the source, 0
     when at the server's position, else an upper bound, and ``failing_checks``: the checks of
-    the last publish attempt that failed), and ``online_schema_changes`` (the latest gh-ost or
-    pt-osc cut-overs capture met: replayed, or re-snapshotted and why).
+    the last publish attempt that failed, and ``backfilled``: each added column whose DEFAULT
+    silver gave the rows older than its ADD: ``column``, ``value``, ``position``, ``rows``), and
+    ``online_schema_changes`` (the latest gh-ost or pt-osc cut-overs capture met: replayed, or
+    re-snapshotted and why).
     """
     require_config(config)
     lh = Lakehouse(config)
@@ -443,6 +452,11 @@ def _table_lines(status: Mapping[str, Any]) -> list[str]:
         lines.append("")
         lines.append("failing checks of the last publish attempt (binlake checks --docs DIR renders GE's results):")
         lines += [f"  {name} {_describe_check(c)}" for name, c in failing]
+    filled = [(t["table"], b) for t in tables for b in t.get("backfilled") or [] if b["rows"]]
+    if filled:
+        lines.append("")
+        lines.append("added columns' defaults given to the rows older than their ADD COLUMN:")
+        lines += [f"  {name}.{b['column']} = {b['value']!r}: {b['rows']:,} rows" for name, b in filled]
     return lines
 
 

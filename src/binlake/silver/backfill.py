@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING
 
 from binlake import faults
@@ -45,12 +45,14 @@ BACKFILL_PROPERTY = "binlake.backfill"
 class Added:
     """One added column: its name in the step's version, the value older rows hold
     (canonical text, None for NULL) unless ``unknown`` says why binlake cannot know it, and the
-    DDL's position (rows with a smaller ``_cdc_seq`` are older than the ADD)."""
+    DDL's position (rows with a smaller ``_cdc_seq`` are older than the ADD); ``rows``: how
+    many silver rows the backfill gave the value, once it ran (``binlake status`` shows it)."""
 
     column: str
     text: str | None
     unknown: str | None
     boundary: tuple[int, int, int]
+    rows: int | None = None
 
 
 def step_key(entry: se.HistoryEntry) -> str:
@@ -71,7 +73,10 @@ def adding_steps(history: list[se.HistoryEntry]) -> list[tuple[se.HistoryEntry, 
 def cached(props: dict[str, str]) -> dict[str, list[Added]]:
     """What the silver table's property holds, by :func:`step_key`."""
     raw = json.loads(props.get(BACKFILL_PROPERTY) or "{}")
-    return {k: [Added(a["column"], a["text"], a["unknown"], tuple(a["boundary"])) for a in v] for k, v in raw.items()}
+    return {
+        k: [Added(a["column"], a["text"], a["unknown"], tuple(a["boundary"]), a.get("rows")) for a in v]
+        for k, v in raw.items()
+    }
 
 
 def property_value(resolved: dict[str, list[Added]]) -> str:
@@ -165,6 +170,25 @@ def unknown_error(name: str, a: Added, entry: se.HistoryEntry) -> DefaultBackfil
         f"({a.boundary[0]}, {a.boundary[1]}){': ' + repr(ddl) if entry.ddl else ''}: {a.unknown}; the table is "
         f"stopped, other tables go on; recover with: binlake snapshot --table {name}"
     )
+
+
+def with_rows(resolved: dict[str, list[Added]], entry: se.HistoryEntry, rows: dict[str, int]) -> dict:
+    """``resolved`` with the step's columns carrying the rows their backfill updated."""
+    key = step_key(entry)
+    done = [replace(a, rows=rows[a.column]) if a.column in rows else a for a in resolved.get(key, [])]
+    return {**resolved, key: done} if key in resolved else resolved
+
+
+def report(props: dict[str, str]) -> list[dict]:
+    """What a silver table's backfills gave its older rows, for ``binlake status``: column,
+    value (canonical text, None for NULL), the ADD's binlog position (file index, pos) and
+    rows updated (None: not run yet, or the table was filled after the ADD)."""
+    return [
+        {"column": a.column, "value": a.text, "position": list(a.boundary[:2]), "rows": a.rows}
+        for _, added in sorted(cached(props).items())
+        for a in added
+        if a.unknown is None and a.text is not None
+    ]
 
 
 def update_older_rows(

@@ -350,15 +350,22 @@ def _prepare_table(
         _check_new_table(resolved, history, new_chunks, name)
     backfilled: dict = {}
     extra = {backfill.BACKFILL_PROPERTY: backfill.property_value(resolved)} if resolved != known else {}
+
+    def applied(entry) -> None:
+        nonlocal resolved
+        rows = backfill.update_older_rows(spark, ref, entry.schema, entry, resolved)
+        backfilled.update(rows)
+        if rows:  # kept with the schema version, in evolve's last commit
+            resolved = backfill.with_rows(resolved, entry, rows)
+            extra[backfill.BACKFILL_PROPERTY] = backfill.property_value(resolved)
+
     try:
         changes = se.evolve(
             spark,
             ref,
             history,
             check=lambda entry: backfill.check(entry, resolved, name),
-            applied=lambda entry: backfilled.update(
-                backfill.update_older_rows(spark, ref, entry.schema, entry, resolved)
-            ),
+            applied=applied,
             properties=extra,
         )
         if extra and not changes:  # no step to set them with (a run killed after creating the table)
