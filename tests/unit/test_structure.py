@@ -164,3 +164,14 @@ def test_function_lengths_count_methods_nested_functions_and_docstrings():
     body = "".join(f"        x{i} = {i}\n" for i in range(MAX_FUNCTION_LINES))  # def, docstring, 80, def g, pass
     source = f'class C:\n    def f(self):\n        """Doc."""\n{body}        def g():\n            pass\n'
     assert function_lengths(source, "m") == {"m.C.f": (2, 84), "m.C.f.g": (84, 2)}
+
+
+def test_no_two_test_files_share_a_name():
+    # The test folders are not packages: pytest imports each file by its basename, and a second
+    # file of the same name is refused at collection ("import file mismatch"), so its tests
+    # would not run in a whole-suite run.
+    files = [p for p in (ROOT / "tests").rglob("test_*.py") if "data" not in p.parts]
+    seen: dict[str, list[str]] = {}
+    for p in files:
+        seen.setdefault(p.name, []).append(str(p.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
