@@ -55,6 +55,13 @@ def diff_with_source(spark, config, layer: str = "gold", examples: int = 3) -> l
         ]
 
 
+def assert_layers_equal_source(spark, config, layers: tuple[str, ...] = ("silver", "gold")) -> None:
+    """Fail, naming the layer and each differing table, unless every layer equals the source."""
+    for layer in layers:
+        diffs = diff_with_source(spark, config, layer=layer)
+        assert all(d.ok for d in diffs), f"{layer}:\n" + "\n".join(d.describe() for d in diffs)
+
+
 def diff_table(spark, config, conn, db: str, table: str, layer: str = "gold", examples: int = 3) -> TableDiff:
     from pyspark.sql import functions as F
 

@@ -6,7 +6,7 @@ What binlake cannot know exactly stops the table, and a re-snapshot recovers it.
 from __future__ import annotations
 
 import pytest
-from source_diff import diff_with_source  # tests/source_diff.py
+from source_diff import assert_layers_equal_source  # tests/source_diff.py
 
 from binlake.bronze.snapshot import run_snapshot
 from binlake.contract.tables import Lakehouse
@@ -63,12 +63,6 @@ def _run(spark, config):
     return result
 
 
-def _same_as_source(spark, config):
-    for layer in ("silver", "gold"):
-        diffs = diff_with_source(spark, config, layer=layer)
-        assert all(d.ok for d in diffs), f"{layer}:\n" + "\n".join(d.describe() for d in diffs)
-
-
 def _source(mariadb, sql: str):
     with mariadb.root_connection() as conn, conn.cursor() as cur:
         cur.execute(sql)
@@ -114,7 +108,7 @@ def test_every_kind_of_default_reaches_the_rows_older_than_the_ddl(spark, mariad
     )
     result = recorded(spark, config, "run", lambda: _run(spark, config))
 
-    _same_as_source(spark, config)
+    assert_layers_equal_source(spark, config)
     silver = next(s.result for s in result.steps if s.name == "silver").table(f"{database}.t")
     # All six rows silver held were mirrored before the DDL: each gets the default, then the
     # batch applies the changes logged after it (ids 2 and 4 updated, 3 deleted).
@@ -158,7 +152,7 @@ def test_a_default_binlake_cannot_know_stops_the_table_until_a_re_snapshot(spark
 
     run_snapshot(spark, config, tables=[f"{database}.t"], fresh=True)
     _run(spark, config)
-    _same_as_source(spark, config)
+    assert_layers_equal_source(spark, config)
 
 
 def test_current_timestamp_with_fractions_is_not_in_the_binlog_so_the_table_stops(spark, mariadb, database, table):
@@ -202,7 +196,7 @@ def test_a_run_killed_during_the_backfill_converges(spark, mariadb, database, ta
     mariadb.execute(f"UPDATE {db}.t SET b = 'new' WHERE id = 2", f"DELETE FROM {db}.t WHERE id = 5")
 
     _run(spark, config)
-    _same_as_source(spark, config)
+    assert_layers_equal_source(spark, config)
 
 
 def test_modify_and_change_keep_existing_values_and_a_new_default_touches_no_row(spark, mariadb, database, table):
@@ -229,7 +223,7 @@ def test_modify_and_change_keep_existing_values_and_a_new_default_touches_no_row
     )
     _run(spark, config)
 
-    _same_as_source(spark, config)
+    assert_layers_equal_source(spark, config)
     expected = _source(mariadb, f"SELECT id, v, d, s2, a FROM {db}.t ORDER BY id")
     assert sorted(_gold(spark, config, database, "id, v, CAST(d AS STRING), s2, a")) == [
         (r[0], r[1], str(r[2]), r[3], r[4]) for r in expected
